@@ -1,0 +1,183 @@
+// Package config loads Threadbox's configuration: embedded defaults, then an optional YAML file, then
+// THREADBOX_<SECTION>_<KEY> environment variables, then validation that names the offending key.
+//
+// Defaults alone must give a working bot (`threadbox serve` with no file at all), so every field here
+// has a default or is optional. deploy/threadbox.example.yaml documents every key; a test keeps the two
+// in sync.
+package config
+
+import (
+	"time"
+
+	"github.com/threadbox/threadbox/sandbox"
+)
+
+// Config is the whole configuration. Field tags are the YAML keys.
+type Config struct {
+	// Deployment names this installation. It is stamped on every sandbox, and the reaper only ever
+	// touches sandboxes of its own deployment, so two installations can share one Docker engine.
+	Deployment string    `koanf:"deployment"`
+	Log        Log       `koanf:"log"`
+	Database   Database  `koanf:"database"`
+	Redis      Redis     `koanf:"redis"`
+	HTTP       HTTP      `koanf:"http"`
+	Sandbox    Sandbox   `koanf:"sandbox"`
+	Runtime    Runtime   `koanf:"runtime"`
+	Lifecycle  Lifecycle `koanf:"lifecycle"`
+	Slack      Slack     `koanf:"slack"`
+	Discord    Discord   `koanf:"discord"`
+	Admin      Admin     `koanf:"admin"`
+}
+
+// Log configures zap.
+type Log struct {
+	// Level is debug, info, warn or error.
+	Level string `koanf:"level"`
+	// Format is console (human) or json (production).
+	Format string `koanf:"format"`
+}
+
+// Database selects the session store.
+type Database struct {
+	// URL is sqlite:<path> or postgres://….
+	URL string `koanf:"url"`
+	// AutoMigrate applies pending migrations when serve starts.
+	AutoMigrate bool `koanf:"auto_migrate"`
+}
+
+// Redis is optional; with it, dedupe and rate limits are shared across replicas.
+type Redis struct {
+	URL string `koanf:"url"`
+}
+
+// HTTP is the listener for webhooks, the web chat and health checks.
+type HTTP struct {
+	Addr string `koanf:"addr"`
+	// Token is required for the web chat and admin API when Addr is not loopback.
+	Token string `koanf:"token"`
+}
+
+// Sandbox configures where agents run.
+type Sandbox struct {
+	// Provider is auto, docker, local, daytona or deno. auto picks docker if a daemon answers, else
+	// local (which still needs local.i_understand_no_isolation).
+	Provider  string            `koanf:"provider"`
+	Image     string            `koanf:"image"`
+	Network   string            `koanf:"network"`
+	Resources sandbox.Resources `koanf:"resources"`
+	Env       sandbox.EnvPolicy `koanf:"env"`
+	// ReadOnlyRoot mounts the image read-only with a tmpfs /tmp; the workdir stays writable.
+	ReadOnlyRoot bool         `koanf:"read_only_root"`
+	Docker       DockerConfig `koanf:"docker"`
+	Local        LocalConfig  `koanf:"local"`
+	Daytona      Daytona      `koanf:"daytona"`
+	Deno         Deno         `koanf:"deno"`
+}
+
+// DockerConfig is the Docker provider's own settings.
+type DockerConfig struct {
+	// Host overrides DOCKER_HOST (unix:///var/run/docker.sock, tcp://…).
+	Host string `koanf:"host"`
+}
+
+// LocalConfig is the dev-only host provider.
+type LocalConfig struct {
+	// IUnderstandNoIsolation must be true: the local provider runs agent commands as host processes.
+	IUnderstandNoIsolation bool `koanf:"i_understand_no_isolation"`
+	// Dir holds one directory per sandbox.
+	Dir string `koanf:"dir"`
+}
+
+// Daytona is the Daytona cloud provider.
+type Daytona struct {
+	APIURL string `koanf:"api_url"`
+	APIKey string `koanf:"api_key"`
+	Target string `koanf:"target"`
+}
+
+// Deno is the Deno Deploy sandbox provider.
+type Deno struct {
+	APIURL string `koanf:"api_url"`
+	Token  string `koanf:"token"`
+	Region string `koanf:"region"`
+}
+
+// Runtime selects the agent runtime inside the sandbox.
+type Runtime struct {
+	// Name is auto, shell, claude-code, opencode or sandbox-agent. auto is shell unless a model key is set.
+	Name  string `koanf:"name"`
+	Model string `koanf:"model"`
+	// Secret derives per-sandbox runtime passwords; generated and kept in the data dir when empty.
+	Secret string `koanf:"secret"`
+}
+
+// Lifecycle drives the background loops.
+type Lifecycle struct {
+	IdleTimeout time.Duration `koanf:"idle_timeout"`
+	PausedTTL   time.Duration `koanf:"paused_ttl"`
+	ReapGrace   time.Duration `koanf:"reap_grace"`
+	StuckAfter  time.Duration `koanf:"stuck_after"`
+}
+
+// Slack is the Slack adapter; it is enabled when bot_token is set.
+type Slack struct {
+	BotToken      string `koanf:"bot_token"`
+	SigningSecret string `koanf:"signing_secret"`
+	AppToken      string `koanf:"app_token"`
+	APIURL        string `koanf:"api_url"`
+}
+
+// Discord is the Discord adapter; it is enabled when token is set.
+type Discord struct {
+	Token     string `koanf:"token"`
+	AppID     string `koanf:"app_id"`
+	PublicKey string `koanf:"public_key"`
+	APIURL    string `koanf:"api_url"`
+}
+
+// Admin lists who may run admin commands.
+type Admin struct {
+	// Users are platform user IDs, written as platform:id (slack:U123, discord:456, web:local).
+	Users []string `koanf:"users"`
+}
+
+// Default returns the embedded defaults.
+func Default() Config {
+	return Config{
+		Deployment: "threadbox",
+		Log:        Log{Level: "info", Format: "console"},
+		Database:   Database{URL: "sqlite:./data/threadbox.db", AutoMigrate: true},
+		HTTP:       HTTP{Addr: "127.0.0.1:8080"},
+		Sandbox: Sandbox{
+			Provider:  "auto",
+			Image:     "threadbox/sandbox:latest",
+			Network:   string(sandbox.NetworkNone),
+			Resources: sandbox.DefaultResources(),
+			Env:       sandbox.EnvPolicy{Passthrough: []string{}, Set: map[string]string{}, Blocked: []string{}},
+			Local:     LocalConfig{Dir: "./data/sandboxes"},
+		},
+		Runtime: Runtime{Name: "auto"},
+		Lifecycle: Lifecycle{
+			IdleTimeout: 15 * time.Minute,
+			PausedTTL:   72 * time.Hour,
+			ReapGrace:   10 * time.Minute,
+			StuckAfter:  10 * time.Minute,
+		},
+		Admin: Admin{Users: []string{}},
+	}
+}
+
+// Secrets returns every configured secret value, for log redaction.
+func (c Config) Secrets() []string {
+	var out []string
+	for _, s := range []string{
+		c.HTTP.Token, c.Sandbox.Daytona.APIKey, c.Sandbox.Deno.Token, c.Runtime.Secret,
+		c.Slack.BotToken, c.Slack.SigningSecret, c.Slack.AppToken, c.Discord.Token,
+		passwordOf(c.Database.URL), passwordOf(c.Redis.URL),
+	} {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}

@@ -1,0 +1,166 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/knadh/koanf/parsers/yaml"
+	"github.com/knadh/koanf/providers/file"
+	"github.com/knadh/koanf/v2"
+	"github.com/stretchr/testify/require"
+)
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "threadbox.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
+	return p
+}
+
+func TestDefaultsLoadWithNoFile(t *testing.T) {
+	got, err := Load("", nil)
+	require.NoError(t, err)
+	require.Equal(t, Default(), got.Config)
+	require.Equal(t, "127.0.0.1:8080", got.HTTP.Addr)
+	require.Equal(t, "sqlite:./data/threadbox.db", got.Database.URL)
+	require.Empty(t, got.Warnings)
+}
+
+func TestFileThenEnvPrecedence(t *testing.T) {
+	p := writeFile(t, `
+http:
+  addr: 127.0.0.1:9000
+sandbox:
+  resources:
+    memory_mb: 1024
+  env:
+    passthrough: [GITHUB_TOKEN]
+lifecycle:
+  idle_timeout: 30m
+admin:
+  users: [slack:U1]
+`)
+	got, err := Load(p, []string{
+		"THREADBOX_HTTP_ADDR=127.0.0.1:9100",
+		"THREADBOX_SANDBOX_RESOURCES_CPUS=1.5",
+		"THREADBOX_SANDBOX_ENV_SET_FOO_BAR=baz",
+		"THREADBOX_ADMIN_USERS=slack:U2,discord:3",
+		"THREADBOX_LIFECYCLE_PAUSED_TTL=2h",
+		"THREADBOX_SLACK_BOT_TOKEN=xoxb-1",
+		"THREADBOX_SLACK_SIGNING_SECRET=s3cr3t-signing",
+		"UNRELATED=1",
+	})
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.1:9100", got.HTTP.Addr, "env beats file")
+	require.Equal(t, 1024, got.Sandbox.Resources.MemoryMB, "file beats default")
+	require.Equal(t, 1.5, got.Sandbox.Resources.CPUs)
+	require.Equal(t, 256, got.Sandbox.Resources.PIDs, "untouched keys keep defaults")
+	require.Equal(t, []string{"GITHUB_TOKEN"}, got.Sandbox.Env.Passthrough)
+	require.Equal(t, map[string]string{"FOO_BAR": "baz"}, got.Sandbox.Env.Set)
+	require.Equal(t, []string{"slack:U2", "discord:3"}, got.Admin.Users)
+	require.Equal(t, 30*time.Minute, got.Lifecycle.IdleTimeout)
+	require.Equal(t, 2*time.Hour, got.Lifecycle.PausedTTL)
+	require.Equal(t, p, got.File)
+}
+
+func TestBadConfigNamesTheKey(t *testing.T) {
+	tests := []struct {
+		name    string
+		file    string
+		env     []string
+		wantKey string
+		wantMsg string
+	}{
+		{name: "memory below range", file: "sandbox:\n  resources:\n    memory_mb: 100\n", wantKey: "sandbox.resources.memory_mb", wantMsg: "between 512 and 32768"},
+		{name: "memory above range via env", env: []string{"THREADBOX_SANDBOX_RESOURCES_MEMORY_MB=40000"}, wantKey: "sandbox.resources.memory_mb", wantMsg: "32768"},
+		{name: "cpus above range", file: "sandbox:\n  resources:\n    cpus: 17\n", wantKey: "sandbox.resources.cpus", wantMsg: "between 0.5 and 16"},
+		{name: "cpus below range", env: []string{"THREADBOX_SANDBOX_RESOURCES_CPUS=0.1"}, wantKey: "sandbox.resources.cpus", wantMsg: "0.5"},
+		{name: "pids", file: "sandbox:\n  resources:\n    pids: 5\n", wantKey: "sandbox.resources.pids", wantMsg: "between 32 and 4096"},
+		{name: "not a number", file: "sandbox:\n  resources:\n    memory_mb: lots\n", wantKey: "sandbox.resources.memory_mb", wantMsg: "int"},
+		{name: "unknown key", file: "sandbox:\n  resources:\n    memroy_mb: 1024\n", wantKey: "memroy_mb", wantMsg: "invalid keys"},
+		{name: "bad duration", env: []string{"THREADBOX_LIFECYCLE_IDLE_TIMEOUT=soon"}, wantKey: "lifecycle.idle_timeout", wantMsg: "duration"},
+		{name: "duration out of range", file: "lifecycle:\n  idle_timeout: 1s\n", wantKey: "lifecycle.idle_timeout", wantMsg: "between 1m0s"},
+		{name: "provider", env: []string{"THREADBOX_SANDBOX_PROVIDER=kvm"}, wantKey: "sandbox.provider", wantMsg: "one of auto, docker"},
+		{name: "network", env: []string{"THREADBOX_SANDBOX_NETWORK=restricted"}, wantKey: "sandbox.network", wantMsg: "none"},
+		{name: "database scheme", env: []string{"THREADBOX_DATABASE_URL=mysql://u:hunter22@h/db"}, wantKey: "database.url", wantMsg: "sqlite: or postgres://"},
+		{name: "http addr", env: []string{"THREADBOX_HTTP_ADDR=8080"}, wantKey: "http.addr", wantMsg: "host:port"},
+		{name: "local needs acknowledgement", env: []string{"THREADBOX_SANDBOX_PROVIDER=local"}, wantKey: "sandbox.local.i_understand_no_isolation", wantMsg: "no isolation"},
+		{name: "daytona needs key", env: []string{"THREADBOX_SANDBOX_PROVIDER=daytona"}, wantKey: "sandbox.daytona.api_key", wantMsg: "required"},
+		{name: "slack needs signing secret", env: []string{"THREADBOX_SLACK_BOT_TOKEN=xoxb-1"}, wantKey: "slack.signing_secret", wantMsg: "required"},
+		{name: "admin user form", env: []string{"THREADBOX_ADMIN_USERS=U123"}, wantKey: "admin.users", wantMsg: "platform:user_id"},
+		{name: "env name", file: "sandbox:\n  env:\n    set: {\"1BAD\": x}\n", wantKey: "sandbox.env", wantMsg: "1BAD"},
+		{name: "log level", env: []string{"THREADBOX_LOG_LEVEL=loud"}, wantKey: "log.level", wantMsg: "debug, info"},
+		{name: "map key needs name", env: []string{"THREADBOX_SANDBOX_ENV_SET=x"}, wantKey: "THREADBOX_SANDBOX_ENV_SET", wantMsg: "one by one"},
+		{name: "yaml syntax", file: "http: [unclosed\n", wantKey: "threadbox.yaml", wantMsg: ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := ""
+			if tt.file != "" {
+				p = writeFile(t, tt.file)
+			}
+			_, err := Load(p, tt.env)
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tt.wantKey)
+			require.Contains(t, err.Error(), tt.wantMsg)
+			require.NotContains(t, err.Error(), "hunter22", "errors must not echo passwords")
+		})
+	}
+}
+
+func TestMissingFile(t *testing.T) {
+	_, err := Load(filepath.Join(t.TempDir(), "nope.yaml"), nil)
+	require.ErrorIs(t, err, os.ErrNotExist)
+	require.Contains(t, err.Error(), "nope.yaml")
+}
+
+func TestUnknownEnvIsWarnedNotFatal(t *testing.T) {
+	got, err := Load("", []string{"THREADBOX_HTTP_ADR=x", "THREADBOX_CONFIG=/x", "THREADBOX_REQUIRE_SERVICES=1", "THREADBOX_TEST_POSTGRES_URL=x"})
+	require.NoError(t, err)
+	require.Len(t, got.Warnings, 1)
+	require.Contains(t, got.Warnings[0], "THREADBOX_HTTP_ADR")
+}
+
+// TestExampleFileDocumentsEveryKey keeps deploy/threadbox.example.yaml complete and loadable: every
+// struct key appears in it, it has no key the struct lacks, and its values are the defaults.
+func TestExampleFileDocumentsEveryKey(t *testing.T) {
+	p := filepath.Join("..", "..", "..", "deploy", "threadbox.example.yaml")
+	got, err := Load(p, nil)
+	require.NoError(t, err, "the example file must load as is")
+	require.Equal(t, Default(), got.Config, "the example file must show the defaults")
+
+	k := koanf.New(".")
+	require.NoError(t, k.Load(file.Provider(p), yaml.Parser()))
+	documented := map[string]bool{}
+	for _, key := range k.Keys() {
+		documented[key] = true
+	}
+	for _, key := range Keys() {
+		// Empty maps and lists have no leaf in koanf's view; look for the parent line instead.
+		if !documented[key] && !k.Exists(key) {
+			t.Errorf("key %s is not in deploy/threadbox.example.yaml", key)
+		}
+	}
+}
+
+func TestSecretsListsConfiguredSecrets(t *testing.T) {
+	c := Default()
+	c.Slack.BotToken = "xoxb-secret-token"
+	c.Database.URL = "postgres://u:db-password@h:5432/x"
+	s := c.Secrets()
+	require.Contains(t, s, "xoxb-secret-token")
+	require.Contains(t, s, "db-password")
+	for _, v := range s {
+		require.NotEmpty(t, strings.TrimSpace(v))
+	}
+}
+
+func TestEnvNameMapping(t *testing.T) {
+	require.Equal(t, "THREADBOX_HTTP_ADDR", EnvName("http.addr"))
+	require.Equal(t, "THREADBOX_SLACK_SIGNING_SECRET", EnvName("slack.signing_secret"))
+	require.Equal(t, "THREADBOX_SANDBOX_RESOURCES_MEMORY_MB", EnvName("sandbox.resources.memory_mb"))
+	require.Contains(t, Keys(), "sandbox.local.i_understand_no_isolation")
+}

@@ -1,0 +1,183 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/threadbox/threadbox/sandbox"
+)
+
+// Choices accepted by enumerated keys.
+var (
+	Providers  = []string{"auto", "docker", "local", "daytona", "deno"}
+	Runtimes   = []string{"auto", "shell", "claude-code", "opencode", "sandbox-agent"}
+	LogLevels  = []string{"debug", "info", "warn", "error"}
+	LogFormats = []string{"console", "json"}
+)
+
+// Validate checks every key, returning the first problem with the key's name and what is allowed.
+func (c Config) Validate() error {
+	checks := []func() error{
+		func() error {
+			if c.Deployment == "" || strings.ContainsAny(c.Deployment, " \t\n=,") || len(c.Deployment) > 63 {
+				return fmt.Errorf("deployment = %q: must be 1-63 characters without spaces, '=' or ','", c.Deployment)
+			}
+			return nil
+		},
+		func() error { return oneOf("log.level", c.Log.Level, LogLevels) },
+		func() error { return oneOf("log.format", c.Log.Format, LogFormats) },
+		func() error { return c.validateDatabase() },
+		func() error { return checkURL("redis.url", c.Redis.URL, []string{"redis", "rediss", "unix"}, true) },
+		func() error {
+			if _, _, err := net.SplitHostPort(c.HTTP.Addr); err != nil {
+				return fmt.Errorf("http.addr = %q: must be host:port, for example 127.0.0.1:8080", c.HTTP.Addr)
+			}
+			return nil
+		},
+		func() error { return oneOf("sandbox.provider", c.Sandbox.Provider, Providers) },
+		func() error {
+			if c.Sandbox.Image == "" {
+				return fmt.Errorf("sandbox.image: must not be empty")
+			}
+			return nil
+		},
+		func() error {
+			if _, err := sandbox.ParseNetworkMode(c.Sandbox.Network); err != nil {
+				return fmt.Errorf("sandbox.network: %w", err)
+			}
+			return nil
+		},
+		func() error {
+			return c.Sandbox.Resources.Validate(func(f string) string { return "sandbox.resources." + f })
+		},
+		func() error {
+			if _, _, err := c.Sandbox.Env.Resolve(func(string) (string, bool) { return "", false }); err != nil {
+				return fmt.Errorf("sandbox.env: %w", err)
+			}
+			return nil
+		},
+		func() error { return c.validateProvider() },
+		func() error { return oneOf("runtime.name", c.Runtime.Name, Runtimes) },
+		func() error { return duration("lifecycle.idle_timeout", c.Lifecycle.IdleTimeout, time.Minute, 30*24*time.Hour) },
+		func() error { return duration("lifecycle.paused_ttl", c.Lifecycle.PausedTTL, time.Hour, 365*24*time.Hour) },
+		func() error { return duration("lifecycle.reap_grace", c.Lifecycle.ReapGrace, time.Minute, 24*time.Hour) },
+		func() error { return duration("lifecycle.stuck_after", c.Lifecycle.StuckAfter, time.Minute, 24*time.Hour) },
+		func() error { return checkURL("slack.api_url", c.Slack.APIURL, []string{"http", "https"}, true) },
+		func() error {
+			if c.Slack.BotToken != "" && c.Slack.AppToken == "" && c.Slack.SigningSecret == "" {
+				return fmt.Errorf("slack.signing_secret: required with slack.bot_token unless slack.app_token (Socket Mode) is set; unsigned events are refused")
+			}
+			return nil
+		},
+		func() error { return checkURL("discord.api_url", c.Discord.APIURL, []string{"http", "https"}, true) },
+		func() error {
+			for _, u := range c.Admin.Users {
+				if p, id, ok := strings.Cut(u, ":"); !ok || p == "" || id == "" {
+					return fmt.Errorf("admin.users: %q must be platform:user_id, for example slack:U012AB3CD", u)
+				}
+			}
+			return nil
+		},
+	}
+	for _, check := range checks {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c Config) validateDatabase() error {
+	u := c.Database.URL
+	switch {
+	case strings.HasPrefix(u, "sqlite:"):
+		if strings.TrimPrefix(u, "sqlite:") == "" {
+			return fmt.Errorf("database.url = %q: sqlite: needs a file path, for example sqlite:./data/threadbox.db", u)
+		}
+		return nil
+	case strings.HasPrefix(u, "postgres://"), strings.HasPrefix(u, "postgresql://"):
+		return checkURL("database.url", u, []string{"postgres", "postgresql"}, false)
+	}
+	return fmt.Errorf("database.url = %q: must start with sqlite: or postgres://", RedactURL(u))
+}
+
+func (c Config) validateProvider() error {
+	switch c.Sandbox.Provider {
+	case "daytona":
+		if c.Sandbox.Daytona.APIKey == "" {
+			return fmt.Errorf("sandbox.daytona.api_key: required when sandbox.provider is daytona")
+		}
+	case "deno":
+		if c.Sandbox.Deno.Token == "" {
+			return fmt.Errorf("sandbox.deno.token: required when sandbox.provider is deno")
+		}
+	case "local":
+		if !c.Sandbox.Local.IUnderstandNoIsolation {
+			return fmt.Errorf("sandbox.local.i_understand_no_isolation: must be true to use sandbox.provider local, " +
+				"which runs agent commands as host processes with no isolation")
+		}
+	}
+	if c.Sandbox.Local.Dir == "" {
+		return fmt.Errorf("sandbox.local.dir: must not be empty")
+	}
+	return checkURL("sandbox.daytona.api_url", c.Sandbox.Daytona.APIURL, []string{"http", "https"}, true)
+}
+
+func oneOf(name, v string, allowed []string) error {
+	if slices.Contains(allowed, v) {
+		return nil
+	}
+	return fmt.Errorf("%s = %q: must be one of %s", name, v, strings.Join(allowed, ", "))
+}
+
+func duration(name string, d, lo, hi time.Duration) error {
+	if d < lo || d > hi {
+		return fmt.Errorf("%s = %s: must be between %s and %s", name, d, lo, hi)
+	}
+	return nil
+}
+
+func checkURL(name, raw string, schemes []string, optional bool) error {
+	if raw == "" && optional {
+		return nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("%s: not a valid URL (%s)", name, RedactURL(raw))
+	}
+	if !slices.Contains(schemes, u.Scheme) {
+		return fmt.Errorf("%s = %q: scheme must be one of %s", name, RedactURL(raw), strings.Join(schemes, ", "))
+	}
+	if u.Scheme != "unix" && u.Host == "" {
+		return fmt.Errorf("%s = %q: has no host", name, RedactURL(raw))
+	}
+	return nil
+}
+
+// RedactURL hides a password embedded in a URL, so errors can quote the value.
+func RedactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		if i := strings.Index(raw, "@"); i > 0 {
+			return "…" + raw[i:]
+		}
+		return raw
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
+}
+
+func passwordOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return ""
+	}
+	p, _ := u.User.Password()
+	return p
+}

@@ -1,0 +1,114 @@
+// Package logging builds Threadbox's zap logger: console output for people, JSON for production, one
+// named child per component, and every configured secret redacted before it reaches a sink.
+package logging
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// Redacted replaces a secret wherever it appears.
+const Redacted = "[REDACTED]"
+
+// minSecretLen keeps short values (say "1" or "true") from being treated as secrets: redacting them
+// would shred ordinary log lines and protect nothing.
+const minSecretLen = 6
+
+// Options selects format and level.
+type Options struct {
+	Level  string // debug, info, warn, error
+	Format string // console, json
+	// Secrets are values never to be written, whatever field or message carries them.
+	Secrets []string
+}
+
+// New builds a logger writing to w.
+func New(w io.Writer, o Options) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(o.Level)
+	if err != nil {
+		return nil, fmt.Errorf("log.level: %w", err)
+	}
+	var enc zapcore.Encoder
+	switch o.Format {
+	case "json":
+		ec := zap.NewProductionEncoderConfig()
+		ec.EncodeTime = zapcore.ISO8601TimeEncoder
+		enc = zapcore.NewJSONEncoder(ec)
+	case "console", "":
+		ec := zap.NewDevelopmentEncoderConfig()
+		ec.EncodeTime = zapcore.TimeEncoderOfLayout("15:04:05.000")
+		enc = zapcore.NewConsoleEncoder(ec)
+	default:
+		return nil, fmt.Errorf("log.format %q: must be console or json", o.Format)
+	}
+	core := zapcore.NewCore(enc, zapcore.AddSync(w), lvl)
+	return zap.New(NewRedactingCore(core, o.Secrets), zap.AddCaller()), nil
+}
+
+// NewRedactingCore wraps core so that secrets are replaced in messages and string fields, including
+// fields added with With.
+func NewRedactingCore(core zapcore.Core, secrets []string) zapcore.Core {
+	var keep []string
+	for _, s := range secrets {
+		if len(s) >= minSecretLen {
+			keep = append(keep, s)
+		}
+	}
+	if len(keep) == 0 {
+		return core
+	}
+	pairs := make([]string, 0, 2*len(keep))
+	for _, s := range keep {
+		pairs = append(pairs, s, Redacted)
+	}
+	return redactingCore{Core: core, r: strings.NewReplacer(pairs...)}
+}
+
+type redactingCore struct {
+	zapcore.Core
+	r *strings.Replacer
+}
+
+func (c redactingCore) With(fields []zapcore.Field) zapcore.Core {
+	return redactingCore{Core: c.Core.With(c.fields(fields)), r: c.r}
+}
+
+func (c redactingCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if c.Enabled(e.Level) {
+		return ce.AddCore(e, c)
+	}
+	return ce
+}
+
+func (c redactingCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
+	e.Message = c.r.Replace(e.Message)
+	return c.Core.Write(e, c.fields(fields))
+}
+
+// fields redacts string-valued fields and errors. Other field types (numbers, durations) cannot
+// carry a token.
+func (c redactingCore) fields(in []zapcore.Field) []zapcore.Field {
+	out := make([]zapcore.Field, len(in))
+	for i, f := range in {
+		switch f.Type {
+		case zapcore.StringType:
+			f.String = c.r.Replace(f.String)
+		case zapcore.ErrorType:
+			if err, ok := f.Interface.(error); ok && err != nil {
+				f = zap.String(f.Key, c.r.Replace(err.Error()))
+			}
+		case zapcore.StringerType:
+			if s, ok := f.Interface.(fmt.Stringer); ok && s != nil {
+				f = zap.String(f.Key, c.r.Replace(s.String()))
+			}
+		case zapcore.ReflectType:
+			f = zap.String(f.Key, c.r.Replace(fmt.Sprintf("%+v", f.Interface)))
+		}
+		out[i] = f
+	}
+	return out
+}

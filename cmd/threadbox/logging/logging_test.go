@@ -1,0 +1,45 @@
+package logging
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+)
+
+func TestSecretsAreRedactedEverywhere(t *testing.T) {
+	const tok = "xoxb-1234-abcdef"
+	for _, format := range []string{"json", "console"} {
+		t.Run(format, func(t *testing.T) {
+			var buf bytes.Buffer
+			log, err := New(&buf, Options{Level: "debug", Format: format, Secrets: []string{tok, "1"}})
+			require.NoError(t, err)
+			log = log.Named("slack").With(zap.String("ctx", "bearer "+tok))
+			log.Info("posting with "+tok,
+				zap.String("token", tok),
+				zap.Error(errors.New("auth failed for "+tok)),
+				zap.Stringer("url", stringer("https://x/?t="+tok)),
+				zap.Any("req", map[string]string{"auth": tok}),
+				zap.Int("n", 1),
+			)
+			out := buf.String()
+			require.NotContains(t, out, tok)
+			require.Contains(t, out, Redacted)
+			require.Contains(t, out, "slack", "named loggers keep their name")
+			require.Contains(t, out, "1", "short values are not treated as secrets")
+		})
+	}
+}
+
+func TestBadOptions(t *testing.T) {
+	_, err := New(&bytes.Buffer{}, Options{Level: "loud", Format: "json"})
+	require.ErrorContains(t, err, "log.level")
+	_, err = New(&bytes.Buffer{}, Options{Level: "info", Format: "xml"})
+	require.ErrorContains(t, err, "log.format")
+}
+
+type stringer string
+
+func (s stringer) String() string { return string(s) }

@@ -1,0 +1,55 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"net"
+)
+
+// Sandbox is one sandbox bound to its provider. Runtimes work against it and never see providers.
+type Sandbox interface {
+	Handle() Handle
+	Exec(ctx context.Context, req ExecRequest) (ExecResult, error)
+	WriteFile(ctx context.Context, path string, data []byte, mode fs.FileMode) error
+	ReadFile(ctx context.Context, path string, max int64) ([]byte, error)
+	ListFiles(ctx context.Context, dir string) ([]FileInfo, error)
+	// Dial reaches a TCP port inside the sandbox, or fails with ErrUnsupported.
+	Dial(ctx context.Context, port int) (net.Conn, error)
+}
+
+// Bind returns the Sandbox for h on p.
+func Bind(p Provider, h Handle) Sandbox { return bound{p: p, h: h} }
+
+type bound struct {
+	p Provider
+	h Handle
+}
+
+var _ Sandbox = bound{}
+
+func (b bound) Handle() Handle { return b.h }
+
+func (b bound) Exec(ctx context.Context, req ExecRequest) (ExecResult, error) {
+	return b.p.Exec(ctx, b.h, req)
+}
+
+func (b bound) WriteFile(ctx context.Context, path string, data []byte, mode fs.FileMode) error {
+	return b.p.WriteFile(ctx, b.h, path, data, mode)
+}
+
+func (b bound) ReadFile(ctx context.Context, path string, max int64) ([]byte, error) {
+	return b.p.ReadFile(ctx, b.h, path, max)
+}
+
+func (b bound) ListFiles(ctx context.Context, dir string) ([]FileInfo, error) {
+	return b.p.ListFiles(ctx, b.h, dir)
+}
+
+func (b bound) Dial(ctx context.Context, port int) (net.Conn, error) {
+	d, ok := b.p.(Dialer)
+	if !ok {
+		return nil, fmt.Errorf("dial port %d on %s: %w", port, b.p.Name(), ErrUnsupported)
+	}
+	return d.Dial(ctx, b.h, port)
+}
