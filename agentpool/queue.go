@@ -1,0 +1,179 @@
+package agentpool
+
+import (
+	"context"
+	"errors"
+	"sync"
+)
+
+// ErrClosed is returned by Submit after Shutdown has begun.
+var ErrClosed = errors.New("agentpool: shutting down, not taking new turns")
+
+// queues is a set of per-key serial queues (after tailscale's execqueue). A key with queued or
+// running work has exactly one goroutine draining it; an idle key has no goroutine and no map entry,
+// so ten thousand quiet threads cost nothing.
+type queues struct {
+	// base is the parent of every job's context; cancelling it cancels everything.
+	base context.Context
+
+	// mu protects the following.
+	mu     sync.Mutex
+	byKey  map[string]*keyQueue
+	closed bool
+	// idle is closed and replaced whenever the last key drains, so Wait can block without polling.
+	idle chan struct{}
+	busy int
+}
+
+type keyQueue struct {
+	pending []*job
+	// running is the job being run, nil between jobs.
+	running *job
+}
+
+type job struct {
+	run    func(ctx context.Context)
+	drop   func() // called instead of run when the job is discarded unrun
+	cancel context.CancelFunc
+}
+
+func newQueues(base context.Context) *queues {
+	return &queues{base: base, byKey: map[string]*keyQueue{}, idle: make(chan struct{})}
+}
+
+// add queues run under key and returns how many jobs are ahead of it (0: it starts now).
+func (q *queues) add(key string, run func(context.Context), drop func()) (ahead int, err error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return 0, ErrClosed
+	}
+	kq := q.byKey[key]
+	if kq == nil {
+		kq = &keyQueue{}
+		q.byKey[key] = kq
+	}
+	ahead = len(kq.pending)
+	if kq.running != nil {
+		ahead++
+	}
+	kq.pending = append(kq.pending, &job{run: run, drop: drop})
+	if ahead == 0 {
+		q.busy++
+		go q.drain(key, kq)
+	}
+	return ahead, nil
+}
+
+// drain runs key's jobs in order and exits when none are left.
+func (q *queues) drain(key string, kq *keyQueue) {
+	for {
+		q.mu.Lock()
+		if len(kq.pending) == 0 {
+			kq.running = nil
+			delete(q.byKey, key)
+			q.busy--
+			if q.busy == 0 {
+				close(q.idle)
+				q.idle = make(chan struct{})
+			}
+			q.mu.Unlock()
+			return
+		}
+		j := kq.pending[0]
+		kq.pending[0] = nil
+		kq.pending = kq.pending[1:]
+		ctx, cancel := context.WithCancel(q.base)
+		j.cancel = cancel
+		kq.running = j
+		q.mu.Unlock()
+
+		j.run(ctx)
+		cancel()
+	}
+}
+
+// depth reports the jobs queued or running for key.
+func (q *queues) depth(key string) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	kq := q.byKey[key]
+	if kq == nil {
+		return 0
+	}
+	n := len(kq.pending)
+	if kq.running != nil {
+		n++
+	}
+	return n
+}
+
+// cancelRunning cancels key's running job, if any, and reports whether there was one.
+func (q *queues) cancelRunning(key string) bool {
+	q.mu.Lock()
+	kq := q.byKey[key]
+	var cancel context.CancelFunc
+	if kq != nil && kq.running != nil {
+		cancel = kq.running.cancel
+	}
+	q.mu.Unlock()
+	if cancel == nil {
+		return false
+	}
+	cancel()
+	return true
+}
+
+// activeKeys reports how many keys have work (each has one goroutine).
+func (q *queues) activeKeys() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.busy
+}
+
+// close stops intake. With drain false it also discards queued jobs and cancels running ones.
+func (q *queues) close(drain bool) {
+	q.mu.Lock()
+	q.closed = true
+	var drops []func()
+	var cancels []context.CancelFunc
+	if !drain {
+		for _, kq := range q.byKey {
+			for _, j := range kq.pending {
+				if j.drop != nil {
+					drops = append(drops, j.drop)
+				}
+			}
+			kq.pending = nil
+			if kq.running != nil {
+				cancels = append(cancels, kq.running.cancel)
+			}
+		}
+	}
+	q.mu.Unlock()
+	// Callbacks run outside the lock: they may call back into the pool.
+	for _, c := range cancels {
+		c()
+	}
+	for _, d := range drops {
+		d()
+	}
+}
+
+// wait blocks until no key has work, or ctx ends.
+func (q *queues) wait(ctx context.Context) error {
+	for {
+		q.mu.Lock()
+		if q.busy == 0 {
+			q.mu.Unlock()
+			return nil
+		}
+		idle := q.idle
+		q.mu.Unlock()
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}

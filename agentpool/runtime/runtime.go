@@ -1,0 +1,121 @@
+// Package runtime defines how the pool drives an agent inside a sandbox. Each runtime (shell,
+// claude-code, opencode, sandbox-agent) keeps its protocol in its own package; the pool sees only this
+// interface and the error classes below.
+package runtime
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/threadbox/threadbox/sandbox"
+)
+
+// Runtime is one kind of agent.
+//
+// The pool calls Ensure on every turn (cheap when healthy), then Session, then Prompt. Implementations
+// must be safe for concurrent use across different sandboxes; the pool never drives one sandbox from
+// two goroutines at once.
+type Runtime interface {
+	// Name is the config name ("shell", "claude-code", …).
+	Name() string
+	// Ensure installs or launches the runtime if needed and waits until it is healthy, backing off from
+	// tens of milliseconds (never fixed multi-second polls). An error wrapping ErrSandboxDown means the
+	// sandbox itself is unreachable.
+	Ensure(ctx context.Context, sb sandbox.Sandbox) error
+	// Session returns the agent session to use: prevID when it still exists, else a new one with
+	// replaced=true (the caller then replays the thread's history into the next prompt). title names
+	// the session (the thread key) so it can be found again.
+	Session(ctx context.Context, sb sandbox.Sandbox, prevID, title string) (id string, replaced bool, err error)
+	// Prompt runs one turn and reports progress to emit as it happens. emit must not block.
+	Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID string, p Prompt, emit func(Event)) (Result, error)
+	// Abort stops a running turn in the session, best effort.
+	Abort(ctx context.Context, sb sandbox.Sandbox, sessionID string) error
+}
+
+// Prompt is one turn's input.
+type Prompt struct {
+	// Text is the user's message.
+	Text string
+	// System is the system prompt (prompts/), sent when the runtime supports one.
+	System string
+	// History is the replayed transcript, set only when the sandbox or agent session was replaced.
+	History string
+	// Env reaches only the runtime's own process for this turn (model keys), never the sandbox env.
+	Env map[string]string
+	// Timeout bounds the turn (0: ctx only).
+	Timeout time.Duration
+}
+
+// EventKind says what a progress event carries.
+type EventKind string
+
+const (
+	// EventText is a piece of the agent's answer or thinking, or command output.
+	EventText EventKind = "text"
+	// EventTool is a tool use, with a short summary ("bash: ls -la").
+	EventTool EventKind = "tool"
+	// EventStatus is a lifecycle note ("starting runtime", "resuming sandbox").
+	EventStatus EventKind = "status"
+)
+
+// Event is one progress update.
+type Event struct {
+	Kind EventKind
+	Text string
+	Tool string
+	At   time.Time
+}
+
+// Usage is what a turn cost, where the runtime reports it.
+type Usage struct {
+	InputTokens  int64   `json:"input_tokens,omitempty"`
+	OutputTokens int64   `json:"output_tokens,omitempty"`
+	CostUSD      float64 `json:"cost_usd,omitempty"`
+}
+
+// Result is how a turn ended.
+type Result struct {
+	Answer string
+	// IsError means the agent itself reported failure (a non-zero exit for shell); the answer still
+	// goes to the user.
+	IsError  bool
+	ExitCode int
+	Usage    Usage
+	Duration time.Duration
+}
+
+// Error classes for prompt failures (seed 003's send-failure classification). The pool re-resolves
+// at most once and retries the prompt at most once for the first two; anything else is reported.
+var (
+	// ErrSessionMissing: the agent session is gone; create a new one and replay history.
+	ErrSessionMissing = errors.New("agent session missing")
+	// ErrSandboxDown: connection refused, 5xx, sandbox not started; re-resolve the sandbox.
+	ErrSandboxDown = errors.New("sandbox down")
+)
+
+// Class is a prompt failure's recovery class.
+type Class int
+
+const (
+	ClassNone Class = iota
+	ClassSessionMissing
+	ClassSandboxDown
+	ClassFatal
+)
+
+// Classify maps an error to its recovery class. Provider errors count as sandbox-down when the
+// sandbox is gone or stopped.
+func Classify(err error) Class {
+	switch {
+	case err == nil:
+		return ClassNone
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return ClassFatal
+	case errors.Is(err, ErrSessionMissing):
+		return ClassSessionMissing
+	case errors.Is(err, ErrSandboxDown), errors.Is(err, sandbox.ErrNotFound), errors.Is(err, sandbox.ErrNotRunning):
+		return ClassSandboxDown
+	}
+	return ClassFatal
+}
