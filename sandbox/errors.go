@@ -4,7 +4,8 @@ import "errors"
 
 var (
 	// ErrNotFound: the sandbox does not exist (never created, destroyed, or removed out of band).
-	// The resolver answers it by recreating.
+	// The resolver answers it by recreating. File operations on a missing path wrap it too, together
+	// with fs.ErrNotExist: check fs.ErrNotExist first to tell a missing path from a missing sandbox.
 	ErrNotFound = errors.New("sandbox not found")
 	// ErrNotRunning: the sandbox exists but is stopped or archived, so it cannot exec or dial.
 	ErrNotRunning = errors.New("sandbox not running")
@@ -17,4 +18,7 @@ var (
 	ErrNoEffect = errors.New("provider did nothing")
 	// ErrFileTooLarge: a read exceeded the caller's size bound.
 	ErrFileTooLarge = errors.New("file larger than allowed")
+	// ErrNotRegular: a file operation met a symlink, directory or device where it needs a regular
+	// file (or a directory, for ListFiles), and refused rather than follow it.
+	ErrNotRegular = errors.New("not a regular file")
 )

@@ -43,10 +43,13 @@ type Provider interface {
 	// WriteFile creates or replaces a file, creating parent directories, owned by the sandbox user.
 	// Relative paths are taken from the sandbox's working directory.
 	WriteFile(ctx context.Context, h Handle, path string, data []byte, mode fs.FileMode) error
-	// ReadFile reads a regular file, refusing (ErrFileTooLarge) one bigger than max bytes.
-	// It never follows a symlink.
+	// ReadFile reads a regular file, refusing (ErrFileTooLarge) one bigger than max bytes (max <= 0:
+	// DefaultMaxOutput). It never follows a symlink: a symlink or other non-regular file is refused
+	// with ErrNotRegular. A missing path wraps fs.ErrNotExist (and ErrNotFound).
 	ReadFile(ctx context.Context, h Handle, path string, max int64) ([]byte, error)
 	// ListFiles lists a directory tree (recursively, without following symlinks) relative to dir.
+	// Symlinks are reported as symlinks (lstat), never descended into; dir itself being a symlink
+	// is refused with ErrNotRegular.
 	ListFiles(ctx context.Context, h Handle, dir string) ([]FileInfo, error)
 }
 

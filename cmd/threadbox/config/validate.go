@@ -62,10 +62,18 @@ func (c Config) Validate() error {
 		},
 		func() error { return c.validateProvider() },
 		func() error { return oneOf("runtime.name", c.Runtime.Name, Runtimes) },
-		func() error { return duration("lifecycle.idle_timeout", c.Lifecycle.IdleTimeout, time.Minute, 30*24*time.Hour) },
-		func() error { return duration("lifecycle.paused_ttl", c.Lifecycle.PausedTTL, time.Hour, 365*24*time.Hour) },
-		func() error { return duration("lifecycle.reap_grace", c.Lifecycle.ReapGrace, time.Minute, 24*time.Hour) },
-		func() error { return duration("lifecycle.stuck_after", c.Lifecycle.StuckAfter, time.Minute, 24*time.Hour) },
+		func() error {
+			return duration("lifecycle.idle_timeout", c.Lifecycle.IdleTimeout, time.Minute, 30*24*time.Hour)
+		},
+		func() error {
+			return duration("lifecycle.paused_ttl", c.Lifecycle.PausedTTL, time.Hour, 365*24*time.Hour)
+		},
+		func() error {
+			return duration("lifecycle.reap_grace", c.Lifecycle.ReapGrace, time.Minute, 24*time.Hour)
+		},
+		func() error {
+			return duration("lifecycle.stuck_after", c.Lifecycle.StuckAfter, time.Minute, 24*time.Hour)
+		},
 		func() error { return checkURL("slack.api_url", c.Slack.APIURL, []string{"http", "https"}, true) },
 		func() error {
 			if c.Slack.BotToken != "" && c.Slack.AppToken == "" && c.Slack.SigningSecret == "" {
