@@ -1,0 +1,152 @@
+// Package bot is the platform-neutral bot: thread keys, messages, the Replier every chat adapter
+// implements, the Handler that routes messages to commands or to the agent pool, and the pieces that
+// make answers fit a chat (progress coalescing, answer splitting).
+//
+// Chat SDK types never enter this package: each adapter (bot/slack, bot/discord, bot/web) maps its
+// events to Message and implements Replier.
+package bot
+
+import (
+	"context"
+	"fmt"
+	"strings"
+)
+
+// ThreadKey names one conversation, and so one sandbox. It is comparable and renders as the string
+// stored in the database (DESIGN §1):
+//
+//	slack:<team>:<channel>:<thread_ts>   a channel thread, keyed by the root message's ts
+//	slack:<team>:dm:<user>               all DMs with one user share a sandbox
+//	discord:<guild>:<thread_channel_id>
+//	discord:dm:<user>
+//	web:<conversation_id>
+type ThreadKey struct {
+	Platform string
+	// Scope is the workspace or guild; empty for web and Discord DMs.
+	Scope string
+	// Channel is the channel, or "dm".
+	Channel string
+	// Thread is the thread root, the DM user, or the web conversation.
+	Thread string
+}
+
+// SlackThread is a channel thread's key.
+func SlackThread(team, channel, threadTS string) ThreadKey {
+	return ThreadKey{Platform: "slack", Scope: team, Channel: channel, Thread: threadTS}
+}
+
+// SlackDM is the key shared by all of one user's DMs.
+func SlackDM(team, user string) ThreadKey {
+	return ThreadKey{Platform: "slack", Scope: team, Channel: "dm", Thread: user}
+}
+
+// DiscordThread is a Discord thread channel's key.
+func DiscordThread(guild, threadChannel string) ThreadKey {
+	return ThreadKey{Platform: "discord", Scope: guild, Thread: threadChannel}
+}
+
+// DiscordDM is the key shared by all of one user's DMs.
+func DiscordDM(user string) ThreadKey {
+	return ThreadKey{Platform: "discord", Channel: "dm", Thread: user}
+}
+
+// WebThread is a web chat conversation's key.
+func WebThread(conversation string) ThreadKey {
+	return ThreadKey{Platform: "web", Thread: conversation}
+}
+
+// IsDM reports whether the key is a direct-message conversation.
+func (k ThreadKey) IsDM() bool { return k.Channel == "dm" }
+
+// String renders the key in its stored form.
+func (k ThreadKey) String() string {
+	parts := []string{k.Platform}
+	for _, p := range []string{k.Scope, k.Channel} {
+		if p != "" {
+			parts = append(parts, p)
+		}
+	}
+	return strings.Join(append(parts, k.Thread), ":")
+}
+
+// ParseThreadKey reads a stored key back. It accepts exactly the forms String produces.
+func ParseThreadKey(s string) (ThreadKey, error) {
+	parts := strings.Split(s, ":")
+	bad := fmt.Errorf("thread key %q: want slack:<team>:<channel>:<ts>, slack:<team>:dm:<user>, discord:<guild>:<thread>, discord:dm:<user> or web:<id>", s)
+	for _, p := range parts {
+		if p == "" {
+			return ThreadKey{}, bad
+		}
+	}
+	switch {
+	case parts[0] == "slack" && len(parts) == 4:
+		return ThreadKey{Platform: "slack", Scope: parts[1], Channel: parts[2], Thread: parts[3]}, nil
+	case parts[0] == "discord" && len(parts) == 3 && parts[1] == "dm":
+		return DiscordDM(parts[2]), nil
+	case parts[0] == "discord" && len(parts) == 3:
+		return DiscordThread(parts[1], parts[2]), nil
+	case parts[0] == "web" && len(parts) == 2:
+		return WebThread(parts[1]), nil
+	}
+	return ThreadKey{}, bad
+}
+
+// User is who sent a message.
+type User struct {
+	// ID is the platform's user id.
+	ID   string
+	Name string
+}
+
+// Qualified is the platform:id form used in admin.users.
+func (u User) Qualified(platform string) string { return platform + ":" + u.ID }
+
+// File is an attachment.
+type File struct {
+	Name string
+	Data []byte
+}
+
+// Message is one incoming message, already verified and deduplicated by its adapter.
+type Message struct {
+	Thread ThreadKey
+	// ChannelID is the platform channel the reply goes to.
+	ChannelID string
+	User      User
+	Text      string
+	Files     []File
+	// EventID is the platform's unique id for the event (the turn's dedupe key).
+	EventID string
+}
+
+// Limits are a platform's sizes.
+type Limits struct {
+	// MaxMessage is the longest message body the bot posts, in characters.
+	MaxMessage int
+	// MaxChunks is how many messages an answer may take before it goes as a file instead.
+	MaxChunks int
+	// MaxFileBytes is the largest upload.
+	MaxFileBytes int64
+}
+
+// Reactions the handler uses; adapters map them to the platform's emoji.
+const (
+	ReactSeen  = "eyes"
+	ReactDone  = "white_check_mark"
+	ReactError = "x"
+)
+
+// Replier talks back into the thread a message came from. Implementations must be safe for
+// concurrent use; they own rate limiting (a 429 makes Progress skip, never block the turn).
+type Replier interface {
+	// Post adds a message to the thread.
+	Post(ctx context.Context, text string) error
+	// Progress shows text in the thread's single progress message, creating it on first use.
+	Progress(ctx context.Context, text string) error
+	// Upload shares a file into the thread and returns the platform's file id.
+	Upload(ctx context.Context, name string, data []byte) (string, error)
+	// React adds a reaction to the message being answered (one of the React* names).
+	React(ctx context.Context, name string) error
+	// Limits reports the platform's sizes.
+	Limits() Limits
+}

@@ -1,0 +1,92 @@
+package bot
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+type recorder struct {
+	mu    sync.Mutex
+	texts []string
+	at    []time.Time
+	fail  []error
+}
+
+func (r *recorder) send(_ context.Context, text string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.fail) > 0 {
+		err := r.fail[0]
+		r.fail = r.fail[1:]
+		if err != nil {
+			return err
+		}
+	}
+	r.texts = append(r.texts, text)
+	r.at = append(r.at, time.Now())
+	return nil
+}
+
+func (r *recorder) got() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.texts...)
+}
+
+func TestCoalescerAtMostOnePerIntervalAndLastStateDelivered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := &recorder{}
+		c := NewCoalescer(context.Background(), 2*time.Second, r.send)
+		start := time.Now()
+		for i := range 100 {
+			c.Update(fmt.Sprint("state ", i))
+			time.Sleep(100 * time.Millisecond) // fake time: 10 s of progress
+		}
+		require.NoError(t, c.Flush(context.Background()))
+		synctest.Wait()
+		require.Equal(t, "state 99", r.texts[len(r.texts)-1], "the last state is always delivered")
+		for i := 1; i < len(r.at)-1; i++ {
+			require.GreaterOrEqual(t, r.at[i].Sub(r.at[i-1]), 2*time.Second, "at most one per interval")
+		}
+		require.LessOrEqual(t, len(r.texts), 7, "10 s at 2 s intervals plus the final flush")
+		require.Equal(t, start.Add(10*time.Second), time.Now())
+	})
+}
+
+func TestCoalescerBacksOffOnRateLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := &recorder{fail: []error{nil, &RateLimitedError{RetryAfter: 30 * time.Second}}}
+		c := NewCoalescer(context.Background(), time.Second, r.send)
+		c.Update("a")
+		synctest.Wait()
+		time.Sleep(time.Second)
+		c.Update("b") // rate limited
+		synctest.Wait()
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		require.Equal(t, []string{"a"}, r.got(), "nothing sent during Retry-After")
+		time.Sleep(25 * time.Second)
+		synctest.Wait()
+		require.Equal(t, []string{"a", "b"}, r.got(), "the refused state is offered again after the wait")
+	})
+}
+
+func TestCoalescerUpdateNeverBlocks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		c := NewCoalescer(context.Background(), 0, func(context.Context, string) error { <-release; return nil })
+		c.Update("x")
+		synctest.Wait() // the send is now in flight and stuck
+		for range 1000 {
+			c.Update("y") // must return at once
+		}
+		close(release)
+		require.NoError(t, c.Flush(context.Background()))
+	})
+}
