@@ -4,8 +4,8 @@ import "errors"
 
 var (
 	// ErrNotFound: the sandbox does not exist (never created, destroyed, or removed out of band).
-	// The resolver answers it by recreating. File operations on a missing path wrap it too, together
-	// with fs.ErrNotExist: check fs.ErrNotExist first to tell a missing path from a missing sandbox.
+	// The resolver answers it by recreating. A missing path inside a live sandbox is not this: file
+	// operations report it with fs.ErrNotExist, so that it never triggers a recreate.
 	ErrNotFound = errors.New("sandbox not found")
 	// ErrNotRunning: the sandbox exists but is stopped or archived, so it cannot exec or dial.
 	ErrNotRunning = errors.New("sandbox not running")

@@ -45,7 +45,8 @@ type Provider interface {
 	WriteFile(ctx context.Context, h Handle, path string, data []byte, mode fs.FileMode) error
 	// ReadFile reads a regular file, refusing (ErrFileTooLarge) one bigger than max bytes (max <= 0:
 	// DefaultMaxOutput). It never follows a symlink: a symlink or other non-regular file is refused
-	// with ErrNotRegular. A missing path wraps fs.ErrNotExist (and ErrNotFound).
+	// with ErrNotRegular. A missing path wraps fs.ErrNotExist (not ErrNotFound, which means the
+	// sandbox itself is gone).
 	ReadFile(ctx context.Context, h Handle, path string, max int64) ([]byte, error)
 	// ListFiles lists a directory tree (recursively, without following symlinks) relative to dir.
 	// Symlinks are reported as symlinks (lstat), never descended into; dir itself being a symlink

@@ -1,7 +1,10 @@
 package local
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -50,9 +53,13 @@ func (p *Provider) Exec(ctx context.Context, h sandbox.Handle, req sandbox.ExecR
 	for k, v := range req.Env {
 		env[k] = v
 	}
+	// Every process the command starts inherits this marker, even after setsid or daemonizing, so a
+	// timeout can find and kill all of them (a process group alone misses a new session).
+	marker := execMarker + "=" + randomID()
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
+	cmd.Env = append(cmd.Env, marker)
 	stdout := sandbox.NewCappedWriter(req.Stdout, req.MaxOutput)
 	stderr := sandbox.NewCappedWriter(req.Stderr, req.MaxOutput)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
@@ -89,12 +96,12 @@ func (p *Provider) Exec(ctx context.Context, h sandbox.Handle, req sandbox.ExecR
 	select {
 	case err = <-done:
 	case <-timeout:
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		killTree(pgid, marker)
 		<-done
 		res.TimedOut, res.ExitCode = true, sandbox.ExitTimeout
 		err = nil
 	case <-ctx.Done():
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		killTree(pgid, marker)
 		<-done
 		return sandbox.ExecResult{}, fmt.Errorf("local exec: %w", ctx.Err())
 	}
@@ -136,3 +143,39 @@ func (p *Provider) Dial(ctx context.Context, h sandbox.Handle, port int) (net.Co
 }
 
 var _ io.Writer = (*sandbox.CappedWriter)(nil)
+
+// execMarker names the environment variable that marks an exec's processes.
+const execMarker = "THREADBOX_EXEC"
+
+func randomID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// killTree kills the command's process group, then, in a few rounds, every process whose environment
+// carries the exec's marker (children that left the group). Processes of other users cannot be read
+// and are not ours.
+func killTree(pgid int, marker string) {
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	needle := []byte(marker + "\x00")
+	for range 5 {
+		found := 0
+		entries, _ := os.ReadDir("/proc")
+		for _, e := range entries {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil || pid == os.Getpid() {
+				continue
+			}
+			env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+			if err != nil || !bytes.Contains(env, needle) {
+				continue
+			}
+			found++
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		if found == 0 {
+			return
+		}
+	}
+}

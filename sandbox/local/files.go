@@ -31,6 +31,16 @@ func (p *Provider) open(h sandbox.Handle, name string) (*os.Root, string, error)
 	if err != nil {
 		return nil, "", fmt.Errorf("local sandbox %s: %w", h.ID, err)
 	}
+	// A symlinked directory on the way is refused outright, as on the container providers: the
+	// agent must not be able to redirect a read or an upload through a link.
+	parts := strings.Split(rel, "/")
+	for i := 1; i < len(parts); i++ {
+		fi, err := r.Lstat(strings.Join(parts[:i], "/"))
+		if err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+			r.Close()
+			return nil, "", fmt.Errorf("local %s: %s is a symlink: %w", name, strings.Join(parts[:i], "/"), sandbox.ErrNotRegular)
+		}
+	}
 	return r, rel, nil
 }
 
@@ -64,13 +74,13 @@ func (p *Provider) ReadFile(ctx context.Context, h sandbox.Handle, name string, 
 	defer r.Close()
 	fi, err := r.Lstat(rel)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("local read %s: %w", name, sandbox.ErrNotFound)
+		return nil, fmt.Errorf("local read %s: %w", name, fs.ErrNotExist) // the path, not the sandbox
 	}
 	if err != nil {
 		return nil, fmt.Errorf("local read %s: %w", name, err)
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("local read %s: not a regular file (%s)", name, fi.Mode().Type())
+		return nil, fmt.Errorf("local read %s: %s: %w", name, fi.Mode().Type(), sandbox.ErrNotRegular)
 	}
 	if max > 0 && fi.Size() > max {
 		return nil, fmt.Errorf("local read %s (%d bytes > %d): %w", name, fi.Size(), max, sandbox.ErrFileTooLarge)
@@ -102,8 +112,10 @@ func (p *Provider) ListFiles(ctx context.Context, h sandbox.Handle, dir string) 
 		return nil, err
 	}
 	defer r.Close()
-	if _, err := r.Lstat(rel); errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("local list %s: %w", dir, sandbox.ErrNotFound)
+	if fi, err := r.Lstat(rel); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+		return nil, fmt.Errorf("local list %s: a symlink: %w", dir, sandbox.ErrNotRegular)
+	} else if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("local list %s: %w", dir, fs.ErrNotExist)
 	}
 	var out []sandbox.FileInfo
 	err = fs.WalkDir(r.FS(), rel, func(p string, d fs.DirEntry, err error) error {

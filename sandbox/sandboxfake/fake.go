@@ -265,7 +265,7 @@ func (p *Provider) ReadFile(ctx context.Context, h sandbox.Handle, name string, 
 	}
 	data, ok := b.Files[p.abs(b, name)]
 	if !ok {
-		return nil, fmt.Errorf("fake read %s: %w", name, sandbox.ErrNotFound)
+		return nil, fmt.Errorf("fake read %s: %w", name, fs.ErrNotExist) // the path, not the sandbox
 	}
 	if max > 0 && int64(len(data)) > max {
 		return nil, fmt.Errorf("fake read %s: %w", name, sandbox.ErrFileTooLarge)

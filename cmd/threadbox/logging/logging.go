@@ -45,7 +45,8 @@ func New(w io.Writer, o Options) (*zap.Logger, error) {
 	default:
 		return nil, fmt.Errorf("log.format %q: must be console or json", o.Format)
 	}
-	core := zapcore.NewCore(enc, zapcore.AddSync(w), lvl)
+	// Locked: many goroutines log at once, and w (a file, a test buffer) need not be safe for that.
+	core := zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), lvl)
 	return zap.New(NewRedactingCore(core, o.Secrets), zap.AddCaller()), nil
 }
 

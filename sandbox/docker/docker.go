@@ -1,0 +1,206 @@
+// Package docker is the sandbox provider backed by a Docker engine, local or remote (DOCKER_HOST).
+//
+// A sandbox is one container plus one named volume mounted at the work directory, both labelled with
+// the sandbox's labels. Everything else (exec, files, port access) goes through the Docker API only,
+// so the provider works the same against a remote engine and with network mode none.
+//
+// What the sandbox image must contain (the FROM-scratch busybox test image and the Debian base both do):
+//
+//   - /bin/sh and grep with -z (busybox, GNU): an exec that times out or whose ctx ends is killed from
+//     inside the container by further execs (see killTagged in exec.go);
+//   - nc (busybox or netcat), socat, or bash: Dial pipes the exec's stdio to 127.0.0.1:port (see dial.go).
+//
+// Docker SDK types never leave this package; errors are mapped to the sandbox sentinels at the
+// boundary and carry the daemon's message as text.
+package docker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/client"
+	"go.uber.org/zap"
+
+	"github.com/threadbox/threadbox/sandbox"
+)
+
+// Name is the provider's config name, stored in every Handle.
+const Name = "docker"
+
+// handleVersion is the shape of handleState below; bump it when the shape changes incompatibly.
+const handleVersion = 1
+
+// Options configures a Provider. The zero value talks to the daemon named by the DOCKER_* environment.
+type Options struct {
+	// Host overrides DOCKER_HOST ("unix:///var/run/docker.sock", "tcp://10.0.0.5:2376").
+	Host string
+	// Deployment, when set, fences the provider to one deployment: Create refuses (or fills in) other
+	// deployment labels and List only ever returns this deployment's sandboxes, so a misconfigured
+	// reaper cannot touch a neighbour's containers on a shared engine.
+	Deployment string
+	// StopTimeout is how long Stop waits after SIGTERM before SIGKILL (default 5 s).
+	StopTimeout time.Duration
+	// Logger receives best-effort cleanup failures (default: no logging).
+	Logger *zap.Logger
+}
+
+// Provider implements sandbox.Provider on a Docker engine. It is safe for concurrent use.
+type Provider struct {
+	cli         *client.Client
+	deployment  string
+	stopTimeout time.Duration
+	log         *zap.Logger
+	cpu         cpuSamples
+	facts       imageFacts
+}
+
+var (
+	_ sandbox.Provider    = (*Provider)(nil)
+	_ sandbox.Dialer      = (*Provider)(nil)
+	_ sandbox.StatsReader = (*Provider)(nil)
+)
+
+// New connects to the engine and checks that it answers, negotiating the API version (the engine
+// may be older than this client).
+func New(ctx context.Context, opts Options) (*Provider, error) {
+	copts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
+	if opts.Host != "" {
+		copts = append(copts, client.WithHost(opts.Host))
+	}
+	cli, err := client.NewClientWithOpts(copts...)
+	if err != nil {
+		return nil, fmt.Errorf("docker client: %w", err)
+	}
+	if _, err := cli.Ping(ctx); err != nil {
+		_ = cli.Close()
+		return nil, fmt.Errorf("docker daemon at %s does not answer (start dockerd or fix DOCKER_HOST): %s",
+			cli.DaemonHost(), err)
+	}
+	if opts.StopTimeout <= 0 {
+		opts.StopTimeout = 5 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	return &Provider{
+		cli:         cli,
+		deployment:  opts.Deployment,
+		stopTimeout: opts.StopTimeout,
+		log:         opts.Logger.Named("sandbox.docker"),
+		cpu:         cpuSamples{last: map[string]cpuSample{}},
+	}, nil
+}
+
+// Close releases the client's connections. Sandboxes are left as they are.
+func (p *Provider) Close() error { return p.cli.Close() }
+
+// Name implements sandbox.Provider.
+func (p *Provider) Name() string { return Name }
+
+// Capabilities implements sandbox.Provider: Docker enforces everything the suite checks.
+func (p *Provider) Capabilities() sandbox.Capabilities {
+	return sandbox.Capabilities{
+		Isolated: true, Limits: true, NetworkNone: true, Users: true, ReadOnlyRoot: true, OutOfBand: true,
+	}
+}
+
+// CheckImage reports, with a fix, when image is not present on the engine (there is no registry to
+// pull from, so a missing image is a setup problem, not something to retry). doctor and tests use it.
+func (p *Provider) CheckImage(ctx context.Context, image string) error {
+	if _, err := p.cli.ImageInspect(ctx, image); err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return fmt.Errorf("image %s is not on the docker engine (nothing is pulled): build it, e.g. make sandbox-image: %w",
+				image, sandbox.ErrInvalidSpec)
+		}
+		return wrapErr("inspect image "+image, err)
+	}
+	return nil
+}
+
+// handleState is the provider's private part of a Handle. Every field can be recomputed from the
+// container (see meta), so a handle from List, or a stored handle of an older shape, still works.
+type handleState struct {
+	Volume       string `json:"volume,omitempty"`
+	User         string `json:"user,omitempty"`
+	UID          int    `json:"uid"`
+	GID          int    `json:"gid"`
+	WorkDir      string `json:"workdir,omitempty"`
+	ReadOnlyRoot bool   `json:"read_only_root,omitempty"`
+}
+
+// complete reports whether the state can be used without asking the daemon.
+func (s handleState) complete() bool { return s.WorkDir != "" && s.User != "" }
+
+func newHandle(id string, st handleState) sandbox.Handle {
+	raw, _ := json.Marshal(st) // plain struct: cannot fail
+	return sandbox.Handle{Provider: Name, ID: id, Version: handleVersion, State: raw}
+}
+
+// decodeHandle checks that h is ours and returns its state (possibly incomplete).
+func decodeHandle(h sandbox.Handle) (handleState, error) {
+	var st handleState
+	if h.Provider != "" && h.Provider != Name {
+		return st, fmt.Errorf("handle of provider %q given to %q: %w", h.Provider, Name, sandbox.ErrInvalidSpec)
+	}
+	if h.ID == "" {
+		return st, fmt.Errorf("empty sandbox handle: %w", sandbox.ErrNotFound)
+	}
+	if h.Version > handleVersion {
+		return st, fmt.Errorf("handle version %d is newer than this build understands (%d): %w", h.Version, handleVersion, sandbox.ErrInvalidSpec)
+	}
+	if len(h.State) > 0 {
+		if err := json.Unmarshal(h.State, &st); err != nil {
+			return st, fmt.Errorf("handle state: %w: %w", sandbox.ErrInvalidSpec, err)
+		}
+	}
+	return st, nil
+}
+
+// wrapErr maps a Docker error to the sandbox sentinels. The daemon's error is kept as text only, so
+// no Docker type escapes through errors.As; context errors stay matchable.
+func wrapErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var sentinel error
+	switch {
+	case errors.Is(err, context.Canceled):
+		sentinel = context.Canceled
+	case errors.Is(err, context.DeadlineExceeded):
+		sentinel = context.DeadlineExceeded
+	case client.IsErrConnectionFailed(err):
+		// The client could not connect, so the request was never sent.
+		sentinel = sandbox.ErrNoEffect
+	case cerrdefs.IsNotFound(err):
+		sentinel = sandbox.ErrNotFound
+	case cerrdefs.IsConflict(err) && isNotRunningMsg(err.Error()):
+		sentinel = sandbox.ErrNotRunning
+	case cerrdefs.IsInvalidArgument(err):
+		sentinel = sandbox.ErrInvalidSpec
+	default:
+		return fmt.Errorf("docker %s: %s", op, err)
+	}
+	return fmt.Errorf("docker %s: %w: %s", op, sentinel, err)
+}
+
+func isNotRunningMsg(msg string) bool {
+	return strings.Contains(msg, "is not running") || strings.Contains(msg, "is paused") ||
+		strings.Contains(msg, "is restarting")
+}
+
+// isNoSuchContainer tells a missing container from a missing path: the archive endpoints answer 404
+// for both, and only the message differs.
+func isNoSuchContainer(err error) bool {
+	return cerrdefs.IsNotFound(err) && strings.Contains(err.Error(), "No such container")
+}
+
+// cleanupCtx is for best-effort cleanup that must run even when the caller's ctx has ended (the
+// "kill the task" context, apart from the caller's "we are giving up" one).
+func cleanupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+}

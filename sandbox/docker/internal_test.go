@@ -1,0 +1,236 @@
+package docker
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/client"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+
+	"github.com/threadbox/threadbox/sandbox"
+)
+
+// These tests need no daemon.
+
+func TestWrapErr(t *testing.T) {
+	cli, err := client.NewClientWithOpts(client.WithHost("unix:///nonexistent/docker.sock"), client.WithAPIVersionNegotiation())
+	require.NoError(t, err)
+	defer cli.Close()
+	_, connErr := cli.ContainerInspect(t.Context(), "x")
+	require.Error(t, connErr)
+
+	for _, tc := range []struct {
+		name string
+		err  error
+		want error
+	}{
+		{"daemon unreachable", connErr, sandbox.ErrNoEffect},
+		{"not found", fmt.Errorf("No such container: x: %w", cerrdefs.ErrNotFound), sandbox.ErrNotFound},
+		{"not running", fmt.Errorf("Container x is not running: %w", cerrdefs.ErrConflict), sandbox.ErrNotRunning},
+		{"paused", fmt.Errorf("Container x is paused, unpause the container before exec: %w", cerrdefs.ErrConflict), sandbox.ErrNotRunning},
+		{"invalid", fmt.Errorf("bad: %w", cerrdefs.ErrInvalidArgument), sandbox.ErrInvalidSpec},
+		{"canceled", fmt.Errorf("request: %w", context.Canceled), context.Canceled},
+		{"deadline", fmt.Errorf("request: %w", context.DeadlineExceeded), context.DeadlineExceeded},
+		{"other conflict", fmt.Errorf("name in use: %w", cerrdefs.ErrConflict), nil},
+		{"other", errors.New("boom"), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := wrapErr("op", tc.err)
+			require.ErrorContains(t, got, tc.err.Error(), "the daemon's message is kept")
+			for _, s := range []error{sandbox.ErrNoEffect, sandbox.ErrNotFound, sandbox.ErrNotRunning, sandbox.ErrInvalidSpec, context.Canceled} {
+				require.Equal(t, s == tc.want, errors.Is(got, s), "errors.Is(%v, %v)", got, s)
+			}
+			require.False(t, cerrdefs.IsNotFound(got) || cerrdefs.IsConflict(got), "docker error types do not escape")
+		})
+	}
+	require.NoError(t, wrapErr("op", nil))
+}
+
+// With the daemon gone before the first request, Create surely did nothing: safe to retry.
+func TestCreateDaemonUnreachable(t *testing.T) {
+	cli, err := client.NewClientWithOpts(client.WithHost("unix:///nonexistent/docker.sock"), client.WithAPIVersionNegotiation())
+	require.NoError(t, err)
+	defer cli.Close()
+	p := &Provider{cli: cli, log: zap.NewNop(), stopTimeout: time.Second, cpu: cpuSamples{last: map[string]cpuSample{}}}
+	_, err = p.Create(t.Context(), sandbox.Spec{Image: "img", Labels: sandbox.Labels{Deployment: "d", Thread: "t"}})
+	require.ErrorIs(t, err, sandbox.ErrNoEffect)
+	_, err = p.Create(t.Context(), sandbox.Spec{Image: "img", User: "root", Labels: sandbox.Labels{Deployment: "d", Thread: "t"}})
+	require.ErrorIs(t, err, sandbox.ErrInvalidSpec)
+	require.ErrorIs(t, err, sandbox.ErrNoEffect)
+}
+
+func TestBoundedWriter(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		limit     int64
+		writes    []string
+		want      string
+		truncated bool
+	}{
+		{"under", 10, []string{"abc", "def"}, "abcdef", false},
+		{"exact", 6, []string{"abc", "def"}, "abcdef", false},
+		{"split", 4, []string{"abc", "def"}, "abcd", true},
+		{"after", 3, []string{"abc", "def", "ghi"}, "abc", true},
+		{"zero", 0, []string{"abc"}, "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var sb strings.Builder
+			w := &boundedWriter{w: &sb, left: tc.limit}
+			for _, s := range tc.writes {
+				n, err := w.Write([]byte(s))
+				require.NoError(t, err, "never fails: the stream must keep draining")
+				require.Equal(t, len(s), n)
+			}
+			require.Equal(t, tc.want, sb.String())
+			require.Equal(t, tc.truncated, w.truncated)
+		})
+	}
+	w := &boundedWriter{w: failWriter{}, left: 10}
+	n, err := w.Write([]byte("abc"))
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	require.Error(t, w.err, "a failing destination is remembered")
+}
+
+type failWriter struct{}
+
+func (failWriter) Write([]byte) (int, error) { return 0, errors.New("closed") }
+
+// frame renders one frame of Docker's multiplexed stream.
+func frame(stream byte, s string) []byte {
+	b := make([]byte, 8+len(s))
+	b[0] = stream
+	binary.BigEndian.PutUint32(b[4:], uint32(len(s)))
+	copy(b[8:], s)
+	return b
+}
+
+func TestExecConnDemux(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		frames  [][]byte
+		want    string
+		wantErr string
+	}{
+		{"stdout only", [][]byte{frame(1, "hel"), frame(1, "lo")}, "hello", ""},
+		{"stderr interleaved", [][]byte{frame(1, "hel"), frame(2, "warning"), frame(1, "lo")}, "hello", ""},
+		{"refused", [][]byte{frame(2, "nc: can't connect to remote host (127.0.0.1): Connection refused\n")}, "", "Connection refused"},
+		{"empty frames", [][]byte{frame(1, ""), frame(1, "x")}, "x", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client, server := net.Pipe()
+			go func() {
+				// One byte at a time: headers and payloads arrive split.
+				for _, f := range tc.frames {
+					for i := range f {
+						if _, err := server.Write(f[i : i+1]); err != nil {
+							return
+						}
+					}
+				}
+				_ = server.Close()
+			}()
+			c := &execConn{conn: client, r: bufio.NewReader(client), kill: func() {}, addr: "c:1"}
+			got, err := io.ReadAll(c)
+			require.Equal(t, tc.want, string(got))
+			if tc.wantErr == "" {
+				require.NoError(t, err)
+			} else {
+				require.ErrorContains(t, err, tc.wantErr)
+			}
+			require.NoError(t, c.Close())
+			require.NoError(t, c.Close(), "Close is idempotent")
+		})
+	}
+}
+
+func TestResolve(t *testing.T) {
+	rw := handleState{WorkDir: "/workspace"}
+	ro := handleState{WorkDir: "/workspace", ReadOnlyRoot: true}
+	roTmpWork := handleState{WorkDir: "/tmp/work", ReadOnlyRoot: true}
+	for _, tc := range []struct {
+		st      handleState
+		in      string
+		want    string
+		wantErr error
+	}{
+		{rw, "a.txt", "/workspace/a.txt", nil},
+		{rw, "", "/workspace", nil},
+		{rw, "./x/../y", "/workspace/y", nil},
+		{rw, "/etc/passwd", "/etc/passwd", nil},
+		{rw, "../etc/passwd", "/etc/passwd", nil},
+		{rw, "/tmp/x", "/tmp/x", nil},
+		{rw, "/", "", sandbox.ErrInvalidSpec},
+		{ro, "/tmp/x", "", sandbox.ErrUnsupported},
+		{ro, "/tmpfoo", "/tmpfoo", nil},
+		{roTmpWork, "f", "/tmp/work/f", nil},
+	} {
+		got, err := tc.st.resolve(tc.in)
+		if tc.wantErr != nil {
+			require.ErrorIs(t, err, tc.wantErr, tc.in)
+			continue
+		}
+		require.NoError(t, err, tc.in)
+		require.Equal(t, tc.want, got, tc.in)
+	}
+}
+
+func TestContainerName(t *testing.T) {
+	n := containerName("prod/eu 1")
+	require.Regexp(t, `^threadbox-prod-eu-1-[a-z2-7]{10}$`, n)
+	require.NotEqual(t, n, containerName("prod/eu 1"), "random suffix")
+	require.LessOrEqual(t, len(containerName(strings.Repeat("x", 200))), 64)
+}
+
+func TestDecodeHandle(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		h    sandbox.Handle
+		want error
+	}{
+		{"other provider", sandbox.Handle{Provider: "deno", ID: "x"}, sandbox.ErrInvalidSpec},
+		{"empty", sandbox.Handle{Provider: "docker"}, sandbox.ErrNotFound},
+		{"newer", sandbox.Handle{Provider: "docker", ID: "x", Version: 99}, sandbox.ErrInvalidSpec},
+		{"bad state", sandbox.Handle{Provider: "docker", ID: "x", State: []byte(`[`)}, sandbox.ErrInvalidSpec},
+		{"bare", sandbox.Handle{ID: "x"}, nil},
+	} {
+		_, err := decodeHandle(tc.h)
+		if tc.want == nil {
+			require.NoError(t, err, tc.name)
+		} else {
+			require.ErrorIs(t, err, tc.want, tc.name)
+		}
+	}
+	st := handleState{Volume: "v", User: "agent", UID: 1000, GID: 1000, WorkDir: "/w", ReadOnlyRoot: true}
+	back, err := decodeHandle(newHandle("id", st))
+	require.NoError(t, err)
+	require.Equal(t, st, back)
+}
+
+func TestMapping(t *testing.T) {
+	for in, want := range map[string]sandbox.State{
+		"running": sandbox.StateRunning, "created": sandbox.StateStopped, "exited": sandbox.StateStopped,
+		"paused": sandbox.StateStopped, "restarting": sandbox.StateStarting, "dead": sandbox.StateFailed,
+		"removing": sandbox.StateFailed,
+	} {
+		require.Equal(t, want, mapState(in), in)
+	}
+	require.Equal(t, 50.0, cpuPercent(cpuSample{total: 0, system: 1000}, cpuSample{total: 250, system: 2000}, 2))
+	require.Zero(t, cpuPercent(cpuSample{}, cpuSample{total: 250, system: 2000}, 2), "no previous sample")
+	u, g, ok := numericUser("1000:1001")
+	require.True(t, ok)
+	require.Equal(t, [2]int{1000, 1001}, [2]int{u, g})
+	_, _, ok = numericUser("agent:1000")
+	require.False(t, ok)
+	require.Len(t, etcEntries([]byte("# c\nroot:x:0:0::/:/bin/sh\n\nagent:x:1000:1000::/w:/bin/sh\nbroken\n"), 4), 2)
+}
