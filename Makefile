@@ -7,10 +7,10 @@ BIN           := bin/threadbox
 VERSION       ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS       := -X main.version=$(VERSION)
 # Pinned tool versions, fetched through the Go module proxy and cached by the Go build cache.
-SQLC_VERSION        ?= v1.30.0
+SQLC_VERSION        ?= v1.31.1
 STATICCHECK_VERSION ?= v0.8.2
 # Generated code that must match `make generate` (checked by `make lint`).
-GENERATED     := db/postgres/internal/dbsqlc db/sqlite/internal/dbsqlc
+GENERATED     := db/internal/pgsqlc db/internal/sqlitesqlc
 TEST_FLAGS    ?= -race -timeout 25m
 BENCH_FLAGS   ?= -run '^$$' -bench . -benchmem -timeout 30m
 SERVICES_ENV  = eval "$$(deploy/test-services.sh --env)"

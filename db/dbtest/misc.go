@@ -1,0 +1,115 @@
+package dbtest
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/threadbox/threadbox/db"
+)
+
+func testArtifacts(t *testing.T, newStore NewStore) {
+	clock := NewClock(start)
+	s := newStore(t, db.WithClock(clock.Now))
+	ctx := testCtx(t)
+	t1, err := s.TurnInsert(ctx, newTurn("k", "ev1", "make a chart"))
+	require.NoError(t, err)
+	t2, err := s.TurnInsert(ctx, newTurn("k", "ev2", "again"))
+	require.NoError(t, err)
+
+	a, err := s.ArtifactRecord(ctx, db.NewArtifact{
+		TurnID: t1.ID, Path: "output/display/chart.png", SHA256: "aaa", Size: 1234, PlatformFileID: "F1",
+	})
+	require.NoError(t, err)
+	require.Equal(t, db.Artifact{
+		ID: a.ID, TurnID: t1.ID, ThreadKey: "k", Path: "output/display/chart.png", SHA256: "aaa", Size: 1234,
+		UploadedAt: utcMicro(start), PlatformFileID: "F1",
+	}, a)
+
+	got, err := s.ArtifactLookup(ctx, "k", "output/display/chart.png", "aaa")
+	require.NoError(t, err)
+	require.Equal(t, a, got)
+
+	// Changed content is a different artifact; the same content uploaded again returns the newest.
+	_, err = s.ArtifactLookup(ctx, "k", "output/display/chart.png", "bbb")
+	require.ErrorIs(t, err, db.ErrNotFound)
+	clock.Advance(time.Minute)
+	again, err := s.ArtifactRecord(ctx, db.NewArtifact{
+		TurnID: t2.ID, Path: "output/display/chart.png", SHA256: "aaa", Size: 1234, PlatformFileID: "F2",
+	})
+	require.NoError(t, err)
+	got, err = s.ArtifactLookup(ctx, "k", "output/display/chart.png", "aaa")
+	require.NoError(t, err)
+	require.Equal(t, again, got)
+	require.Equal(t, "F2", got.PlatformFileID)
+
+	// Lookups are per thread.
+	_, err = s.ArtifactLookup(ctx, "other", "output/display/chart.png", "aaa")
+	require.ErrorIs(t, err, db.ErrNotFound)
+
+	_, err = s.ArtifactRecord(ctx, db.NewArtifact{TurnID: 987654, Path: "x", SHA256: "y"})
+	require.ErrorIs(t, err, db.ErrNotFound)
+	_, err = s.ArtifactRecord(ctx, db.NewArtifact{TurnID: t1.ID, Path: "", SHA256: "y"})
+	require.ErrorIs(t, err, db.ErrInvalid)
+}
+
+func testAudit(t *testing.T, newStore NewStore) {
+	clock := NewClock(start)
+	s := newStore(t, db.WithClock(clock.Now))
+	ctx := testCtx(t)
+
+	got, err := s.AuditList(ctx, db.AuditQuery{})
+	require.NoError(t, err)
+	require.Empty(t, got)
+
+	var appended []db.AuditEntry
+	for i := range 5 {
+		clock.Advance(time.Second)
+		e, err := s.AuditAppend(ctx, db.AuditEntry{
+			Actor: "U-admin", Action: "destroy", Target: fmt.Sprintf("slack:T:C:%d", i), Result: "ok",
+			At: start.Add(-time.Hour), // ignored: the store stamps the time
+		})
+		require.NoError(t, err)
+		require.NotZero(t, e.ID)
+		require.Equal(t, utcMicro(clock.Now()), e.At)
+		appended = append(appended, e)
+	}
+
+	got, err = s.AuditList(ctx, db.AuditQuery{})
+	require.NoError(t, err)
+	require.Len(t, got, 5)
+	for i := range got {
+		require.Equal(t, appended[4-i], got[i], "newest first")
+	}
+
+	page1, err := s.AuditList(ctx, db.AuditQuery{Limit: 2})
+	require.NoError(t, err)
+	require.Equal(t, []db.AuditEntry{appended[4], appended[3]}, page1)
+	page2, err := s.AuditList(ctx, db.AuditQuery{Limit: 2, BeforeID: page1[1].ID})
+	require.NoError(t, err)
+	require.Equal(t, []db.AuditEntry{appended[2], appended[1]}, page2)
+
+	_, err = s.AuditAppend(ctx, db.AuditEntry{Action: "x"})
+	require.ErrorIs(t, err, db.ErrInvalid)
+}
+
+func testMigrateTwice(t *testing.T, newStore NewStore) {
+	s := newStore(t) // already migrated once
+	ctx := testCtx(t)
+	v1, err := s.SchemaVersion(ctx)
+	require.NoError(t, err)
+	require.Positive(t, v1)
+	_, _, err = s.SessionCreate(ctx, newSession("kept"))
+	require.NoError(t, err)
+
+	require.NoError(t, s.Migrate(ctx))
+	require.NoError(t, s.Migrate(ctx))
+	v2, err := s.SchemaVersion(ctx)
+	require.NoError(t, err)
+	require.Equal(t, v1, v2)
+	_, err = s.SessionGet(ctx, "kept")
+	require.NoError(t, err, "migrating again keeps the data")
+	require.NoError(t, s.Ping(ctx))
+}

@@ -1,0 +1,144 @@
+package dbtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/threadbox/threadbox/db"
+)
+
+// DefaultPostgresURL is the server deploy/test-services.sh starts.
+const DefaultPostgresURL = "postgres://threadbox:threadbox@127.0.0.1:5432/threadbox_test?sslmode=disable"
+
+// RequireServices reports whether THREADBOX_REQUIRE_SERVICES is set: then a missing service fails
+// the test instead of skipping it (make test sets it, so CI cannot pass by skipping).
+func RequireServices() bool { return os.Getenv("THREADBOX_REQUIRE_SERVICES") != "" }
+
+// PostgresURL returns the test server's URL (THREADBOX_TEST_POSTGRES_URL, else DefaultPostgresURL)
+// once it answers. If it does not, the test is skipped, or fails when RequireServices.
+func PostgresURL(t testing.TB) string {
+	t.Helper()
+	u := os.Getenv("THREADBOX_TEST_POSTGRES_URL")
+	if u == "" {
+		u = DefaultPostgresURL
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, u)
+	if err == nil {
+		err = conn.Ping(ctx)
+		_ = conn.Close(ctx)
+	}
+	if err != nil {
+		if RequireServices() {
+			t.Fatalf("PostgreSQL is required (THREADBOX_REQUIRE_SERVICES is set) but does not answer: %v; run deploy/test-services.sh", err)
+		}
+		t.Skipf("PostgreSQL not available (%v); run deploy/test-services.sh", err)
+	}
+	return u
+}
+
+// PostgresSchemaURL creates an empty schema on the test server and returns a URL whose connections
+// use it (search_path). The schema is dropped when the test ends. Stores opened on it are isolated
+// from other tests, including their advisory locks (the default lock namespace is the schema).
+func PostgresSchemaURL(t testing.TB) string {
+	t.Helper()
+	base := PostgresURL(t)
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	schema := "tbtest_" + hex.EncodeToString(b[:])
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, base)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "CREATE SCHEMA "+schema)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, base)
+		if err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+		}
+	})
+
+	u, err := url.Parse(base)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// OpenPostgres returns a migrated Store on a fresh schema; it is closed when the test ends.
+func OpenPostgres(t testing.TB, opts ...db.Option) db.Store {
+	t.Helper()
+	return OpenURL(t, PostgresSchemaURL(t), opts...)
+}
+
+// OpenSQLite returns a migrated Store on a new file in t.TempDir(); it is closed when the test ends.
+func OpenSQLite(t testing.TB, opts ...db.Option) db.Store {
+	t.Helper()
+	return OpenURL(t, "sqlite:"+filepath.Join(t.TempDir(), "threadbox.db"), opts...)
+}
+
+// OpenURL opens and migrates url, closing the store when the test ends.
+func OpenURL(t testing.TB, url string, opts ...db.Option) db.Store {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := db.Open(ctx, url, append([]db.Option{db.WithMigrate()}, opts...)...)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s.Close()) })
+	return s
+}
+
+// Clock is a settable clock for db.WithClock. The zero value is not usable: use NewClock.
+type Clock struct {
+	mu  sync.Mutex // protects now
+	now time.Time
+}
+
+// NewClock returns a clock stopped at start.
+func NewClock(start time.Time) *Clock { return &Clock{now: start} }
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Advance moves the clock by d (which may be negative) and returns the new time.
+func (c *Clock) Advance(d time.Duration) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	return c.now
+}
+
+// Set moves the clock to t and returns the time it showed before.
+func (c *Clock) Set(t time.Time) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	prev := c.now
+	c.now = t
+	return prev
+}

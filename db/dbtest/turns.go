@@ -1,0 +1,295 @@
+package dbtest
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/threadbox/threadbox/db"
+)
+
+func newTurn(thread, event, prompt string) db.NewTurn {
+	return db.NewTurn{ThreadKey: thread, PlatformEventID: event, UserID: "U1", Prompt: prompt}
+}
+
+func testTurnLifecycle(t *testing.T, newStore NewStore) {
+	clock := NewClock(start)
+	s := newStore(t, db.WithClock(clock.Now))
+	ctx := testCtx(t)
+
+	turn, err := s.TurnInsert(ctx, newTurn("k", "ev1", "hello"))
+	require.NoError(t, err)
+	require.NotZero(t, turn.ID)
+	require.Equal(t, db.Turn{
+		ID: turn.ID, ThreadKey: "k", PlatformEventID: "ev1", UserID: "U1", Prompt: "hello",
+		Status: db.TurnQueued, CreatedAt: utcMicro(start),
+	}, turn)
+
+	got, err := s.TurnGet(ctx, turn.ID)
+	require.NoError(t, err)
+	require.Equal(t, turn, got)
+
+	started := clock.Advance(time.Second)
+	turn, err = s.TurnStart(ctx, turn.ID)
+	require.NoError(t, err)
+	require.Equal(t, db.TurnRunning, turn.Status)
+	require.Equal(t, utcMicro(started), turn.StartedAt)
+	require.Equal(t, utcMicro(started), turn.LastEventAt)
+
+	event := clock.Advance(time.Second)
+	require.NoError(t, s.TurnTouch(ctx, turn.ID))
+	got, err = s.TurnGet(ctx, turn.ID)
+	require.NoError(t, err)
+	require.Equal(t, utcMicro(event), got.LastEventAt)
+
+	finished := clock.Advance(time.Second)
+	turn, err = s.TurnFinish(ctx, turn.ID, db.TurnResult{
+		Status: db.TurnDone, Answer: "hi", Usage: []byte(`{"input_tokens": 3}`),
+	})
+	require.NoError(t, err)
+	require.Equal(t, db.TurnDone, turn.Status)
+	require.Equal(t, "hi", turn.Answer)
+	require.JSONEq(t, `{"input_tokens":3}`, string(turn.Usage))
+	require.Equal(t, utcMicro(finished), turn.FinishedAt)
+	require.Equal(t, utcMicro(started), turn.StartedAt)
+
+	// A queued turn may be cancelled without running.
+	q, err := s.TurnInsert(ctx, newTurn("k", "ev2", "never mind"))
+	require.NoError(t, err)
+	q, err = s.TurnFinish(ctx, q.ID, db.TurnResult{Status: db.TurnCancelled, Error: "stopped by user"})
+	require.NoError(t, err)
+	require.Equal(t, db.TurnCancelled, q.Status)
+	require.Equal(t, "stopped by user", q.Error)
+	require.Nil(t, q.Usage)
+	require.True(t, q.StartedAt.IsZero())
+
+	_, err = s.TurnGet(ctx, 999999)
+	require.ErrorIs(t, err, db.ErrNotFound)
+	_, err = s.TurnInsert(ctx, newTurn("k", "", "x"))
+	require.ErrorIs(t, err, db.ErrInvalid)
+	_, err = s.TurnInsert(ctx, newTurn("", "ev9", "x"))
+	require.ErrorIs(t, err, db.ErrInvalid)
+}
+
+func testTurnWrongState(t *testing.T, newStore NewStore) {
+	s := newStore(t)
+	ctx := testCtx(t)
+	turn, err := s.TurnInsert(ctx, newTurn("k", "ev1", "p"))
+	require.NoError(t, err)
+
+	err = s.TurnTouch(ctx, turn.ID)
+	require.ErrorIs(t, err, db.ErrConflict, "a queued turn has no runtime events")
+
+	_, err = s.TurnStart(ctx, turn.ID)
+	require.NoError(t, err)
+	_, err = s.TurnStart(ctx, turn.ID)
+	var te *db.TransitionError
+	require.True(t, errors.As(err, &te), "got %v", err)
+	require.Equal(t, &db.TransitionError{
+		Entity: "turn", Key: fmt.Sprint(turn.ID), From: []string{"queued"}, To: "running", Actual: "running",
+	}, te)
+
+	done, err := s.TurnFinish(ctx, turn.ID, db.TurnResult{Status: db.TurnDone, Answer: "a"})
+	require.NoError(t, err)
+	_, err = s.TurnFinish(ctx, turn.ID, db.TurnResult{Status: db.TurnFailed, Error: "late"})
+	require.ErrorIs(t, err, db.ErrConflict)
+	got, err := s.TurnGet(ctx, turn.ID)
+	require.NoError(t, err)
+	require.Equal(t, done, got, "a failed finish changes nothing")
+
+	_, err = s.TurnFinish(ctx, turn.ID, db.TurnResult{Status: db.TurnRunning})
+	require.ErrorIs(t, err, db.ErrInvalid)
+	_, err = s.TurnStart(ctx, 424242)
+	require.ErrorIs(t, err, db.ErrNotFound)
+	_, err = s.TurnFinish(ctx, 424242, db.TurnResult{Status: db.TurnDone})
+	require.ErrorIs(t, err, db.ErrNotFound)
+	require.ErrorIs(t, s.TurnTouch(ctx, 424242), db.ErrNotFound)
+}
+
+func testTurnDedupe(t *testing.T, newStore NewStore) {
+	s := newStore(t)
+	ctx := testCtx(t)
+	first, err := s.TurnInsert(ctx, newTurn("k", "ev1", "first"))
+	require.NoError(t, err)
+	_, err = s.TurnInsert(ctx, newTurn("k", "ev1", "retry of first"))
+	require.ErrorIs(t, err, db.ErrDuplicate)
+	// The key is global: the same event id in another thread is still a duplicate.
+	_, err = s.TurnInsert(ctx, newTurn("other", "ev1", "x"))
+	require.ErrorIs(t, err, db.ErrDuplicate)
+
+	got, err := s.TurnGet(ctx, first.ID)
+	require.NoError(t, err)
+	require.Equal(t, "first", got.Prompt)
+	requireTurnCount(t, s, "k", 1)
+	requireTurnCount(t, s, "other", 0)
+}
+
+// testTurnDedupeConcurrent: the same event inserted from 10 goroutines at once gives one turn.
+func testTurnDedupeConcurrent(t *testing.T, newStore NewStore) {
+	s := newStore(t)
+	ctx := testCtx(t)
+	const n = 10
+	var (
+		wg      sync.WaitGroup
+		release = make(chan struct{})
+		results = make(chan error, n)
+	)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-release
+			_, err := s.TurnInsert(ctx, newTurn("k", "slack-retry-ev", fmt.Sprintf("attempt %d", i)))
+			results <- err
+		}()
+	}
+	close(release)
+	wg.Wait()
+	close(results)
+	ok := 0
+	for err := range results {
+		if err == nil {
+			ok++
+			continue
+		}
+		require.ErrorIs(t, err, db.ErrDuplicate)
+	}
+	require.Equal(t, 1, ok)
+	requireTurnCount(t, s, "k", 1)
+}
+
+// requireTurnCount counts a thread's turns: it finishes every queued one (scanning the small ids these
+// tests create) and reads the transcript, which lists finished turns only.
+func requireTurnCount(t *testing.T, s db.Store, thread string, want int) {
+	t.Helper()
+	ctx := testCtx(t)
+	for i := int64(1); i <= 200; i++ { // ids are small here; Postgres skips some on conflicts
+		turn, err := s.TurnGet(ctx, i)
+		if errors.Is(err, db.ErrNotFound) {
+			continue
+		}
+		require.NoError(t, err)
+		if turn.ThreadKey == thread && turn.Status == db.TurnQueued {
+			_, err = s.TurnFinish(ctx, turn.ID, db.TurnResult{Status: db.TurnDone})
+			require.NoError(t, err)
+		}
+	}
+	got, err := s.TurnTranscript(ctx, thread, db.TranscriptLimit{MaxTurns: 1000})
+	require.NoError(t, err)
+	require.Len(t, got, want)
+}
+
+func testTurnTranscriptCaps(t *testing.T, newStore NewStore) {
+	s := newStore(t)
+	ctx := testCtx(t)
+	// Six finished turns of 10 characters each (prompt + answer), one in another thread, and a queued
+	// and a running one that are not history yet.
+	add := func(thread, event, prompt, answer string, status db.TurnStatus) {
+		turn, err := s.TurnInsert(ctx, newTurn(thread, event, prompt))
+		require.NoError(t, err)
+		if status == db.TurnQueued {
+			return
+		}
+		_, err = s.TurnStart(ctx, turn.ID)
+		require.NoError(t, err)
+		if status != db.TurnRunning {
+			_, err = s.TurnFinish(ctx, turn.ID, db.TurnResult{Status: status, Answer: answer})
+			require.NoError(t, err)
+		}
+	}
+	for i := range 6 {
+		status := db.TurnDone
+		if i == 4 {
+			status = db.TurnFailed
+		}
+		add("k", fmt.Sprintf("ev%d", i), fmt.Sprintf("q%d...", i), fmt.Sprintf("a%d...", i), status)
+	}
+	add("other", "other-ev", "q-other", "a-other", db.TurnDone)
+	add("k", "queued", "q-queued", "", db.TurnQueued)
+	add("k", "running", "q-running", "", db.TurnRunning)
+
+	prompts := func(turns []db.Turn) []string {
+		out := make([]string, len(turns))
+		for i, t := range turns {
+			out[i] = t.Prompt
+		}
+		return out
+	}
+	tests := []struct {
+		name  string
+		limit db.TranscriptLimit
+		want  []string
+	}{
+		{"defaults", db.TranscriptLimit{}, []string{"q0...", "q1...", "q2...", "q3...", "q4...", "q5..."}},
+		{"turn cap keeps the newest", db.TranscriptLimit{MaxTurns: 2}, []string{"q4...", "q5..."}},
+		{"char cap exact", db.TranscriptLimit{MaxChars: 30}, []string{"q3...", "q4...", "q5..."}},
+		{"char cap never cuts a turn", db.TranscriptLimit{MaxChars: 29}, []string{"q4...", "q5..."}},
+		{"both caps", db.TranscriptLimit{MaxTurns: 3, MaxChars: 1000}, []string{"q3...", "q4...", "q5..."}},
+		{"too small for the newest", db.TranscriptLimit{MaxChars: 9}, []string{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := s.TurnTranscript(ctx, "k", tc.limit)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, prompts(got))
+		})
+	}
+
+	// Characters are runes, not bytes: 5 + 5 runes fit in 10 however many bytes they take.
+	add("runes", "r1", "ééééé", strings.Repeat("🙂", 5), db.TurnDone)
+	got, err := s.TurnTranscript(ctx, "runes", db.TranscriptLimit{MaxChars: 10})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Equal(t, strings.Repeat("🙂", 5), got[0].Answer)
+}
+
+func testTurnsStuck(t *testing.T, newStore NewStore) {
+	clock := NewClock(start)
+	s := newStore(t, db.WithClock(clock.Now))
+	ctx := testCtx(t)
+	ids := map[string]int64{}
+	run := func(name string, at time.Time) {
+		defer clock.Set(clock.Set(at))
+		turn, err := s.TurnInsert(ctx, newTurn("k-"+name, name, "p"))
+		require.NoError(t, err)
+		_, err = s.TurnStart(ctx, turn.ID)
+		require.NoError(t, err)
+		ids[name] = turn.ID
+	}
+	run("r2", start.Add(2*time.Minute))
+	run("r0", start)
+	run("r1", start.Add(time.Minute))
+	run("fresh", start.Add(10*time.Minute))
+	run("done", start)
+	_, err := s.TurnFinish(ctx, ids["done"], db.TurnResult{Status: db.TurnDone})
+	require.NoError(t, err)
+	_, err = s.TurnInsert(ctx, newTurn("k-q", "queued", "p")) // queued turns are not stuck
+	require.NoError(t, err)
+
+	eventIDs := func(turns []db.Turn) []string {
+		out := make([]string, len(turns))
+		for i, t := range turns {
+			out[i] = t.PlatformEventID
+		}
+		return out
+	}
+	cutoff := start.Add(5 * time.Minute)
+	got, err := s.TurnsStuck(ctx, cutoff, 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{"r0", "r1", "r2"}, eventIDs(got))
+	got, err = s.TurnsStuck(ctx, cutoff, 2)
+	require.NoError(t, err)
+	require.Equal(t, []string{"r0", "r1"}, eventIDs(got))
+
+	// A runtime event un-sticks a turn.
+	clock.Set(start.Add(6 * time.Minute))
+	require.NoError(t, s.TurnTouch(ctx, ids["r0"]))
+	got, err = s.TurnsStuck(ctx, cutoff, 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{"r1", "r2"}, eventIDs(got))
+}

@@ -1,0 +1,49 @@
+package db
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Sentinel errors. Match them with errors.Is: the store wraps them with context.
+var (
+	// ErrNotFound means the row does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrDuplicate means a turn with the same platform event id exists: the event was seen before.
+	ErrDuplicate = errors.New("duplicate")
+	// ErrConflict means a compare-and-set found the row in another state. The error is a
+	// *TransitionError that says which.
+	ErrConflict = errors.New("state conflict")
+	// ErrLocked means another process holds the SQLite database.
+	ErrLocked = errors.New("database locked")
+	// ErrInvalid means the caller passed arguments the store refuses (an empty key, an unknown status).
+	ErrInvalid = errors.New("invalid argument")
+	// ErrBadURL means database.url is malformed or names an unknown scheme.
+	ErrBadURL = errors.New("bad database url")
+)
+
+// TransitionError is returned when a compare-and-set on a status finds the row in a state it did not
+// expect. Nothing was changed.
+type TransitionError struct {
+	// Entity is "session" or "turn"; Key is the thread key or the turn id.
+	Entity string
+	Key    string
+	From   []string
+	To     string
+	// Actual is the status read right after the failed update. Another writer may have changed it
+	// since, so use it for messages, not for decisions.
+	Actual string
+}
+
+func (e *TransitionError) Error() string {
+	return fmt.Sprintf("%s %s: cannot move to %s from %s (want %s)",
+		e.Entity, e.Key, e.To, e.Actual, strings.Join(e.From, "|"))
+}
+
+// Is makes errors.Is(err, ErrConflict) true.
+func (e *TransitionError) Is(target error) bool { return target == ErrConflict }
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("db: %w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}

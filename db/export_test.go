@@ -1,0 +1,170 @@
+package db
+
+// Test-only access to the stores' internals, for the engine-specific tests, the EXPLAIN checks and
+// the benchmarks in package db_test.
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/threadbox/threadbox/db/internal/pgsqlc"
+	"github.com/threadbox/threadbox/db/internal/sqlitesqlc"
+)
+
+// ThreadLockKey is the advisory-lock key a Postgres store uses for threadKey.
+func ThreadLockKey(s Store, threadKey string) int64 {
+	return lockKey(s.(*pgStore).ns, lockKindThread, threadKey)
+}
+
+// LeaderLockKey is the advisory-lock key of a Postgres store's leader lock.
+func LeaderLockKey(s Store) int64 { return lockKey(s.(*pgStore).ns, lockKindLeader, "") }
+
+// LockKey exposes the hash for its stability test.
+var LockKey = lockKey
+
+// LiveThreadMutexes is how many per-key mutexes a SQLite store keeps.
+func LiveThreadMutexes(s Store) int { return s.(*sqliteStore).threads.len() }
+
+// RecordQueries makes s call fn with each statement's SQL and arguments before running it, until
+// the returned stop is called. Not safe while other goroutines use s.
+func RecordQueries(s Store, fn func(query string, args []any)) (stop func()) {
+	switch s := s.(type) {
+	case *pgStore:
+		prev := s.dbtx
+		s.dbtx = pgRecorder{DBTX: prev, fn: fn}
+		return func() { s.dbtx = prev }
+	case *sqliteStore:
+		prev := s.dbtx
+		s.dbtx = sqliteRecorder{DBTX: prev, fn: fn}
+		return func() { s.dbtx = prev }
+	}
+	panic(fmt.Sprintf("RecordQueries: %T", s))
+}
+
+type pgRecorder struct {
+	pgsqlc.DBTX
+	fn func(string, []any)
+}
+
+func (r pgRecorder) Exec(ctx context.Context, query string, args ...any) (pgconn.CommandTag, error) {
+	r.fn(query, args)
+	return r.DBTX.Exec(ctx, query, args...)
+}
+
+func (r pgRecorder) Query(ctx context.Context, query string, args ...any) (pgx.Rows, error) {
+	r.fn(query, args)
+	return r.DBTX.Query(ctx, query, args...)
+}
+
+func (r pgRecorder) QueryRow(ctx context.Context, query string, args ...any) pgx.Row {
+	r.fn(query, args)
+	return r.DBTX.QueryRow(ctx, query, args...)
+}
+
+type sqliteRecorder struct {
+	sqlitesqlc.DBTX
+	fn func(string, []any)
+}
+
+func (r sqliteRecorder) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	r.fn(query, args)
+	return r.DBTX.ExecContext(ctx, query, args...)
+}
+
+func (r sqliteRecorder) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	r.fn(query, args)
+	return r.DBTX.QueryContext(ctx, query, args...)
+}
+
+func (r sqliteRecorder) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	r.fn(query, args)
+	return r.DBTX.QueryRowContext(ctx, query, args...)
+}
+
+// Explain returns the plan of query run with args. On Postgres generic selects the plan a cached
+// prepared statement ends up with (plan_cache_mode=force_generic_plan) instead of one made for
+// these argument values; SQLite has one kind of plan (EXPLAIN QUERY PLAN) and ignores it.
+func Explain(ctx context.Context, s Store, query string, args []any, generic bool) (string, error) {
+	switch s := s.(type) {
+	case *pgStore:
+		return explainPG(ctx, s, query, args, generic)
+	case *sqliteStore:
+		rows, err := s.sqlDB.QueryContext(ctx, "EXPLAIN QUERY PLAN "+query, args...)
+		if err != nil {
+			return "", err
+		}
+		defer rows.Close()
+		var lines []string
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				return "", err
+			}
+			lines = append(lines, detail)
+		}
+		return strings.Join(lines, "\n"), rows.Err()
+	}
+	return "", fmt.Errorf("Explain: %T", s)
+}
+
+func explainPG(ctx context.Context, s *pgStore, query string, args []any, generic bool) (string, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return "", err
+	}
+	// The session settings below must not leak into the pool.
+	defer discard(conn)
+	explain := "EXPLAIN " + query
+	if generic {
+		if _, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
+			return "", err
+		}
+		if _, err := conn.Exec(ctx, "PREPARE tb_explain AS "+query); err != nil {
+			return "", err
+		}
+		params := make([]string, len(args))
+		for i := range args {
+			params[i] = fmt.Sprintf("$%d", i+1)
+		}
+		explain = "EXPLAIN EXECUTE tb_explain(" + strings.Join(params, ", ") + ")"
+	}
+	// The simple protocol has pgx write the arguments into the text as literals, which EXPLAIN
+	// EXECUTE needs: it takes no bind parameters of its own.
+	rows, err := conn.Query(ctx, explain, append([]any{pgx.QueryExecModeSimpleProtocol}, args...)...)
+	if err != nil {
+		return "", err
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return strings.Join(lines, "\n"), err
+}
+
+// SQLitePragma reads a pragma on one of a SQLite store's pooled connections.
+func SQLitePragma(ctx context.Context, s Store, name string) (string, error) {
+	var v string
+	err := s.(*sqliteStore).sqlDB.QueryRowContext(ctx, "PRAGMA "+name).Scan(&v)
+	return v, err
+}
+
+// SeverLockConnections closes the sockets of every lock connection s holds, without unlocking or
+// saying goodbye to the server: what a crash or a network cut looks like from the server's side.
+func SeverLockConnections(s Store) {
+	ps := s.(*pgStore)
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for h := range ps.holds {
+		_ = h.conn.Conn().PgConn().Conn().Close()
+	}
+}
+
+// LockConnSetting reads a setting on one of a Postgres store's lock connections.
+func LockConnSetting(ctx context.Context, s Store, name string) (string, error) {
+	var v string
+	err := s.(*pgStore).lockPool.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&v)
+	return v, err
+}

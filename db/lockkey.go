@@ -1,0 +1,27 @@
+package db
+
+import "hash/fnv"
+
+// lockKey maps a lock name to a Postgres advisory-lock key: the 64-bit FNV-1a hash of
+// namespace, a NUL byte, kind, a NUL byte and name, read as a signed int64.
+//
+// The hash must never change: processes of different versions that share a database must compute the
+// same key for the same thread. A collision makes two threads share a lock, which costs waiting but
+// never correctness; at 64 bits it is negligible. The NUL separators keep ("a", "bc") and ("ab", "c")
+// apart.
+func lockKey(namespace, kind, name string) int64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(namespace))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write([]byte(kind))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write([]byte(name))
+	return int64(h.Sum64()) //nolint:gosec // the bits are the key; the sign does not matter.
+}
+
+// Lock kinds. The leader and the migration lock have a fixed name.
+const (
+	lockKindThread  = "thread"
+	lockKindLeader  = "leader"
+	lockKindMigrate = "migrate"
+)

@@ -1,0 +1,173 @@
+package db
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+
+	"github.com/threadbox/threadbox/db/internal/pgsqlc"
+)
+
+// pgStore is the Postgres Store: sqlc queries over a pgx pool, plus a second pool whose connections
+// hold session-level advisory locks.
+type pgStore struct {
+	pool     *pgxpool.Pool
+	lockPool *pgxpool.Pool
+	// dbtx is what the queries run on: the pool, or a recorder around it in tests.
+	dbtx pgsqlc.DBTX
+	q    *pgsqlc.Queries
+	now  func() time.Time
+	// ns is mixed into every advisory-lock key (WithLockNamespace, default the current schema).
+	ns string
+
+	// closed is cancelled by Close, so that lock waits end and Close cannot hang on them.
+	closed    context.Context
+	markClose context.CancelFunc
+
+	mu    sync.Mutex // protects the following
+	holds map[*pgHold]struct{}
+}
+
+var _ Store = (*pgStore)(nil)
+
+func openPostgres(ctx context.Context, url string, o options) (*pgStore, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		// pgconn's message shows the URL with the password masked.
+		return nil, fmt.Errorf("database.url: %w: %w", ErrBadURL, err)
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		// Without this a black-holed host stalls Open for the kernel's TCP timeout (minutes).
+		cfg.ConnConfig.ConnectTimeout = 10 * time.Second
+	}
+	where := fmt.Sprintf("%s:%d/%s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
+
+	// application_name tells the two pools apart in pg_stat_activity.
+	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
+		cfg.ConnConfig.RuntimeParams["application_name"] = "threadbox"
+	}
+	lockCfg := cfg.Copy()
+	lockCfg.MaxConns = o.lockConns
+	lockCfg.MinConns = 0
+	lockCfg.ConnConfig.RuntimeParams["application_name"] += "-locks"
+	// A lock holder that vanishes without closing its socket (a dead host) must lose its locks in
+	// about a minute, not after the kernel's two-hour keepalive default. These are SET after
+	// connecting rather than sent as startup parameters, which poolers such as PgBouncer refuse;
+	// a server that rejects one (they are ignored on Unix sockets anyway) just keeps its default.
+	lockCfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		for _, set := range []string{
+			"SET tcp_keepalives_idle = 30", "SET tcp_keepalives_interval = 10", "SET tcp_keepalives_count = 3",
+		} {
+			_, _ = c.Exec(ctx, set)
+		}
+		return nil
+	}
+
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("database.url: cannot connect to postgres at %s: %w", where, err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("database.url: cannot connect to postgres at %s: %w", where, err)
+	}
+	lockPool, err := pgxpool.NewWithConfig(ctx, lockCfg)
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("database.url: cannot connect to postgres at %s: %w", where, err)
+	}
+
+	s := &pgStore{
+		pool:     pool,
+		lockPool: lockPool,
+		dbtx:     pool,
+		q:        pgsqlc.New(),
+		now:      o.now,
+		holds:    make(map[*pgHold]struct{}),
+	}
+	s.closed, s.markClose = context.WithCancel(context.Background())
+	if o.lockNamespace != nil {
+		s.ns = *o.lockNamespace
+	} else if err := pool.QueryRow(ctx, "SELECT COALESCE(current_schema(), '')").Scan(&s.ns); err != nil {
+		s.closePools()
+		return nil, fmt.Errorf("database.url: postgres at %s: read current schema: %w", where, err)
+	}
+	return s, nil
+}
+
+func (s *pgStore) clock() time.Time { return dbTime(s.now()) }
+
+func (s *pgStore) Ping(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("db: ping: %w", err)
+	}
+	return nil
+}
+
+// Migrate holds an advisory lock while goose runs, so replicas starting together migrate one at a
+// time and the later ones find nothing to do. The lock key includes the namespace, so schemas in one
+// database migrate independently.
+func (s *pgStore) Migrate(ctx context.Context) error {
+	unlock, err := s.advisoryLock(ctx, lockKey(s.ns, lockKindMigrate, ""))
+	if err != nil {
+		return fmt.Errorf("db: migrate: %w", err)
+	}
+	defer unlock()
+	return s.withMigrator(func(p *goose.Provider) error { return migrateUp(ctx, p) })
+}
+
+func (s *pgStore) SchemaVersion(ctx context.Context) (int64, error) {
+	var v int64
+	err := s.withMigrator(func(p *goose.Provider) (err error) {
+		v, err = schemaVersion(ctx, p)
+		return err
+	})
+	return v, err
+}
+
+func (s *pgStore) withMigrator(fn func(*goose.Provider) error) error {
+	// Closing this *sql.DB leaves the pool open.
+	sqlDB := stdlib.OpenDBFromPool(s.pool)
+	defer sqlDB.Close()
+	p, err := newMigrator(goose.DialectPostgres, "migrations/postgres", sqlDB)
+	if err != nil {
+		return err
+	}
+	return fn(p)
+}
+
+// Close releases held locks and leadership first: pgxpool.Close waits for every acquired connection.
+func (s *pgStore) Close() error {
+	s.markClose()
+	s.mu.Lock()
+	holds := make([]*pgHold, 0, len(s.holds))
+	for h := range s.holds {
+		holds = append(holds, h)
+	}
+	s.mu.Unlock()
+	for _, h := range holds {
+		h.release()
+	}
+	s.closePools()
+	return nil
+}
+
+func (s *pgStore) closePools() {
+	s.lockPool.Close()
+	s.pool.Close()
+}
+
+// pgErr maps driver errors to the store's: no rows becomes ErrNotFound. what names the operation.
+func pgErr(what string, err error) error {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("db: %s: %w", what, ErrNotFound)
+	}
+	return fmt.Errorf("db: %s: %w", what, err)
+}

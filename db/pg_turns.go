@@ -1,0 +1,168 @@
+package db
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/threadbox/threadbox/db/internal/pgsqlc"
+)
+
+func (s *pgStore) TurnInsert(ctx context.Context, t NewTurn) (Turn, error) {
+	if err := t.check(); err != nil {
+		return Turn{}, err
+	}
+	r, err := s.q.TurnInsert(ctx, s.dbtx, pgsqlc.TurnInsertParams{
+		ThreadKey:       t.ThreadKey,
+		PlatformEventID: t.PlatformEventID,
+		UserID:          t.UserID,
+		Prompt:          t.Prompt,
+		Now:             pgTime(s.clock()),
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Turn{}, fmt.Errorf("db: insert turn for event %s: %w", t.PlatformEventID, ErrDuplicate)
+	}
+	if err != nil {
+		return Turn{}, pgErr("insert turn", err)
+	}
+	return fromPGTurn(r), nil
+}
+
+func (s *pgStore) TurnGet(ctx context.Context, id int64) (Turn, error) {
+	r, err := s.q.TurnGet(ctx, s.dbtx, id)
+	if err != nil {
+		return Turn{}, pgErr("get turn "+turnKey(id), err)
+	}
+	return fromPGTurn(r), nil
+}
+
+func (s *pgStore) TurnStart(ctx context.Context, id int64) (Turn, error) {
+	r, err := s.q.TurnStart(ctx, s.dbtx, pgsqlc.TurnStartParams{Now: pgTime(s.clock()), ID: id})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Turn{}, s.turnTransitionFailed(ctx, id, TurnRunning, TurnQueued)
+	}
+	if err != nil {
+		return Turn{}, pgErr("start turn "+turnKey(id), err)
+	}
+	return fromPGTurn(r), nil
+}
+
+func (s *pgStore) TurnTouch(ctx context.Context, id int64) error {
+	n, err := s.q.TurnTouch(ctx, s.dbtx, pgsqlc.TurnTouchParams{Now: pgTime(s.clock()), ID: id})
+	if err != nil {
+		return pgErr("touch turn "+turnKey(id), err)
+	}
+	if n == 0 {
+		return s.turnTransitionFailed(ctx, id, TurnRunning, TurnRunning)
+	}
+	return nil
+}
+
+func (s *pgStore) TurnFinish(ctx context.Context, id int64, res TurnResult) (Turn, error) {
+	if err := res.check(); err != nil {
+		return Turn{}, err
+	}
+	r, err := s.q.TurnFinish(ctx, s.dbtx, pgsqlc.TurnFinishParams{
+		ToStatus: string(res.Status),
+		Answer:   res.Answer,
+		Error:    res.Error,
+		Usage:    res.Usage,
+		Now:      pgTime(s.clock()),
+		ID:       id,
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Turn{}, s.turnTransitionFailed(ctx, id, res.Status, TurnQueued, TurnRunning)
+	}
+	if err != nil {
+		return Turn{}, pgErr("finish turn "+turnKey(id), err)
+	}
+	return fromPGTurn(r), nil
+}
+
+func (s *pgStore) turnTransitionFailed(ctx context.Context, id int64, to TurnStatus, from ...TurnStatus) error {
+	cur, err := s.TurnGet(ctx, id)
+	if err != nil {
+		return err
+	}
+	return turnTransitionError(id, cur.Status, to, from)
+}
+
+func (s *pgStore) TurnTranscript(ctx context.Context, threadKey string, l TranscriptLimit) ([]Turn, error) {
+	l = l.withDefaults()
+	rows, err := s.q.TurnListTranscript(ctx, s.dbtx, pgsqlc.TurnListTranscriptParams{
+		ThreadKey: threadKey, MaxRows: int32(l.MaxTurns),
+	})
+	if err != nil {
+		return nil, pgErr("transcript of "+threadKey, err)
+	}
+	return trimTranscript(fromPGTurns(rows), l.MaxChars), nil
+}
+
+func (s *pgStore) TurnsStuck(ctx context.Context, cutoff time.Time, limit int) ([]Turn, error) {
+	rows, err := s.q.TurnListStuck(ctx, s.dbtx, pgsqlc.TurnListStuckParams{
+		Cutoff: pgTime(cutoff), MaxRows: int32(batchLimit(limit)),
+	})
+	if err != nil {
+		return nil, pgErr("list stuck turns", err)
+	}
+	return fromPGTurns(rows), nil
+}
+
+func (s *pgStore) ArtifactRecord(ctx context.Context, a NewArtifact) (Artifact, error) {
+	if err := a.check(); err != nil {
+		return Artifact{}, err
+	}
+	r, err := s.q.ArtifactInsert(ctx, s.dbtx, pgsqlc.ArtifactInsertParams{
+		Path:           a.Path,
+		Sha256:         a.SHA256,
+		Size:           a.Size,
+		Now:            pgTime(s.clock()),
+		PlatformFileID: a.PlatformFileID,
+		TurnID:         a.TurnID,
+	})
+	if err != nil {
+		// No row means the turn does not exist.
+		return Artifact{}, pgErr(fmt.Sprintf("record artifact %s of turn %d", a.Path, a.TurnID), err)
+	}
+	return fromPGArtifact(r), nil
+}
+
+func (s *pgStore) ArtifactLookup(ctx context.Context, threadKey, path, sha256 string) (Artifact, error) {
+	r, err := s.q.ArtifactGetByPathSHA(ctx, s.dbtx, pgsqlc.ArtifactGetByPathSHAParams{
+		ThreadKey: threadKey, Path: path, Sha256: sha256,
+	})
+	if err != nil {
+		return Artifact{}, pgErr("look up artifact "+path, err)
+	}
+	return fromPGArtifact(r), nil
+}
+
+func (s *pgStore) AuditAppend(ctx context.Context, e AuditEntry) (AuditEntry, error) {
+	if err := e.check(); err != nil {
+		return AuditEntry{}, err
+	}
+	r, err := s.q.AuditInsert(ctx, s.dbtx, pgsqlc.AuditInsertParams{
+		Now: pgTime(s.clock()), Actor: e.Actor, Action: e.Action, Target: e.Target, Result: e.Result,
+	})
+	if err != nil {
+		return AuditEntry{}, pgErr("append audit entry", err)
+	}
+	return fromPGAudit(r), nil
+}
+
+func (s *pgStore) AuditList(ctx context.Context, q AuditQuery) ([]AuditEntry, error) {
+	rows, err := s.q.AuditList(ctx, s.dbtx, pgsqlc.AuditListParams{
+		BeforeID: auditBefore(q.BeforeID), MaxRows: int32(batchLimit(q.Limit)),
+	})
+	if err != nil {
+		return nil, pgErr("list audit log", err)
+	}
+	out := make([]AuditEntry, len(rows))
+	for i, r := range rows {
+		out[i] = fromPGAudit(r)
+	}
+	return out, nil
+}

@@ -1,0 +1,173 @@
+package db
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/threadbox/threadbox/db/internal/sqlitesqlc"
+)
+
+func (s *sqliteStore) TurnInsert(ctx context.Context, t NewTurn) (Turn, error) {
+	if err := t.check(); err != nil {
+		return Turn{}, err
+	}
+	r, err := s.q.TurnInsert(ctx, s.dbtx, sqlitesqlc.TurnInsertParams{
+		ThreadKey:       t.ThreadKey,
+		PlatformEventID: t.PlatformEventID,
+		UserID:          t.UserID,
+		Prompt:          t.Prompt,
+		Now:             s.clock(),
+	})
+	if errors.Is(err, sql.ErrNoRows) {
+		return Turn{}, fmt.Errorf("db: insert turn for event %s: %w", t.PlatformEventID, ErrDuplicate)
+	}
+	if err != nil {
+		return Turn{}, sqliteErr("insert turn", err)
+	}
+	return fromSQLiteTurn(r)
+}
+
+func (s *sqliteStore) TurnGet(ctx context.Context, id int64) (Turn, error) {
+	r, err := s.q.TurnGet(ctx, s.dbtx, id)
+	if err != nil {
+		return Turn{}, sqliteErr("get turn "+turnKey(id), err)
+	}
+	return fromSQLiteTurn(r)
+}
+
+func (s *sqliteStore) TurnStart(ctx context.Context, id int64) (Turn, error) {
+	r, err := s.q.TurnStart(ctx, s.dbtx, sqlitesqlc.TurnStartParams{Now: sqliteNullTime(s.now()), ID: id})
+	if errors.Is(err, sql.ErrNoRows) {
+		return Turn{}, s.turnTransitionFailed(ctx, id, TurnRunning, TurnQueued)
+	}
+	if err != nil {
+		return Turn{}, sqliteErr("start turn "+turnKey(id), err)
+	}
+	return fromSQLiteTurn(r)
+}
+
+func (s *sqliteStore) TurnTouch(ctx context.Context, id int64) error {
+	n, err := s.q.TurnTouch(ctx, s.dbtx, sqlitesqlc.TurnTouchParams{Now: s.clock(), ID: id})
+	if err != nil {
+		return sqliteErr("touch turn "+turnKey(id), err)
+	}
+	if n == 0 {
+		return s.turnTransitionFailed(ctx, id, TurnRunning, TurnRunning)
+	}
+	return nil
+}
+
+func (s *sqliteStore) TurnFinish(ctx context.Context, id int64, res TurnResult) (Turn, error) {
+	if err := res.check(); err != nil {
+		return Turn{}, err
+	}
+	r, err := s.q.TurnFinish(ctx, s.dbtx, sqlitesqlc.TurnFinishParams{
+		ToStatus: string(res.Status),
+		Answer:   res.Answer,
+		Error:    res.Error,
+		Usage:    sqliteJSON(res.Usage),
+		Now:      sqliteNullTime(s.now()),
+		ID:       id,
+	})
+	if errors.Is(err, sql.ErrNoRows) {
+		return Turn{}, s.turnTransitionFailed(ctx, id, res.Status, TurnQueued, TurnRunning)
+	}
+	if err != nil {
+		return Turn{}, sqliteErr("finish turn "+turnKey(id), err)
+	}
+	return fromSQLiteTurn(r)
+}
+
+func (s *sqliteStore) turnTransitionFailed(ctx context.Context, id int64, to TurnStatus, from ...TurnStatus) error {
+	cur, err := s.TurnGet(ctx, id)
+	if err != nil {
+		return err
+	}
+	return turnTransitionError(id, cur.Status, to, from)
+}
+
+func (s *sqliteStore) TurnTranscript(ctx context.Context, threadKey string, l TranscriptLimit) ([]Turn, error) {
+	l = l.withDefaults()
+	rows, err := s.q.TurnListTranscript(ctx, s.dbtx, sqlitesqlc.TurnListTranscriptParams{
+		ThreadKey: threadKey, MaxRows: int64(l.MaxTurns),
+	})
+	if err != nil {
+		return nil, sqliteErr("transcript of "+threadKey, err)
+	}
+	turns, err := fromSQLiteTurns(rows)
+	if err != nil {
+		return nil, err
+	}
+	return trimTranscript(turns, l.MaxChars), nil
+}
+
+func (s *sqliteStore) TurnsStuck(ctx context.Context, cutoff time.Time, limit int) ([]Turn, error) {
+	rows, err := s.q.TurnListStuck(ctx, s.dbtx, sqlitesqlc.TurnListStuckParams{
+		Cutoff: sqliteNullTime(cutoff), MaxRows: int64(batchLimit(limit)),
+	})
+	if err != nil {
+		return nil, sqliteErr("list stuck turns", err)
+	}
+	return fromSQLiteTurns(rows)
+}
+
+func (s *sqliteStore) ArtifactRecord(ctx context.Context, a NewArtifact) (Artifact, error) {
+	if err := a.check(); err != nil {
+		return Artifact{}, err
+	}
+	r, err := s.q.ArtifactInsert(ctx, s.dbtx, sqlitesqlc.ArtifactInsertParams{
+		Path:           a.Path,
+		Sha256:         a.SHA256,
+		Size:           a.Size,
+		Now:            s.clock(),
+		PlatformFileID: a.PlatformFileID,
+		TurnID:         a.TurnID,
+	})
+	if err != nil {
+		// No row means the turn does not exist.
+		return Artifact{}, sqliteErr(fmt.Sprintf("record artifact %s of turn %d", a.Path, a.TurnID), err)
+	}
+	return fromSQLiteArtifact(r)
+}
+
+func (s *sqliteStore) ArtifactLookup(ctx context.Context, threadKey, path, sha256 string) (Artifact, error) {
+	r, err := s.q.ArtifactGetByPathSHA(ctx, s.dbtx, sqlitesqlc.ArtifactGetByPathSHAParams{
+		ThreadKey: threadKey, Path: path, Sha256: sha256,
+	})
+	if err != nil {
+		return Artifact{}, sqliteErr("look up artifact "+path, err)
+	}
+	return fromSQLiteArtifact(r)
+}
+
+func (s *sqliteStore) AuditAppend(ctx context.Context, e AuditEntry) (AuditEntry, error) {
+	if err := e.check(); err != nil {
+		return AuditEntry{}, err
+	}
+	r, err := s.q.AuditInsert(ctx, s.dbtx, sqlitesqlc.AuditInsertParams{
+		Now: s.clock(), Actor: e.Actor, Action: e.Action, Target: e.Target, Result: e.Result,
+	})
+	if err != nil {
+		return AuditEntry{}, sqliteErr("append audit entry", err)
+	}
+	return fromSQLiteAudit(r)
+}
+
+func (s *sqliteStore) AuditList(ctx context.Context, q AuditQuery) ([]AuditEntry, error) {
+	rows, err := s.q.AuditList(ctx, s.dbtx, sqlitesqlc.AuditListParams{
+		BeforeID: auditBefore(q.BeforeID), MaxRows: int64(batchLimit(q.Limit)),
+	})
+	if err != nil {
+		return nil, sqliteErr("list audit log", err)
+	}
+	out := make([]AuditEntry, len(rows))
+	for i, r := range rows {
+		if out[i], err = fromSQLiteAudit(r); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,117 @@
+package db
+
+import (
+	"context"
+	"time"
+)
+
+// Batch sizes for the list and loop queries: a limit of zero or less means DefaultBatch, and a larger
+// limit than MaxBatch is cut to MaxBatch so one loop iteration stays short.
+const (
+	DefaultBatch = 100
+	MaxBatch     = 1000
+)
+
+// Store is the whole persistence surface: Postgres and SQLite implement it and pass dbtest.Run.
+// Components that need less should depend on the smaller interfaces.
+type Store interface {
+	SessionStore
+	TurnStore
+	ArtifactStore
+	AuditStore
+	Locker
+
+	// Ping checks that the database answers.
+	Ping(ctx context.Context) error
+	// Migrate applies the embedded migrations that are not applied yet; running it again is a no-op.
+	// Concurrent callers on Postgres are serialized by an advisory lock.
+	Migrate(ctx context.Context) error
+	// SchemaVersion is the newest applied migration's version (0 before the first Migrate).
+	SchemaVersion(ctx context.Context) (int64, error)
+	// Close releases any held locks and leadership, then closes the connections (and, on SQLite, the
+	// process lock file).
+	Close() error
+}
+
+// SessionStore reads and changes sessions.
+type SessionStore interface {
+	// SessionGet returns the thread's session, or ErrNotFound.
+	SessionGet(ctx context.Context, threadKey string) (Session, error)
+	// SessionCreate creates the thread's session if it has none. It returns the row either way, and
+	// created reports whether this call made it.
+	SessionCreate(ctx context.Context, s NewSession) (sess Session, created bool, err error)
+	// SessionTransition changes the status by compare-and-set. If the status is not one of t.From it
+	// changes nothing and returns a *TransitionError (errors.Is(err, ErrConflict)); ErrNotFound if the
+	// thread has no session.
+	SessionTransition(ctx context.Context, threadKey string, t Transition) (Session, error)
+	// SessionUpdate applies a patch without touching the status.
+	SessionUpdate(ctx context.Context, threadKey string, p SessionPatch) (Session, error)
+	// SessionTouch records activity now (it never moves LastActivityAt backwards).
+	SessionTouch(ctx context.Context, threadKey string) error
+
+	// SessionsByStatus pages through sessions in one status, ordered by thread key, starting after
+	// afterThreadKey ("" for the first page). For admin listings.
+	SessionsByStatus(ctx context.Context, status SessionStatus, afterThreadKey string, limit int) ([]Session, error)
+	// SessionsIdle returns active sessions with no activity since before cutoff, oldest first.
+	SessionsIdle(ctx context.Context, cutoff time.Time, limit int) ([]Session, error)
+	// SessionsPausedExpired returns sessions paused since before cutoff, oldest first.
+	SessionsPausedExpired(ctx context.Context, cutoff time.Time, limit int) ([]Session, error)
+	// SessionsBySandboxIDs returns the sessions whose SandboxID is one of ids, in any status, ordered by
+	// thread key. The reaper passes one page of a provider's List at a time.
+	SessionsBySandboxIDs(ctx context.Context, ids []string) ([]Session, error)
+}
+
+// TurnStore records turns.
+type TurnStore interface {
+	// TurnInsert records a queued turn. If a turn with the same PlatformEventID exists it returns
+	// ErrDuplicate and creates nothing, also under concurrent inserts.
+	TurnInsert(ctx context.Context, t NewTurn) (Turn, error)
+	// TurnGet returns a turn by id, or ErrNotFound.
+	TurnGet(ctx context.Context, id int64) (Turn, error)
+	// TurnStart moves a queued turn to running and sets StartedAt and LastEventAt.
+	TurnStart(ctx context.Context, id int64) (Turn, error)
+	// TurnTouch records that the runtime sent an event for a running turn (the watchdog's clock).
+	TurnTouch(ctx context.Context, id int64) error
+	// TurnFinish moves a queued or running turn to a final status.
+	TurnFinish(ctx context.Context, id int64, r TurnResult) (Turn, error)
+	// TurnTranscript returns the thread's newest finished turns, oldest first (newest last), within both
+	// caps. A turn that would break the character cap ends the transcript: turns are never cut.
+	TurnTranscript(ctx context.Context, threadKey string, limit TranscriptLimit) ([]Turn, error)
+	// TurnsStuck returns running turns whose last runtime event is before cutoff, oldest first.
+	TurnsStuck(ctx context.Context, cutoff time.Time, limit int) ([]Turn, error)
+}
+
+// ArtifactStore remembers uploaded files so a turn uploads only new or changed ones.
+type ArtifactStore interface {
+	// ArtifactRecord records an upload; ErrNotFound if the turn does not exist.
+	ArtifactRecord(ctx context.Context, a NewArtifact) (Artifact, error)
+	// ArtifactLookup returns the newest upload of path with this content in the thread, or ErrNotFound.
+	ArtifactLookup(ctx context.Context, threadKey, path, sha256 string) (Artifact, error)
+}
+
+// AuditStore is the admin audit log.
+type AuditStore interface {
+	// AuditAppend records an entry; At is set by the store.
+	AuditAppend(ctx context.Context, e AuditEntry) (AuditEntry, error)
+	// AuditList pages through entries, newest first.
+	AuditList(ctx context.Context, q AuditQuery) ([]AuditEntry, error)
+}
+
+// Locker serializes work on a thread across processes and elects the loops' leader. See the package
+// documentation for the semantics on each engine.
+type Locker interface {
+	// LockThread blocks until it holds the thread's lock or ctx ends. unlock is idempotent.
+	LockThread(ctx context.Context, threadKey string) (unlock func(), err error)
+	// TryLeader takes leadership if nobody holds it. ok is false, with a nil Leader, if another
+	// process leads.
+	TryLeader(ctx context.Context) (l Leader, ok bool, err error)
+}
+
+// Leader is held leadership.
+type Leader interface {
+	// Lost is closed when leadership ends: on Release, on Store.Close, or when the connection that
+	// holds the lock dies (then another process may already lead: stop the loops).
+	Lost() <-chan struct{}
+	// Release gives leadership up. It is idempotent.
+	Release()
+}

@@ -1,0 +1,204 @@
+package db
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"unicode/utf8"
+)
+
+// Transcript defaults (DESIGN §5: the hand-off note plus the last turns, ~12k characters).
+const (
+	DefaultTranscriptTurns = 20
+	DefaultTranscriptChars = 12000
+)
+
+// batchLimit applies the DefaultBatch / MaxBatch rule to a caller's limit.
+func batchLimit(n int) int {
+	switch {
+	case n <= 0:
+		return DefaultBatch
+	case n > MaxBatch:
+		return MaxBatch
+	}
+	return n
+}
+
+func checkThreadKey(key string) error {
+	if key == "" {
+		return invalidf("empty thread key")
+	}
+	return nil
+}
+
+func (s NewSession) normalize() (NewSession, error) {
+	if err := checkThreadKey(s.ThreadKey); err != nil {
+		return s, err
+	}
+	if s.Status == "" {
+		s.Status = SessionCreating
+	}
+	if !s.Status.Valid() {
+		return s, invalidf("unknown session status %q", s.Status)
+	}
+	return s, nil
+}
+
+func (t Transition) check() error {
+	if len(t.From) == 0 {
+		return invalidf("transition to %q names no from-status", t.To)
+	}
+	for _, f := range t.From {
+		if !f.Valid() {
+			return invalidf("unknown session status %q", f)
+		}
+	}
+	if !t.To.Valid() {
+		return invalidf("unknown session status %q", t.To)
+	}
+	if err := t.Patch.check(); err != nil {
+		return err
+	}
+	if t.BumpGeneration && t.Patch.Generation != nil {
+		return invalidf("transition both bumps and sets the generation")
+	}
+	switch t.ResumeFail {
+	case ResumeFailKeep, ResumeFailIncrement, ResumeFailReset:
+	default:
+		return invalidf("unknown ResumeFailOp %d", t.ResumeFail)
+	}
+	return nil
+}
+
+// arg is how the queries spell a ResumeFailOp.
+func (op ResumeFailOp) arg() string {
+	switch op {
+	case ResumeFailIncrement:
+		return "increment"
+	case ResumeFailReset:
+		return "reset"
+	}
+	return "keep"
+}
+
+func (t Transition) fromStrings() []string {
+	out := make([]string, len(t.From))
+	for i, f := range t.From {
+		out[i] = string(f)
+	}
+	return out
+}
+
+func (t NewTurn) check() error {
+	if err := checkThreadKey(t.ThreadKey); err != nil {
+		return err
+	}
+	if t.PlatformEventID == "" {
+		return invalidf("turn for %s has no platform event id", t.ThreadKey)
+	}
+	return nil
+}
+
+func (r TurnResult) check() error {
+	if !r.Status.Finished() {
+		return invalidf("turn cannot finish as %q", r.Status)
+	}
+	if r.Usage != nil && !json.Valid(r.Usage) {
+		return invalidf("turn usage is not valid JSON")
+	}
+	return nil
+}
+
+func (l TranscriptLimit) withDefaults() TranscriptLimit {
+	if l.MaxTurns <= 0 {
+		l.MaxTurns = DefaultTranscriptTurns
+	}
+	if l.MaxTurns > MaxBatch {
+		l.MaxTurns = MaxBatch
+	}
+	if l.MaxChars <= 0 {
+		l.MaxChars = DefaultTranscriptChars
+	}
+	return l
+}
+
+// trimTranscript takes turns newest first, keeps the newest ones whose prompts and answers fit in
+// maxChars together, and returns them oldest first.
+func trimTranscript(newestFirst []Turn, maxChars int) []Turn {
+	n, used := 0, 0
+	for _, t := range newestFirst {
+		c := utf8.RuneCountInString(t.Prompt) + utf8.RuneCountInString(t.Answer)
+		if used+c > maxChars {
+			break
+		}
+		used += c
+		n++
+	}
+	out := make([]Turn, n)
+	for i := range n {
+		out[n-1-i] = newestFirst[i]
+	}
+	return out
+}
+
+func auditBefore(id int64) int64 {
+	if id <= 0 {
+		return math.MaxInt64
+	}
+	return id
+}
+
+func (e AuditEntry) check() error {
+	if e.Actor == "" || e.Action == "" {
+		return invalidf("audit entry needs an actor and an action")
+	}
+	return nil
+}
+
+func (a NewArtifact) check() error {
+	if a.Path == "" || a.SHA256 == "" {
+		return invalidf("artifact needs a path and a sha256")
+	}
+	if a.Size < 0 {
+		return invalidf("artifact size %d", a.Size)
+	}
+	return nil
+}
+
+func turnKey(id int64) string { return fmt.Sprint(id) }
+
+func turnTransitionError(id int64, actual, to TurnStatus, from []TurnStatus) *TransitionError {
+	fs := make([]string, len(from))
+	for i, f := range from {
+		fs[i] = string(f)
+	}
+	return &TransitionError{Entity: "turn", Key: turnKey(id), From: fs, To: string(to), Actual: string(actual)}
+}
+
+func (p SessionPatch) check() error {
+	if p.Handle != nil && !json.Valid(p.Handle) {
+		return invalidf("session handle is not valid JSON")
+	}
+	if p.LastHealthOKAt != nil && p.LastHealthOKAt.IsZero() {
+		return invalidf("LastHealthOKAt cannot be set to the zero time")
+	}
+	return nil
+}
+
+// nonEmpty drops empty ids: sessions without a sandbox have SandboxID "", and asking for "" would
+// return all of them.
+func nonEmpty(ids []string) []string {
+	out := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if id != "" {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+func sortSessionsByKey(ss []Session) {
+	slices.SortFunc(ss, func(a, b Session) int { return strings.Compare(a.ThreadKey, b.ThreadKey) })
+}
