@@ -27,6 +27,7 @@ func fromPGSession(r pgsqlc.Session) Session {
 		ResumeFailCount: int(r.ResumeFailCount),
 		LastError:       r.LastError,
 		HandoffNote:     r.HandoffNote,
+		ResetTurnID:     r.ResetTurnID,
 		LastActivityAt:  fromPGTime(r.LastActivityAt),
 		LastHealthOKAt:  fromPGTime(r.LastHealthOkAt),
 		PausedAt:        fromPGTime(r.PausedAt),

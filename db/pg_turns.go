@@ -93,7 +93,7 @@ func (s *pgStore) turnTransitionFailed(ctx context.Context, id int64, to TurnSta
 func (s *pgStore) TurnTranscript(ctx context.Context, threadKey string, l TranscriptLimit) ([]Turn, error) {
 	l = l.withDefaults()
 	rows, err := s.q.TurnListTranscript(ctx, s.dbtx, pgsqlc.TurnListTranscriptParams{
-		ThreadKey: threadKey, MaxRows: int32(l.MaxTurns),
+		ThreadKey: threadKey, MaxRows: int32(l.MaxTurns), AfterID: l.AfterID,
 	})
 	if err != nil {
 		return nil, pgErr("transcript of "+threadKey, err)

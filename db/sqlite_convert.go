@@ -27,6 +27,7 @@ func fromSQLiteSession(r sqlitesqlc.Session) (Session, error) {
 		ResumeFailCount: int(r.ResumeFailCount),
 		LastError:       r.LastError,
 		HandoffNote:     r.HandoffNote,
+		ResetTurnID:     r.ResetTurnID,
 		LastActivityAt:  p.parse("sessions.last_activity_at", r.LastActivityAt),
 		LastHealthOKAt:  p.null("sessions.last_health_ok_at", r.LastHealthOkAt),
 		PausedAt:        p.null("sessions.paused_at", r.PausedAt),

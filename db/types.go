@@ -78,6 +78,8 @@ type Session struct {
 	ResumeFailCount int
 	LastError       string
 	HandoffNote     string
+	// ResetTurnID is the newest turn when the thread was last reset; replays start after it.
+	ResetTurnID int64
 
 	LastActivityAt time.Time
 	LastHealthOKAt time.Time
@@ -109,6 +111,7 @@ type SessionPatch struct {
 	AgentSessionID *string
 	LastError      *string
 	HandoffNote    *string
+	ResetTurnID    *int64
 	LastHealthOKAt *time.Time
 }
 
@@ -181,6 +184,8 @@ type TranscriptLimit struct {
 	MaxTurns int
 	// MaxChars caps the sum of the prompts' and answers' lengths in characters (runes), default 12,000.
 	MaxChars int
+	// AfterID, when set, leaves out turns with this id or an older one (a thread's reset point).
+	AfterID int64
 }
 
 // Artifact is a file a turn uploaded to the chat platform.

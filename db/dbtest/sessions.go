@@ -287,6 +287,7 @@ func testSessionUpdate(t *testing.T, newStore NewStore) {
 		Generation:     ptr(int64(3)),
 		AgentSessionID: ptr("agent-2"),
 		HandoffNote:    ptr("built the thing"),
+		ResetTurnID:    ptr(int64(42)),
 		LastHealthOKAt: &health,
 	})
 	require.NoError(t, err)
@@ -295,6 +296,7 @@ func testSessionUpdate(t *testing.T, newStore NewStore) {
 	require.Equal(t, int64(3), after.Generation)
 	require.Equal(t, "agent-2", after.AgentSessionID)
 	require.Equal(t, "built the thing", after.HandoffNote)
+	require.Equal(t, int64(42), after.ResetTurnID)
 	require.Equal(t, utcMicro(health), after.LastHealthOKAt)
 	require.Equal(t, before.Status, after.Status)
 	require.Equal(t, utcMicro(clock.Now()), after.UpdatedAt)

@@ -240,9 +240,16 @@ func testTurnTranscriptCaps(t *testing.T, newStore NewStore) {
 		})
 	}
 
+	// AfterID (a reset point) leaves out that turn and older ones.
+	all, err := s.TurnTranscript(ctx, "k", db.TranscriptLimit{})
+	require.NoError(t, err)
+	got, err := s.TurnTranscript(ctx, "k", db.TranscriptLimit{AfterID: all[3].ID})
+	require.NoError(t, err)
+	require.Equal(t, []string{"q4...", "q5..."}, prompts(got))
+
 	// Characters are runes, not bytes: 5 + 5 runes fit in 10 however many bytes they take.
 	add("runes", "r1", "ééééé", strings.Repeat("🙂", 5), db.TurnDone)
-	got, err := s.TurnTranscript(ctx, "runes", db.TranscriptLimit{MaxChars: 10})
+	got, err = s.TurnTranscript(ctx, "runes", db.TranscriptLimit{MaxChars: 10})
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 	require.Equal(t, strings.Repeat("🙂", 5), got[0].Answer)

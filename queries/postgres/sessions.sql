@@ -25,6 +25,7 @@ UPDATE sessions SET
     agent_session_id  = COALESCE(sqlc.narg('agent_session_id')::text, agent_session_id),
     last_error        = COALESCE(sqlc.narg('last_error')::text, last_error),
     handoff_note      = COALESCE(sqlc.narg('handoff_note')::text, handoff_note),
+    reset_turn_id     = COALESCE(sqlc.narg('reset_turn_id')::bigint, reset_turn_id),
     last_health_ok_at = COALESCE(sqlc.narg('last_health_ok_at')::timestamptz, last_health_ok_at),
     resume_fail_count = CASE @resume_fail::text WHEN 'increment' THEN resume_fail_count + 1
                                                 WHEN 'reset' THEN 0
@@ -46,6 +47,7 @@ UPDATE sessions SET
     agent_session_id  = COALESCE(sqlc.narg('agent_session_id')::text, agent_session_id),
     last_error        = COALESCE(sqlc.narg('last_error')::text, last_error),
     handoff_note      = COALESCE(sqlc.narg('handoff_note')::text, handoff_note),
+    reset_turn_id     = COALESCE(sqlc.narg('reset_turn_id')::bigint, reset_turn_id),
     last_health_ok_at = COALESCE(sqlc.narg('last_health_ok_at')::timestamptz, last_health_ok_at),
     updated_at        = @now::timestamptz
 WHERE thread_key = @thread_key

@@ -25,6 +25,7 @@ UPDATE sessions SET
     agent_session_id  = COALESCE(sqlc.narg('agent_session_id'), agent_session_id),
     last_error        = COALESCE(sqlc.narg('last_error'), last_error),
     handoff_note      = COALESCE(sqlc.narg('handoff_note'), handoff_note),
+    reset_turn_id     = COALESCE(sqlc.narg('reset_turn_id'), reset_turn_id),
     last_health_ok_at = COALESCE(sqlc.narg('last_health_ok_at'), last_health_ok_at),
     resume_fail_count = CASE CAST(@resume_fail AS TEXT) WHEN 'increment' THEN resume_fail_count + 1
                                                       WHEN 'reset' THEN 0
@@ -45,6 +46,7 @@ UPDATE sessions SET
     agent_session_id  = COALESCE(sqlc.narg('agent_session_id'), agent_session_id),
     last_error        = COALESCE(sqlc.narg('last_error'), last_error),
     handoff_note      = COALESCE(sqlc.narg('handoff_note'), handoff_note),
+    reset_turn_id     = COALESCE(sqlc.narg('reset_turn_id'), reset_turn_id),
     last_health_ok_at = COALESCE(sqlc.narg('last_health_ok_at'), last_health_ok_at),
     updated_at        = @now
 WHERE thread_key = @thread_key

@@ -30,7 +30,7 @@ RETURNING *;
 -- TurnListTranscript returns the newest finished turns first; the store trims by characters and reverses.
 -- name: TurnListTranscript :many
 SELECT * FROM turns
-WHERE thread_key = @thread_key AND status IN ('done', 'failed', 'cancelled')
+WHERE thread_key = @thread_key AND status IN ('done', 'failed', 'cancelled') AND id > @after_id
 ORDER BY id DESC
 LIMIT @max_rows;
 

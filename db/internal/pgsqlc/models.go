@@ -50,6 +50,7 @@ type Session struct {
 	DestroyedAt     pgtype.Timestamptz
 	CreatedAt       pgtype.Timestamptz
 	UpdatedAt       pgtype.Timestamptz
+	ResetTurnID     int64
 }
 
 type Turn struct {

@@ -12,7 +12,7 @@ import (
 )
 
 const sessionGetByThread = `-- name: SessionGetByThread :one
-SELECT thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at FROM sessions WHERE thread_key = $1
+SELECT thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at, reset_turn_id FROM sessions WHERE thread_key = $1
 `
 
 func (q *Queries) SessionGetByThread(ctx context.Context, db DBTX, threadKey string) (Session, error) {
@@ -40,6 +40,7 @@ func (q *Queries) SessionGetByThread(ctx context.Context, db DBTX, threadKey str
 		&i.DestroyedAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.ResetTurnID,
 	)
 	return i, err
 }
@@ -53,7 +54,7 @@ INSERT INTO sessions (
     $8::timestamptz, $8::timestamptz, $8::timestamptz
 )
 ON CONFLICT (thread_key) DO NOTHING
-RETURNING thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at
+RETURNING thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at, reset_turn_id
 `
 
 type SessionInsertParams struct {
@@ -102,12 +103,13 @@ func (q *Queries) SessionInsert(ctx context.Context, db DBTX, arg SessionInsertP
 		&i.DestroyedAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.ResetTurnID,
 	)
 	return i, err
 }
 
 const sessionListBySandboxIDs = `-- name: SessionListBySandboxIDs :many
-SELECT thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at FROM sessions
+SELECT thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at, reset_turn_id FROM sessions
 WHERE sandbox_id = ANY($1::text[])
 ORDER BY thread_key
 `
@@ -143,6 +145,7 @@ func (q *Queries) SessionListBySandboxIDs(ctx context.Context, db DBTX, sandboxI
 			&i.DestroyedAt,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.ResetTurnID,
 		); err != nil {
 			return nil, err
 		}
@@ -155,7 +158,7 @@ func (q *Queries) SessionListBySandboxIDs(ctx context.Context, db DBTX, sandboxI
 }
 
 const sessionListByStatus = `-- name: SessionListByStatus :many
-SELECT thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at FROM sessions
+SELECT thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at, reset_turn_id FROM sessions
 WHERE status = $1 AND thread_key > $2
 ORDER BY thread_key
 LIMIT $3
@@ -198,6 +201,7 @@ func (q *Queries) SessionListByStatus(ctx context.Context, db DBTX, arg SessionL
 			&i.DestroyedAt,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.ResetTurnID,
 		); err != nil {
 			return nil, err
 		}
@@ -211,7 +215,7 @@ func (q *Queries) SessionListByStatus(ctx context.Context, db DBTX, arg SessionL
 
 const sessionListIdle = `-- name: SessionListIdle :many
 
-SELECT thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at FROM sessions
+SELECT thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at, reset_turn_id FROM sessions
 WHERE status = 'active' AND last_activity_at < $1::timestamptz
 ORDER BY last_activity_at
 LIMIT $2
@@ -254,6 +258,7 @@ func (q *Queries) SessionListIdle(ctx context.Context, db DBTX, arg SessionListI
 			&i.DestroyedAt,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.ResetTurnID,
 		); err != nil {
 			return nil, err
 		}
@@ -266,7 +271,7 @@ func (q *Queries) SessionListIdle(ctx context.Context, db DBTX, arg SessionListI
 }
 
 const sessionListPausedExpired = `-- name: SessionListPausedExpired :many
-SELECT thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at FROM sessions
+SELECT thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at, reset_turn_id FROM sessions
 WHERE status = 'paused' AND paused_at < $1::timestamptz
 ORDER BY paused_at
 LIMIT $2
@@ -308,6 +313,7 @@ func (q *Queries) SessionListPausedExpired(ctx context.Context, db DBTX, arg Ses
 			&i.DestroyedAt,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.ResetTurnID,
 		); err != nil {
 			return nil, err
 		}
@@ -350,18 +356,19 @@ UPDATE sessions SET
     agent_session_id  = COALESCE($6::text, agent_session_id),
     last_error        = COALESCE($7::text, last_error),
     handoff_note      = COALESCE($8::text, handoff_note),
-    last_health_ok_at = COALESCE($9::timestamptz, last_health_ok_at),
-    resume_fail_count = CASE $10::text WHEN 'increment' THEN resume_fail_count + 1
+    reset_turn_id     = COALESCE($9::bigint, reset_turn_id),
+    last_health_ok_at = COALESCE($10::timestamptz, last_health_ok_at),
+    resume_fail_count = CASE $11::text WHEN 'increment' THEN resume_fail_count + 1
                                                 WHEN 'reset' THEN 0
                                                 ELSE resume_fail_count END,
-    paused_at         = CASE WHEN $1::text = 'paused' THEN $11::timestamptz ELSE paused_at END,
-    resumed_at        = CASE WHEN $1::text = 'active' AND status = 'resuming' THEN $11::timestamptz
+    paused_at         = CASE WHEN $1::text = 'paused' THEN $12::timestamptz ELSE paused_at END,
+    resumed_at        = CASE WHEN $1::text = 'active' AND status = 'resuming' THEN $12::timestamptz
                              ELSE resumed_at END,
-    destroyed_at      = CASE WHEN $1::text = 'destroyed' THEN $11::timestamptz ELSE destroyed_at END,
-    last_activity_at  = CASE WHEN $1::text = 'active' THEN $11::timestamptz ELSE last_activity_at END,
-    updated_at        = $11::timestamptz
-WHERE thread_key = $12 AND status = ANY($13::text[])
-RETURNING thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at
+    destroyed_at      = CASE WHEN $1::text = 'destroyed' THEN $12::timestamptz ELSE destroyed_at END,
+    last_activity_at  = CASE WHEN $1::text = 'active' THEN $12::timestamptz ELSE last_activity_at END,
+    updated_at        = $12::timestamptz
+WHERE thread_key = $13 AND status = ANY($14::text[])
+RETURNING thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at, reset_turn_id
 `
 
 type SessionTransitionParams struct {
@@ -373,6 +380,7 @@ type SessionTransitionParams struct {
 	AgentSessionID pgtype.Text
 	LastError      pgtype.Text
 	HandoffNote    pgtype.Text
+	ResetTurnID    pgtype.Int8
 	LastHealthOkAt pgtype.Timestamptz
 	ResumeFail     string
 	Now            pgtype.Timestamptz
@@ -392,6 +400,7 @@ func (q *Queries) SessionTransition(ctx context.Context, db DBTX, arg SessionTra
 		arg.AgentSessionID,
 		arg.LastError,
 		arg.HandoffNote,
+		arg.ResetTurnID,
 		arg.LastHealthOkAt,
 		arg.ResumeFail,
 		arg.Now,
@@ -421,6 +430,7 @@ func (q *Queries) SessionTransition(ctx context.Context, db DBTX, arg SessionTra
 		&i.DestroyedAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.ResetTurnID,
 	)
 	return i, err
 }
@@ -433,10 +443,11 @@ UPDATE sessions SET
     agent_session_id  = COALESCE($4::text, agent_session_id),
     last_error        = COALESCE($5::text, last_error),
     handoff_note      = COALESCE($6::text, handoff_note),
-    last_health_ok_at = COALESCE($7::timestamptz, last_health_ok_at),
-    updated_at        = $8::timestamptz
-WHERE thread_key = $9
-RETURNING thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at
+    reset_turn_id     = COALESCE($7::bigint, reset_turn_id),
+    last_health_ok_at = COALESCE($8::timestamptz, last_health_ok_at),
+    updated_at        = $9::timestamptz
+WHERE thread_key = $10
+RETURNING thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at, reset_turn_id
 `
 
 type SessionUpdateParams struct {
@@ -446,6 +457,7 @@ type SessionUpdateParams struct {
 	AgentSessionID pgtype.Text
 	LastError      pgtype.Text
 	HandoffNote    pgtype.Text
+	ResetTurnID    pgtype.Int8
 	LastHealthOkAt pgtype.Timestamptz
 	Now            pgtype.Timestamptz
 	ThreadKey      string
@@ -459,6 +471,7 @@ func (q *Queries) SessionUpdate(ctx context.Context, db DBTX, arg SessionUpdateP
 		arg.AgentSessionID,
 		arg.LastError,
 		arg.HandoffNote,
+		arg.ResetTurnID,
 		arg.LastHealthOkAt,
 		arg.Now,
 		arg.ThreadKey,
@@ -486,6 +499,7 @@ func (q *Queries) SessionUpdate(ctx context.Context, db DBTX, arg SessionUpdateP
 		&i.DestroyedAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.ResetTurnID,
 	)
 	return i, err
 }

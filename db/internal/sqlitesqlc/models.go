@@ -50,6 +50,7 @@ type Session struct {
 	DestroyedAt     sql.NullString
 	CreatedAt       string
 	UpdatedAt       string
+	ResetTurnID     int64
 }
 
 type Turn struct {

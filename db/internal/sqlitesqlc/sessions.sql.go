@@ -12,7 +12,7 @@ import (
 )
 
 const sessionGetByThread = `-- name: SessionGetByThread :one
-SELECT thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at FROM sessions WHERE thread_key = ?1
+SELECT thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at, reset_turn_id FROM sessions WHERE thread_key = ?1
 `
 
 func (q *Queries) SessionGetByThread(ctx context.Context, db DBTX, threadKey string) (Session, error) {
@@ -40,6 +40,7 @@ func (q *Queries) SessionGetByThread(ctx context.Context, db DBTX, threadKey str
 		&i.DestroyedAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.ResetTurnID,
 	)
 	return i, err
 }
@@ -53,7 +54,7 @@ INSERT INTO sessions (
     ?8, ?8, ?8
 )
 ON CONFLICT (thread_key) DO NOTHING
-RETURNING thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at
+RETURNING thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at, reset_turn_id
 `
 
 type SessionInsertParams struct {
@@ -102,12 +103,13 @@ func (q *Queries) SessionInsert(ctx context.Context, db DBTX, arg SessionInsertP
 		&i.DestroyedAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.ResetTurnID,
 	)
 	return i, err
 }
 
 const sessionListBySandboxIDs = `-- name: SessionListBySandboxIDs :many
-SELECT thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at FROM sessions
+SELECT thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at, reset_turn_id FROM sessions
 WHERE sandbox_id IN (/*SLICE:sandbox_ids*/?)
 ORDER BY thread_key
 `
@@ -153,6 +155,7 @@ func (q *Queries) SessionListBySandboxIDs(ctx context.Context, db DBTX, sandboxI
 			&i.DestroyedAt,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.ResetTurnID,
 		); err != nil {
 			return nil, err
 		}
@@ -168,7 +171,7 @@ func (q *Queries) SessionListBySandboxIDs(ctx context.Context, db DBTX, sandboxI
 }
 
 const sessionListByStatus = `-- name: SessionListByStatus :many
-SELECT thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at FROM sessions
+SELECT thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at, reset_turn_id FROM sessions
 WHERE status = ?1 AND thread_key > ?2
 ORDER BY thread_key
 LIMIT ?3
@@ -211,6 +214,7 @@ func (q *Queries) SessionListByStatus(ctx context.Context, db DBTX, arg SessionL
 			&i.DestroyedAt,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.ResetTurnID,
 		); err != nil {
 			return nil, err
 		}
@@ -227,7 +231,7 @@ func (q *Queries) SessionListByStatus(ctx context.Context, db DBTX, arg SessionL
 
 const sessionListIdle = `-- name: SessionListIdle :many
 
-SELECT thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at FROM sessions
+SELECT thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at, reset_turn_id FROM sessions
 WHERE status = 'active' AND last_activity_at < ?1
 ORDER BY last_activity_at
 LIMIT ?2
@@ -270,6 +274,7 @@ func (q *Queries) SessionListIdle(ctx context.Context, db DBTX, arg SessionListI
 			&i.DestroyedAt,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.ResetTurnID,
 		); err != nil {
 			return nil, err
 		}
@@ -285,7 +290,7 @@ func (q *Queries) SessionListIdle(ctx context.Context, db DBTX, arg SessionListI
 }
 
 const sessionListPausedExpired = `-- name: SessionListPausedExpired :many
-SELECT thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at FROM sessions
+SELECT thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at, reset_turn_id FROM sessions
 WHERE status = 'paused' AND paused_at < ?1
 ORDER BY paused_at
 LIMIT ?2
@@ -327,6 +332,7 @@ func (q *Queries) SessionListPausedExpired(ctx context.Context, db DBTX, arg Ses
 			&i.DestroyedAt,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.ResetTurnID,
 		); err != nil {
 			return nil, err
 		}
@@ -372,17 +378,18 @@ UPDATE sessions SET
     agent_session_id  = COALESCE(?6, agent_session_id),
     last_error        = COALESCE(?7, last_error),
     handoff_note      = COALESCE(?8, handoff_note),
-    last_health_ok_at = COALESCE(?9, last_health_ok_at),
-    resume_fail_count = CASE CAST(?10 AS TEXT) WHEN 'increment' THEN resume_fail_count + 1
+    reset_turn_id     = COALESCE(?9, reset_turn_id),
+    last_health_ok_at = COALESCE(?10, last_health_ok_at),
+    resume_fail_count = CASE CAST(?11 AS TEXT) WHEN 'increment' THEN resume_fail_count + 1
                                                       WHEN 'reset' THEN 0
                                                       ELSE resume_fail_count END,
-    paused_at         = CASE WHEN ?1 = 'paused' THEN ?11 ELSE paused_at END,
-    resumed_at        = CASE WHEN ?1 = 'active' AND status = 'resuming' THEN ?11 ELSE resumed_at END,
-    destroyed_at      = CASE WHEN ?1 = 'destroyed' THEN ?11 ELSE destroyed_at END,
-    last_activity_at  = CASE WHEN ?1 = 'active' THEN ?11 ELSE last_activity_at END,
-    updated_at        = ?11
-WHERE thread_key = ?12 AND status IN (/*SLICE:from_statuses*/?)
-RETURNING thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at
+    paused_at         = CASE WHEN ?1 = 'paused' THEN ?12 ELSE paused_at END,
+    resumed_at        = CASE WHEN ?1 = 'active' AND status = 'resuming' THEN ?12 ELSE resumed_at END,
+    destroyed_at      = CASE WHEN ?1 = 'destroyed' THEN ?12 ELSE destroyed_at END,
+    last_activity_at  = CASE WHEN ?1 = 'active' THEN ?12 ELSE last_activity_at END,
+    updated_at        = ?12
+WHERE thread_key = ?13 AND status IN (/*SLICE:from_statuses*/?)
+RETURNING thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at, reset_turn_id
 `
 
 type SessionTransitionParams struct {
@@ -394,6 +401,7 @@ type SessionTransitionParams struct {
 	AgentSessionID sql.NullString
 	LastError      sql.NullString
 	HandoffNote    sql.NullString
+	ResetTurnID    sql.NullInt64
 	LastHealthOkAt sql.NullString
 	ResumeFail     string
 	Now            string
@@ -414,6 +422,7 @@ func (q *Queries) SessionTransition(ctx context.Context, db DBTX, arg SessionTra
 	queryParams = append(queryParams, arg.AgentSessionID)
 	queryParams = append(queryParams, arg.LastError)
 	queryParams = append(queryParams, arg.HandoffNote)
+	queryParams = append(queryParams, arg.ResetTurnID)
 	queryParams = append(queryParams, arg.LastHealthOkAt)
 	queryParams = append(queryParams, arg.ResumeFail)
 	queryParams = append(queryParams, arg.Now)
@@ -450,6 +459,7 @@ func (q *Queries) SessionTransition(ctx context.Context, db DBTX, arg SessionTra
 		&i.DestroyedAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.ResetTurnID,
 	)
 	return i, err
 }
@@ -462,10 +472,11 @@ UPDATE sessions SET
     agent_session_id  = COALESCE(?4, agent_session_id),
     last_error        = COALESCE(?5, last_error),
     handoff_note      = COALESCE(?6, handoff_note),
-    last_health_ok_at = COALESCE(?7, last_health_ok_at),
-    updated_at        = ?8
-WHERE thread_key = ?9
-RETURNING thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at
+    reset_turn_id     = COALESCE(?7, reset_turn_id),
+    last_health_ok_at = COALESCE(?8, last_health_ok_at),
+    updated_at        = ?9
+WHERE thread_key = ?10
+RETURNING thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at, reset_turn_id
 `
 
 type SessionUpdateParams struct {
@@ -475,6 +486,7 @@ type SessionUpdateParams struct {
 	AgentSessionID sql.NullString
 	LastError      sql.NullString
 	HandoffNote    sql.NullString
+	ResetTurnID    sql.NullInt64
 	LastHealthOkAt sql.NullString
 	Now            string
 	ThreadKey      string
@@ -488,6 +500,7 @@ func (q *Queries) SessionUpdate(ctx context.Context, db DBTX, arg SessionUpdateP
 		arg.AgentSessionID,
 		arg.LastError,
 		arg.HandoffNote,
+		arg.ResetTurnID,
 		arg.LastHealthOkAt,
 		arg.Now,
 		arg.ThreadKey,
@@ -515,6 +528,7 @@ func (q *Queries) SessionUpdate(ctx context.Context, db DBTX, arg SessionUpdateP
 		&i.DestroyedAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.ResetTurnID,
 	)
 	return i, err
 }

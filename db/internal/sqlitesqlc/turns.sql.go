@@ -177,19 +177,20 @@ func (q *Queries) TurnListStuck(ctx context.Context, db DBTX, arg TurnListStuckP
 
 const turnListTranscript = `-- name: TurnListTranscript :many
 SELECT id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at FROM turns
-WHERE thread_key = ?1 AND status IN ('done', 'failed', 'cancelled')
+WHERE thread_key = ?1 AND status IN ('done', 'failed', 'cancelled') AND id > ?2
 ORDER BY id DESC
-LIMIT ?2
+LIMIT ?3
 `
 
 type TurnListTranscriptParams struct {
 	ThreadKey string
+	AfterID   int64
 	MaxRows   int64
 }
 
 // TurnListTranscript returns the newest finished turns first; the store trims by characters and reverses.
 func (q *Queries) TurnListTranscript(ctx context.Context, db DBTX, arg TurnListTranscriptParams) ([]Turn, error) {
-	rows, err := db.QueryContext(ctx, turnListTranscript, arg.ThreadKey, arg.MaxRows)
+	rows, err := db.QueryContext(ctx, turnListTranscript, arg.ThreadKey, arg.AfterID, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}
