@@ -37,8 +37,16 @@ func New() *Runtime { return &Runtime{shells: map[string]string{}} }
 // Name implements runtime.Runtime.
 func (r *Runtime) Name() string { return "shell" }
 
-// Ensure checks the sandbox answers and prepares the directories the bot relies on.
+// Ensure prepares the directories the bot relies on, once per sandbox: a shell has no server process
+// that could be down, and a sandbox that stopped answering fails the prompt's own exec as sandbox-down,
+// which makes the pool re-resolve. Skipping the exec keeps a warm turn to one exec.
 func (r *Runtime) Ensure(ctx context.Context, sb sandbox.Sandbox) error {
+	r.mu.Lock()
+	_, done := r.shells[sb.Handle().ID]
+	r.mu.Unlock()
+	if done {
+		return nil
+	}
 	var out strings.Builder
 	res, err := sb.Exec(ctx, sandbox.ExecRequest{
 		Cmd:     []string{"/bin/sh", "-c", "mkdir -p input output/display && if command -v bash >/dev/null 2>&1; then echo bash; else echo sh; fi"},

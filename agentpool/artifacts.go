@@ -1,0 +1,319 @@
+package agentpool
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/threadbox/threadbox/db"
+	"github.com/threadbox/threadbox/sandbox"
+)
+
+// ArtifactDir is where the agent puts files meant for the user, relative to the work directory.
+const ArtifactDir = "output/display"
+
+// ArtifactLimits caps what one turn uploads (DESIGN §7). Zero fields take the defaults.
+type ArtifactLimits struct {
+	// MaxFileBytes is the largest file uploaded (default 10 MiB, Discord's upload limit).
+	MaxFileBytes int64
+	// MaxTurnBytes bounds the files of one turn together (default 50 MiB).
+	MaxTurnBytes int64
+	// MaxCount is the most files one turn uploads (default 10, Discord's per-message limit).
+	MaxCount int
+	// MaxNameLen caps a display name, in characters, extension included (default 120).
+	MaxNameLen int
+}
+
+// Artifact defaults.
+const (
+	DefaultArtifactMaxFileBytes = 10 << 20
+	DefaultArtifactMaxTurnBytes = 50 << 20
+	DefaultArtifactMaxCount     = 10
+	DefaultArtifactMaxNameLen   = 120
+)
+
+// maxArtifactEntries bounds how many files one collection reads and hashes: an agent that writes
+// thousands of files must not turn every reply into thousands of reads.
+const maxArtifactEntries = 1000
+
+// minNameLen leaves room for a stem, a de-duplicating suffix and an extension.
+const minNameLen = 16
+
+func (l ArtifactLimits) withDefaults() ArtifactLimits {
+	l.MaxFileBytes = cmp.Or(l.MaxFileBytes, DefaultArtifactMaxFileBytes)
+	l.MaxTurnBytes = cmp.Or(l.MaxTurnBytes, DefaultArtifactMaxTurnBytes)
+	l.MaxCount = cmp.Or(l.MaxCount, DefaultArtifactMaxCount)
+	l.MaxNameLen = cmp.Or(l.MaxNameLen, DefaultArtifactMaxNameLen)
+	return l
+}
+
+func (l ArtifactLimits) validate() error {
+	switch {
+	case l.MaxFileBytes <= 0:
+		return fmt.Errorf("agentpool: artifacts MaxFileBytes = %d: must be positive", l.MaxFileBytes)
+	case l.MaxTurnBytes < l.MaxFileBytes:
+		return fmt.Errorf("agentpool: artifacts MaxTurnBytes = %d: must be at least MaxFileBytes (%d)", l.MaxTurnBytes, l.MaxFileBytes)
+	case l.MaxCount <= 0:
+		return fmt.Errorf("agentpool: artifacts MaxCount = %d: must be positive", l.MaxCount)
+	case l.MaxNameLen < minNameLen:
+		return fmt.Errorf("agentpool: artifacts MaxNameLen = %d: must be at least %d", l.MaxNameLen, minNameLen)
+	}
+	return nil
+}
+
+// Artifact is a new or changed file to upload.
+type Artifact struct {
+	// Path is relative to output/display, as listed (the key under which uploads are remembered).
+	Path string
+	// Name is the sanitized display name, unique within the turn.
+	Name   string
+	Data   []byte
+	Size   int64
+	SHA256 string
+}
+
+// SkippedArtifact is a file that was not uploaded; the reply lists it, so nothing is dropped silently.
+type SkippedArtifact struct {
+	// Name is the sanitized display name.
+	Name   string
+	Size   int64
+	Reason string
+}
+
+// String renders the line for the reply: "not uploaded: report.pdf (12.3 MiB): larger than …".
+func (s SkippedArtifact) String() string {
+	return fmt.Sprintf("not uploaded: %s (%s): %s", s.Name, HumanSize(s.Size), s.Reason)
+}
+
+// HumanSize renders a byte count in binary units: 512 B, 1.5 KiB, 10 MiB.
+func HumanSize(n int64) string {
+	if n < 1024 {
+		return strconv.FormatInt(n, 10) + " B"
+	}
+	v := float64(n)
+	unit := ""
+	for _, u := range []string{"KiB", "MiB", "GiB", "TiB"} {
+		v /= 1024
+		unit = u
+		if v < 1024 {
+			break
+		}
+	}
+	s := strconv.FormatFloat(v, 'f', 1, 64)
+	return strings.TrimSuffix(s, ".0") + " " + unit
+}
+
+// CollectArtifacts returns the regular files under output/display that are new or changed since the
+// thread last uploaded them (by path and sha256), within lim, in path order; and what it skipped, with
+// why. An unchanged file is neither returned nor listed as skipped: it was uploaded before.
+//
+// Symlinks, devices and other non-regular entries are skipped unread: they could point anywhere in
+// the sandbox (output/display/passwd -> /etc/passwd), and the provider never follows them. A file
+// over MaxFileBytes is skipped on its listed size, without reading it. A missing output/display means
+// nothing to upload.
+//
+// Uploads are not recorded here: call RecordArtifacts once the platform confirmed them.
+func CollectArtifacts(ctx context.Context, sb sandbox.Sandbox, store db.ArtifactStore, threadKey string, lim ArtifactLimits) (found []Artifact, skipped []SkippedArtifact, err error) {
+	lim = lim.withDefaults()
+	if err := lim.validate(); err != nil {
+		return nil, nil, err
+	}
+	entries, err := sb.ListFiles(ctx, ArtifactDir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, nil, nil
+	case errors.Is(err, sandbox.ErrNotRegular):
+		// output/display (or output) is itself a symlink or a file: nothing under it is trusted.
+		return nil, []SkippedArtifact{{Name: ArtifactDir, Reason: "not a directory (symlinks are never followed)"}}, nil
+	case err != nil:
+		return nil, nil, fmt.Errorf("agentpool: list %s: %w", ArtifactDir, err)
+	}
+	slices.SortFunc(entries, func(a, b sandbox.FileInfo) int { return strings.Compare(a.Path, b.Path) })
+
+	var (
+		total   int64
+		checked int
+		names   = map[string]int{}
+	)
+	skip := func(name string, size int64, reason string) {
+		skipped = append(skipped, SkippedArtifact{Name: name, Size: size, Reason: reason})
+	}
+	for i, e := range entries {
+		if e.Mode.IsDir() {
+			continue
+		}
+		name := sanitizeName(e.Path, lim.MaxNameLen)
+		if !e.Mode.IsRegular() {
+			skip(name, e.Size, "not a regular file")
+			continue
+		}
+		if e.Size > lim.MaxFileBytes {
+			skip(name, e.Size, "larger than the "+HumanSize(lim.MaxFileBytes)+" per-file limit")
+			continue
+		}
+		if checked == maxArtifactEntries {
+			skip(fmt.Sprintf("%d more files", countRegular(entries[i:])), 0,
+				fmt.Sprintf("output/display holds more than %d files; only the first were checked", maxArtifactEntries))
+			break
+		}
+		checked++
+		data, err := sb.ReadFile(ctx, ArtifactDir+"/"+e.Path, lim.MaxFileBytes)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			continue // removed since the listing
+		case errors.Is(err, sandbox.ErrNotRegular):
+			skip(name, e.Size, "not a regular file")
+			continue
+		case errors.Is(err, sandbox.ErrFileTooLarge):
+			// It grew since the listing.
+			skip(name, max(e.Size, lim.MaxFileBytes+1), "larger than the "+HumanSize(lim.MaxFileBytes)+" per-file limit")
+			continue
+		case err != nil:
+			return nil, nil, fmt.Errorf("agentpool: read %s/%s: %w", ArtifactDir, e.Path, err)
+		}
+		sum := sha256.Sum256(data)
+		a := Artifact{Path: e.Path, Data: data, Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:])}
+		_, err = store.ArtifactLookup(ctx, threadKey, a.Path, a.SHA256)
+		switch {
+		case err == nil:
+			continue // uploaded before with this content
+		case !errors.Is(err, db.ErrNotFound):
+			return nil, nil, fmt.Errorf("agentpool: artifact %s: %w", a.Path, err)
+		}
+		switch {
+		case len(found) >= lim.MaxCount:
+			skip(name, a.Size, fmt.Sprintf("more than %d files in one reply", lim.MaxCount))
+			continue
+		case total+a.Size > lim.MaxTurnBytes:
+			skip(name, a.Size, "the reply's files would exceed the "+HumanSize(lim.MaxTurnBytes)+" per-reply limit")
+			continue
+		}
+		total += a.Size
+		a.Name = uniqueNameLen(name, names, lim.MaxNameLen)
+		found = append(found, a)
+	}
+	return found, skipped, nil
+}
+
+func countRegular(es []sandbox.FileInfo) int {
+	n := 0
+	for _, e := range es {
+		if e.Mode.IsRegular() {
+			n++
+		}
+	}
+	return n
+}
+
+// RecordArtifacts remembers the uploads the platform confirmed: fileIDs[i] is the platform's id for
+// uploaded[i], "" where that upload failed (it is not recorded, so the next turn offers it again).
+// It records what it can and reports every failure.
+func RecordArtifacts(ctx context.Context, store db.ArtifactStore, turnID int64, uploaded []Artifact, fileIDs []string) error {
+	var errs []error
+	for i, a := range uploaded {
+		if i >= len(fileIDs) || fileIDs[i] == "" {
+			continue
+		}
+		if _, err := store.ArtifactRecord(ctx, db.NewArtifact{
+			TurnID: turnID, Path: a.Path, SHA256: a.SHA256, Size: a.Size, PlatformFileID: fileIDs[i],
+		}); err != nil {
+			errs = append(errs, fmt.Errorf("agentpool: record artifact %s: %w", a.Path, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// SanitizeName makes a display name out of a file name from the sandbox, which the agent (and so
+// whoever prompts it) controls. It keeps the base name only (no ../ or directories, with / or \),
+// drops control characters and invisible formatting characters (bidi overrides that would show
+// "exe.pdf" for "fdp.exe", zero-width characters), replaces characters that are invalid in file
+// names on common systems, collapses whitespace, trims leading dots and dashes (no hidden files, no
+// names read as options), and caps the length at DefaultArtifactMaxNameLen characters, keeping the
+// extension. An empty result becomes "file".
+func SanitizeName(name string) string { return sanitizeName(name, DefaultArtifactMaxNameLen) }
+
+func sanitizeName(name string, maxLen int) string {
+	name = strings.ToValidUTF8(name, "")
+	name = strings.ReplaceAll(name, `\`, "/")
+	name = name[strings.LastIndexByte(name, '/')+1:]
+
+	var b strings.Builder
+	space := false
+	for _, r := range name {
+		switch {
+		case unicode.IsSpace(r):
+			space = true
+			continue
+		case unicode.IsControl(r), unicode.Is(unicode.Cf, r), r == utf8.RuneError:
+			continue
+		case strings.ContainsRune(`<>:"|?*`, r):
+			r = '_'
+		}
+		if space && b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		space = false
+		b.WriteRune(r)
+	}
+	name = strings.TrimLeft(b.String(), ".- ")
+	name = strings.TrimRight(name, ". ")
+	if name == "" {
+		return "file"
+	}
+	stem, ext := splitExt(name)
+	return capName(stem, ext, maxLen)
+}
+
+// splitExt splits off a short extension. A long "extension" is part of the name: keeping 100
+// characters after a dot would defeat the length cap.
+func splitExt(name string) (stem, ext string) {
+	ext = path.Ext(name)
+	if ext == name || utf8.RuneCountInString(ext) > 16 {
+		return name, ""
+	}
+	return strings.TrimSuffix(name, ext), ext
+}
+
+// capName joins stem and ext, cutting the stem so that the whole fits maxLen characters.
+func capName(stem, ext string, maxLen int) string {
+	keep := maxLen - utf8.RuneCountInString(ext)
+	if utf8.RuneCountInString(stem) > keep {
+		stem = strings.TrimRight(string([]rune(stem)[:max(keep, 1)]), ". ")
+	}
+	if stem == "" {
+		stem = "file"
+	}
+	return stem + ext
+}
+
+// uniqueName returns name, or name-2, name-3, … (before the extension) if used already has it, and
+// marks the result used. used counts per requested name, so many duplicates stay cheap.
+func uniqueName(name string, used map[string]int) string {
+	return uniqueNameLen(name, used, DefaultArtifactMaxNameLen)
+}
+
+func uniqueNameLen(name string, used map[string]int, maxLen int) string {
+	out := name
+	if used[name] > 0 {
+		stem, ext := splitExt(name)
+		for n := used[name] + 1; ; n++ {
+			out = capName(stem, "-"+strconv.Itoa(n)+ext, maxLen)
+			if used[out] == 0 {
+				used[name] = n
+				break
+			}
+		}
+	}
+	used[out]++
+	return out
+}

@@ -1,0 +1,118 @@
+package agentpool
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/threadbox/threadbox/db"
+	"github.com/threadbox/threadbox/db/dbtest"
+	"github.com/threadbox/threadbox/sandbox"
+)
+
+// readSpy records the paths a Sandbox was asked to read.
+type readSpy struct {
+	sandbox.Sandbox
+	mu    sync.Mutex // protects reads
+	reads []string
+}
+
+func (s *readSpy) ReadFile(ctx context.Context, p string, max int64) ([]byte, error) {
+	s.mu.Lock()
+	s.reads = append(s.reads, strings.TrimPrefix(p, ArtifactDir+"/"))
+	s.mu.Unlock()
+	return s.Sandbox.ReadFile(ctx, p, max)
+}
+
+func (s *readSpy) takeReads() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.reads
+	s.reads = nil
+	return r
+}
+
+func shell(t *testing.T, sb sandbox.Sandbox, script string) {
+	t.Helper()
+	var out bytes.Buffer
+	res, err := sb.Exec(context.Background(), sandbox.ExecRequest{
+		Cmd: []string{"sh", "-c", script}, Stdout: &out, Stderr: &out, Timeout: time.Minute,
+	})
+	require.NoError(t, err)
+	require.Zero(t, res.ExitCode, "%s: %s", script, out.String())
+}
+
+func TestDockerArtifacts(t *testing.T) {
+	forEachMaintStore(t, func(t *testing.T, st db.Store, _ *dbtest.Clock) {
+		ctx := context.Background()
+		dep := "art-" + maintRandom()
+		p := maintDocker(t, dep)
+		const thread = "web:docker-art"
+		sb := &readSpy{Sandbox: sandbox.Bind(p, maintDockerBox(t, p, dep, thread))}
+		lim := ArtifactLimits{MaxFileBytes: 1 << 10, MaxTurnBytes: 4 << 10}
+		collect := func() ([]Artifact, []string) {
+			t.Helper()
+			found, skipped, err := CollectArtifacts(ctx, sb, st, thread, lim)
+			require.NoError(t, err)
+			var lines []string
+			for _, s := range skipped {
+				lines = append(lines, s.String())
+			}
+			return found, lines
+		}
+
+		found, skipped := collect()
+		require.Empty(t, found, "no output/display yet: nothing, and no error")
+		require.Empty(t, skipped)
+
+		shell(t, sb, `set -e
+mkdir -p output/display/sub
+printf hello > output/display/a.txt
+printf nested > output/display/sub/n.txt
+ln -s /etc/passwd output/display/passwd
+printf x > 'output/display/..\evil.sh'
+printf odd > "output/display/$(printf '.in\001voice\342\200\256fdp.exe')"
+head -c 2048 /dev/zero > output/display/big.bin`)
+
+		found, skipped = collect()
+		require.Equal(t, []string{
+			`..\evil.sh=evil.sh`,
+			".in\x01voice\u202efdp.exe=invoicefdp.exe",
+			"a.txt=a.txt",
+			"sub/n.txt=n.txt",
+		}, names(found))
+		require.Equal(t, "hello", string(found[2].Data))
+		require.Equal(t, []string{
+			"not uploaded: big.bin (2 KiB): larger than the 1 KiB per-file limit",
+			"not uploaded: passwd (0 B): not a regular file",
+		}, skipped)
+		reads := sb.takeReads()
+		require.NotContains(t, reads, "passwd", "the symlink is never read")
+		require.NotContains(t, reads, "big.bin", "the oversized file is not read")
+		for _, a := range found {
+			require.NotContains(t, string(a.Data), "root:")
+		}
+
+		tr, err := st.TurnInsert(ctx, db.NewTurn{ThreadKey: thread, PlatformEventID: "e-" + maintRandom(), Prompt: "p"})
+		require.NoError(t, err)
+		ids := make([]string, len(found))
+		for i := range ids {
+			ids[i] = "F" + found[i].Name
+		}
+		require.NoError(t, RecordArtifacts(ctx, st, tr.ID, found, ids))
+
+		found, skipped = collect()
+		require.Empty(t, found, "uploaded once: not again while unchanged")
+		require.Len(t, skipped, 2, "what cannot be uploaded is still reported")
+
+		shell(t, sb, `printf changed > output/display/a.txt`)
+		found, _ = collect()
+		require.Equal(t, []string{"a.txt=a.txt"}, names(found), "again after it changed")
+		require.Equal(t, "changed", string(found[0].Data))
+	})
+}

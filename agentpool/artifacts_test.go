@@ -1,0 +1,383 @@
+package agentpool
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/threadbox/threadbox/db"
+	"github.com/threadbox/threadbox/db/dbtest"
+	"github.com/threadbox/threadbox/sandbox"
+)
+
+func TestSanitizeName(t *testing.T) {
+	long := strings.Repeat("a", 500) + ".pdf"
+	tests := []struct {
+		in, want string
+	}{
+		{"report.pdf", "report.pdf"},
+		{"../evil", "evil"},
+		{"../../etc/passwd", "passwd"},
+		{`..\evil`, "evil"},
+		{`C:\Users\x\evil.bat`, "evil.bat"},
+		{"a/b/c.txt", "c.txt"},
+		{"..", "file"},
+		{"bad\x00na\x07me\x1b[31m.txt", "badname[31m.txt"},
+		{"line\nbreak\r\ttab.txt", "line break tab.txt"},
+		{"invoice\u202Efdp.exe", "invoicefdp.exe"},     // RTL override would show "invoiceexe.pdf"
+		{"zero\u200Bwidth\uFEFF.txt", "zerowidth.txt"}, // invisible characters
+		{"\u2066isolate\u2069.md", "isolate.md"},
+		{long, strings.Repeat("a", 116) + ".pdf"},
+		{"", "file"},
+		{"   ", "file"},
+		{".hidden", "hidden"},
+		{"..hidden.txt", "hidden.txt"},
+		{"-rf", "rf"},
+		{"--.-x.sh", "x.sh"},
+		{"  many   spaces \t here .txt", "many spaces here .txt"},
+		{"trailing dots...", "trailing dots"},
+		{"résumé 📄.pdf", "résumé 📄.pdf"},
+		{"a<b>c:d\"e|f?g*h.txt", "a_b_c_d_e_f_g_h.txt"},
+		{"bad\xffutf8.txt", "badutf8.txt"},
+		{"x." + strings.Repeat("e", 200), "x." + strings.Repeat("e", 118)}, // a long "extension" is not kept
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got := SanitizeName(tt.in)
+			require.Equal(t, tt.want, got)
+			require.LessOrEqual(t, utf8.RuneCountInString(got), DefaultArtifactMaxNameLen)
+			require.Equal(t, got, SanitizeName(got), "sanitizing is idempotent")
+		})
+	}
+	require.Equal(t, "aaaaaaaaaaa.pdf", sanitizeName(long, 15), "a smaller cap keeps the extension too")
+}
+
+func TestUniqueName(t *testing.T) {
+	used := map[string]int{}
+	var got []string
+	for _, n := range []string{"report.pdf", "report.pdf", "report-2.pdf", "report.pdf", "notes", "notes"} {
+		got = append(got, uniqueName(n, used))
+	}
+	require.Equal(t, []string{"report.pdf", "report-2.pdf", "report-2-2.pdf", "report-3.pdf", "notes", "notes-2"}, got)
+
+	used = map[string]int{}
+	long := strings.Repeat("b", 20) + ".txt"
+	require.Equal(t, "bbbbbbbbbbbb.txt", uniqueNameLen(sanitizeName(long, 16), used, 16))
+	require.Equal(t, "bbbbbbbbbb-2.txt", uniqueNameLen(sanitizeName(long, 16), used, 16), "the suffix fits the cap")
+}
+
+func TestSkippedArtifactStringAndHumanSize(t *testing.T) {
+	s := SkippedArtifact{Name: "big.bin", Size: 12_345_678, Reason: "larger than the 10 MiB per-file limit"}
+	require.Equal(t, "not uploaded: big.bin (11.8 MiB): larger than the 10 MiB per-file limit", s.String())
+
+	for n, want := range map[int64]string{
+		0: "0 B", 1023: "1023 B", 1024: "1 KiB", 1536: "1.5 KiB", 10 << 20: "10 MiB", 50 << 20: "50 MiB",
+		3 << 30: "3 GiB", 5 << 40: "5 TiB",
+	} {
+		require.Equal(t, want, HumanSize(n), n)
+	}
+}
+
+func TestArtifactLimitsDefaultsAndValidation(t *testing.T) {
+	def := ArtifactLimits{}.withDefaults()
+	require.Equal(t, ArtifactLimits{MaxFileBytes: 10 << 20, MaxTurnBytes: 50 << 20, MaxCount: 10, MaxNameLen: 120}, def)
+	require.NoError(t, def.validate())
+	for _, tt := range []struct {
+		lim  ArtifactLimits
+		want string
+	}{
+		{ArtifactLimits{MaxFileBytes: -1}, "MaxFileBytes = -1"},
+		{ArtifactLimits{MaxFileBytes: 20 << 20, MaxTurnBytes: 10 << 20}, "MaxTurnBytes = 10485760: must be at least MaxFileBytes"},
+		{ArtifactLimits{MaxCount: -2}, "MaxCount = -2"},
+		{ArtifactLimits{MaxNameLen: 3}, "MaxNameLen = 3"},
+	} {
+		require.ErrorContains(t, tt.lim.withDefaults().validate(), tt.want)
+	}
+}
+
+// artBox is a sandbox.Sandbox holding output/display in memory. It records every read, so tests
+// can prove that a file was never read.
+type artBox struct {
+	mu      sync.Mutex // protects the following
+	entries []sandbox.FileInfo
+	data    map[string][]byte
+	listErr error
+	readErr map[string]error
+	reads   []string
+}
+
+var _ sandbox.Sandbox = (*artBox)(nil)
+
+func newArtBox() *artBox { return &artBox{data: map[string][]byte{}, readErr: map[string]error{}} }
+
+func (b *artBox) put(p, content string) *artBox {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.data[p] = []byte(content)
+	for i, e := range b.entries {
+		if e.Path == p {
+			b.entries[i].Size = int64(len(content))
+			return b
+		}
+	}
+	b.entries = append(b.entries, sandbox.FileInfo{Path: p, Size: int64(len(content)), Mode: 0o644})
+	return b
+}
+
+func (b *artBox) special(p string, mode fs.FileMode) *artBox {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.entries = append(b.entries, sandbox.FileInfo{Path: p, Mode: mode})
+	b.data[p] = []byte("root:x:0:0:root:/root:/bin/sh") // what following it would read
+	return b
+}
+
+func (b *artBox) readPaths() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.reads...)
+}
+
+func (b *artBox) Handle() sandbox.Handle { return sandbox.Handle{Provider: "art", ID: "box"} }
+
+func (b *artBox) ListFiles(ctx context.Context, dir string) ([]sandbox.FileInfo, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if dir != ArtifactDir {
+		return nil, fmt.Errorf("list %s: %w", dir, fs.ErrNotExist)
+	}
+	if b.listErr != nil {
+		return nil, b.listErr
+	}
+	// Unsorted on purpose: CollectArtifacts must not rely on the provider's order.
+	out := append([]sandbox.FileInfo(nil), b.entries...)
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
+	return out, nil
+}
+
+func (b *artBox) ReadFile(ctx context.Context, p string, max int64) ([]byte, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	rel, ok := strings.CutPrefix(p, ArtifactDir+"/")
+	if !ok {
+		return nil, fmt.Errorf("read %s outside %s", p, ArtifactDir)
+	}
+	b.reads = append(b.reads, rel)
+	if err := b.readErr[rel]; err != nil {
+		return nil, err
+	}
+	d, ok := b.data[rel]
+	if !ok {
+		return nil, fmt.Errorf("read %s: %w", p, fs.ErrNotExist)
+	}
+	if int64(len(d)) > max {
+		return nil, fmt.Errorf("read %s: %w", p, sandbox.ErrFileTooLarge)
+	}
+	return append([]byte(nil), d...), nil
+}
+
+func (b *artBox) Exec(context.Context, sandbox.ExecRequest) (sandbox.ExecResult, error) {
+	return sandbox.ExecResult{}, sandbox.ErrUnsupported
+}
+
+func (b *artBox) WriteFile(context.Context, string, []byte, fs.FileMode) error {
+	return sandbox.ErrUnsupported
+}
+
+func (b *artBox) Dial(context.Context, int) (net.Conn, error) { return nil, sandbox.ErrUnsupported }
+
+// noArtifacts is an ArtifactStore that has recorded nothing.
+type noArtifacts struct{}
+
+func (noArtifacts) ArtifactRecord(context.Context, db.NewArtifact) (db.Artifact, error) {
+	return db.Artifact{}, errors.New("not recording")
+}
+
+func (noArtifacts) ArtifactLookup(context.Context, string, string, string) (db.Artifact, error) {
+	return db.Artifact{}, db.ErrNotFound
+}
+
+func names(as []Artifact) []string {
+	out := []string{}
+	for _, a := range as {
+		out = append(out, a.Path+"="+a.Name)
+	}
+	return out
+}
+
+func TestCollectArtifactsCapsAndKinds(t *testing.T) {
+	boom := errors.New("daemon went away")
+	tests := []struct {
+		name        string
+		box         *artBox
+		lim         ArtifactLimits
+		wantFound   []string // path=name
+		wantSkipped []string // SkippedArtifact.String()
+		wantReads   []string
+		wantErr     error
+	}{
+		{
+			name: "no output/display",
+			box:  &artBox{listErr: fmt.Errorf("list: %w", fs.ErrNotExist)},
+		},
+		{
+			name:        "output/display is a symlink",
+			box:         &artBox{listErr: fmt.Errorf("list: %w", sandbox.ErrNotRegular)},
+			wantSkipped: []string{"not uploaded: output/display (0 B): not a directory (symlinks are never followed)"},
+		},
+		{
+			name:    "listing fails",
+			box:     &artBox{listErr: boom},
+			wantErr: boom,
+		},
+		{
+			name: "only regular files within the per-file cap are read",
+			box: newArtBox().put("ok.txt", "hello").special("passwd", fs.ModeSymlink|0o777).
+				special("null", fs.ModeDevice|fs.ModeCharDevice|0o666).special("sub", fs.ModeDir|0o755).
+				put("sub/nested.txt", "nested").put("big.bin", strings.Repeat("x", 101)),
+			lim:       ArtifactLimits{MaxFileBytes: 100},
+			wantFound: []string{"ok.txt=ok.txt", "sub/nested.txt=nested.txt"},
+			wantSkipped: []string{
+				"not uploaded: big.bin (101 B): larger than the 100 B per-file limit",
+				"not uploaded: null (0 B): not a regular file",
+				"not uploaded: passwd (0 B): not a regular file",
+			},
+			wantReads: []string{"ok.txt", "sub/nested.txt"},
+		},
+		{
+			name:      "count cap",
+			box:       newArtBox().put("a", "1").put("b", "2").put("c", "3").put("d", "4"),
+			lim:       ArtifactLimits{MaxCount: 2},
+			wantFound: []string{"a=a", "b=b"},
+			wantSkipped: []string{
+				"not uploaded: c (1 B): more than 2 files in one reply",
+				"not uploaded: d (1 B): more than 2 files in one reply",
+			},
+			wantReads: []string{"a", "b", "c", "d"},
+		},
+		{
+			name: "per-turn byte cap",
+			box: newArtBox().put("a", strings.Repeat("a", 60)).put("b", strings.Repeat("b", 60)).
+				put("c", strings.Repeat("c", 60)).put("d", "small"),
+			lim:         ArtifactLimits{MaxFileBytes: 100, MaxTurnBytes: 150},
+			wantFound:   []string{"a=a", "b=b", "d=d"},
+			wantSkipped: []string{"not uploaded: c (60 B): the reply's files would exceed the 150 B per-reply limit"},
+			wantReads:   []string{"a", "b", "c", "d"},
+		},
+		{
+			name:      "display names are sanitized and unique in the turn",
+			box:       newArtBox().put("x/report.pdf", "1").put("y/report.pdf", "2").put("z/.report.pdf", "3").put("-w\u202E.txt", "4"),
+			wantFound: []string{"-w\u202E.txt=w.txt", "x/report.pdf=report.pdf", "y/report.pdf=report-2.pdf", "z/.report.pdf=report-3.pdf"},
+			wantReads: []string{"-w\u202E.txt", "x/report.pdf", "y/report.pdf", "z/.report.pdf"},
+		},
+		{
+			name: "changed between listing and reading",
+			box: func() *artBox {
+				b := newArtBox().put("grew", "small").put("swapped", "file").put("gone", "soon").put("fine", "ok")
+				b.data["grew"] = []byte(strings.Repeat("g", 200))
+				b.readErr["swapped"] = fmt.Errorf("read: %w", sandbox.ErrNotRegular)
+				delete(b.data, "gone")
+				return b
+			}(),
+			lim:       ArtifactLimits{MaxFileBytes: 100},
+			wantFound: []string{"fine=fine"},
+			wantSkipped: []string{
+				"not uploaded: grew (101 B): larger than the 100 B per-file limit",
+				"not uploaded: swapped (4 B): not a regular file",
+			},
+			wantReads: []string{"fine", "gone", "grew", "swapped"},
+		},
+		{
+			name:      "read fails",
+			box:       func() *artBox { b := newArtBox().put("a", "1"); b.readErr["a"] = boom; return b }(),
+			wantErr:   boom,
+			wantReads: []string{"a"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			found, skipped, err := CollectArtifacts(context.Background(), tt.box, noArtifacts{}, "web:t", tt.lim)
+			require.ErrorIs(t, err, tt.wantErr)
+			if tt.wantErr != nil {
+				require.Nil(t, found)
+				return
+			}
+			require.Equal(t, append([]string{}, tt.wantFound...), names(found))
+			var gotSkipped []string
+			for _, s := range skipped {
+				gotSkipped = append(gotSkipped, s.String())
+			}
+			require.Equal(t, tt.wantSkipped, gotSkipped)
+			require.Equal(t, tt.wantReads, tt.box.readPaths())
+			for _, a := range found {
+				sum := sha256.Sum256(a.Data)
+				require.Equal(t, hex.EncodeToString(sum[:]), a.SHA256)
+				require.Equal(t, int64(len(a.Data)), a.Size)
+				require.NotContains(t, string(a.Data), "root:x:0:0", "a special file's target was never read")
+			}
+		})
+	}
+}
+
+func TestCollectArtifactsUploadsOnlyNewOrChanged(t *testing.T) {
+	forEachMaintStore(t, func(t *testing.T, st db.Store, _ *dbtest.Clock) {
+		ctx := context.Background()
+		turn := func(event string) int64 {
+			tr, err := st.TurnInsert(ctx, db.NewTurn{ThreadKey: "web:art", PlatformEventID: event, Prompt: "p"})
+			require.NoError(t, err)
+			return tr.ID
+		}
+		box := newArtBox().put("a.txt", "v1").put("b.txt", "b")
+
+		found, skipped, err := CollectArtifacts(ctx, box, st, "web:art", ArtifactLimits{})
+		require.NoError(t, err)
+		require.Empty(t, skipped)
+		require.Equal(t, []string{"a.txt=a.txt", "b.txt=b.txt"}, names(found))
+		// b.txt's upload failed on the platform: it is not recorded, so it is offered again.
+		require.NoError(t, RecordArtifacts(ctx, st, turn("e1"), found, []string{"F1", ""}))
+
+		found, _, err = CollectArtifacts(ctx, box, st, "web:art", ArtifactLimits{})
+		require.NoError(t, err)
+		require.Equal(t, []string{"b.txt=b.txt"}, names(found))
+		require.NoError(t, RecordArtifacts(ctx, st, turn("e2"), found, []string{"F2"}))
+
+		found, _, err = CollectArtifacts(ctx, box, st, "web:art", ArtifactLimits{})
+		require.NoError(t, err)
+		require.Empty(t, found, "nothing changed, nothing to upload")
+
+		box.put("a.txt", "v2")
+		found, _, err = CollectArtifacts(ctx, box, st, "web:art", ArtifactLimits{})
+		require.NoError(t, err)
+		require.Equal(t, []string{"a.txt=a.txt"}, names(found), "a changed file is uploaded again")
+		require.NoError(t, RecordArtifacts(ctx, st, turn("e3"), found, []string{"F3"}))
+
+		// Back to an earlier content: uploaded before with exactly this content, so not again.
+		box.put("a.txt", "v1")
+		found, _, err = CollectArtifacts(ctx, box, st, "web:art", ArtifactLimits{})
+		require.NoError(t, err)
+		require.Empty(t, found)
+
+		// Another thread has its own history.
+		found, _, err = CollectArtifacts(ctx, box, st, "web:other", ArtifactLimits{})
+		require.NoError(t, err)
+		require.Len(t, found, 2)
+
+		// Recording against a missing turn fails, and says which file.
+		err = RecordArtifacts(ctx, st, 1<<40, found, []string{"X", "Y"})
+		require.ErrorIs(t, err, db.ErrNotFound)
+		require.ErrorContains(t, err, "a.txt")
+		require.ErrorContains(t, err, "b.txt")
+	})
+}

@@ -1,0 +1,203 @@
+package agentpool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/threadbox/threadbox/db"
+)
+
+// onThread runs f on the thread's queue, after the turns queued before it, holding the thread's
+// store lock: admin actions never race a turn, in this process or another.
+func (p *Pool) onThread(ctx context.Context, threadKey string, f func(ctx context.Context, cur db.Session) error) error {
+	done := make(chan error, 1)
+	_, err := p.q.add(threadKey, func(qctx context.Context) {
+		// The job runs under the caller's deadline, but a pool shutdown cancels it too.
+		jctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		stop := context.AfterFunc(qctx, cancel)
+		defer stop()
+		unlock, err := p.store.LockThread(jctx, threadKey)
+		if err != nil {
+			done <- fmt.Errorf("lock thread %s: %w", threadKey, err)
+			return
+		}
+		defer unlock()
+		cur, err := p.store.SessionGet(jctx, threadKey)
+		if err != nil {
+			done <- fmt.Errorf("session %s: %w", threadKey, err)
+			return
+		}
+		done <- f(jctx, cur)
+	}, func() { done <- ErrClosed })
+	if err != nil {
+		return err
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Reset destroys the thread's sandbox and forgets its agent session and hand-off note, so the next
+// message starts fresh: no history is replayed into the new sandbox. The turns stay in the database
+// as the record.
+func (p *Pool) Reset(ctx context.Context, threadKey string) error {
+	err := p.onThread(ctx, threadKey, func(ctx context.Context, cur db.Session) error {
+		if err := p.destroyLocked(ctx, cur); err != nil {
+			return err
+		}
+		// The replay starts after the newest finished turn: a reset thread starts fresh.
+		last, err := p.store.TurnTranscript(ctx, threadKey, db.TranscriptLimit{MaxTurns: 1, MaxChars: 1 << 30})
+		if err != nil {
+			return err
+		}
+		mark := cur.ResetTurnID
+		if len(last) > 0 {
+			mark = last[len(last)-1].ID
+		}
+		none := ""
+		_, err = p.store.SessionUpdate(ctx, threadKey, db.SessionPatch{AgentSessionID: &none, HandoffNote: &none, ResetTurnID: &mark})
+		return err
+	})
+	if errors.Is(err, db.ErrNotFound) {
+		return nil // nothing to reset
+	}
+	return err
+}
+
+// Destroy destroys the thread's sandbox; its history is kept and replayed into the next one.
+func (p *Pool) Destroy(ctx context.Context, threadKey string) error {
+	return p.onThread(ctx, threadKey, p.destroyLocked)
+}
+
+func (p *Pool) destroyLocked(ctx context.Context, cur db.Session) error {
+	if cur.Status == db.SessionDestroyed {
+		return nil
+	}
+	if _, err := p.store.SessionTransition(ctx, cur.ThreadKey, db.Transition{From: liveStatuses, To: db.SessionDestroying}); err != nil {
+		return err
+	}
+	if len(cur.Handle) > 0 {
+		h, err := decodeHandle(cur.Handle)
+		if err == nil {
+			err = p.prov.Destroy(ctx, h)
+		}
+		if err != nil {
+			msg := "destroy: " + err.Error()
+			_, _ = p.store.SessionUpdate(context.WithoutCancel(ctx), cur.ThreadKey, db.SessionPatch{LastError: &msg})
+			return fmt.Errorf("destroy sandbox of %s: %w", cur.ThreadKey, err)
+		}
+	}
+	none := ""
+	_, err := p.store.SessionTransition(context.WithoutCancel(ctx), cur.ThreadKey, db.Transition{
+		From: []db.SessionStatus{db.SessionDestroying}, To: db.SessionDestroyed, Patch: db.SessionPatch{LastError: &none},
+	})
+	return err
+}
+
+// Pause stops the thread's sandbox now, keeping its files (what the idle loop does after the
+// timeout).
+func (p *Pool) Pause(ctx context.Context, threadKey string) error {
+	return p.onThread(ctx, threadKey, func(ctx context.Context, cur db.Session) error {
+		if cur.Status == db.SessionPaused {
+			return nil
+		}
+		if _, err := p.store.SessionTransition(ctx, cur.ThreadKey, db.Transition{
+			From: []db.SessionStatus{db.SessionActive, db.SessionError, db.SessionPausing}, To: db.SessionPausing,
+		}); err != nil {
+			return err
+		}
+		h, err := decodeHandle(cur.Handle)
+		if err == nil {
+			err = p.prov.Stop(ctx, h)
+		}
+		to, msg := db.SessionPaused, ""
+		if err != nil {
+			to, msg = db.SessionActive, "pause: "+err.Error()
+		}
+		_, terr := p.store.SessionTransition(context.WithoutCancel(ctx), cur.ThreadKey, db.Transition{
+			From: []db.SessionStatus{db.SessionPausing}, To: to, Patch: db.SessionPatch{LastError: &msg},
+		})
+		return errors.Join(err, terr)
+	})
+}
+
+// Resume starts the thread's sandbox again (or recreates it if it is gone) without running a turn.
+func (p *Pool) Resume(ctx context.Context, threadKey string) error {
+	return p.onThread(ctx, threadKey, func(ctx context.Context, cur db.Session) error {
+		r, err := p.resolve(ctx, cur)
+		if err != nil {
+			return err
+		}
+		return p.ensureRuntime(ctx, r)
+	})
+}
+
+// Ops implements the admin operations (bot.AdminOps) over a pool and its maintenance loops.
+type Ops struct {
+	Pool  *Pool
+	Maint *Maintainer
+}
+
+// Pause implements bot.AdminOps.
+func (o Ops) Pause(ctx context.Context, k string) error { return o.Pool.Pause(ctx, k) }
+
+// Resume implements bot.AdminOps.
+func (o Ops) Resume(ctx context.Context, k string) error { return o.Pool.Resume(ctx, k) }
+
+// Destroy implements bot.AdminOps.
+func (o Ops) Destroy(ctx context.Context, k string) error { return o.Pool.Destroy(ctx, k) }
+
+// Depth implements bot.AdminOps.
+func (o Ops) Depth(k string) int { return o.Pool.Depth(k) }
+
+// Drain implements bot.AdminOps: no new turns; wait for the queued and running ones.
+func (o Ops) Drain(ctx context.Context) error {
+	o.Pool.q.close(true)
+	return o.Pool.q.wait(ctx)
+}
+
+// Reap implements bot.AdminOps.
+func (o Ops) Reap(ctx context.Context, dryRun bool) (string, error) {
+	if o.Maint == nil {
+		return "", errors.New("the reaper is not running in this process")
+	}
+	rep, err := o.Maint.ReapPass(ctx, dryRun)
+	if err != nil {
+		return "", err
+	}
+	verb := "destroyed"
+	if dryRun {
+		verb = "would destroy"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Reaper %s %d orphaned sandbox(es)", verb, len(rep.Orphans))
+	for _, o := range rep.Orphans {
+		fmt.Fprintf(&b, "\n  %s (thread %q, created %s)", o.Handle.ID, o.Labels["threadbox.thread"], o.CreatedAt.Format("2006-01-02 15:04"))
+	}
+	return b.String(), nil
+}
+
+// Stats implements bot.AdminOps.
+func (o Ops) Stats(ctx context.Context) (string, error) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Threads with turns running or queued: %d\n", o.Pool.Busy())
+	for _, st := range []db.SessionStatus{db.SessionActive, db.SessionPaused, db.SessionError, db.SessionCreating} {
+		ss, err := o.Pool.store.SessionsByStatus(ctx, st, "", db.MaxBatch)
+		if err != nil {
+			return "", err
+		}
+		n := fmt.Sprint(len(ss))
+		if len(ss) == db.MaxBatch {
+			n += "+"
+		}
+		fmt.Fprintf(&b, "Sessions %s: %s\n", st, n)
+	}
+	fmt.Fprintf(&b, "Provider: %s, runtime: %s", o.Pool.prov.Name(), o.Pool.rt.Name())
+	return b.String(), nil
+}

@@ -1,0 +1,220 @@
+package agentpool
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/threadbox/threadbox/agentpool/runtime"
+	"github.com/threadbox/threadbox/db"
+	"github.com/threadbox/threadbox/sandbox"
+)
+
+// Config is what the pool needs to create sandboxes and run turns.
+type Config struct {
+	// Deployment is stamped on every sandbox (sandbox.LabelDeployment).
+	Deployment   string
+	Image        string
+	Resources    sandbox.Resources
+	Network      sandbox.NetworkMode
+	ReadOnlyRoot bool
+	// Env is the resolved create-time environment (sandbox.EnvPolicy.Resolve); BlockedEnv the extra
+	// blocklist, enforced again by the provider.
+	Env        map[string]string
+	BlockedEnv []string
+	// RuntimeEnv reaches only the runtime's own process (model keys), never the sandbox environment.
+	RuntimeEnv map[string]string
+	// SystemPrompt is sent with every prompt (prompts/).
+	SystemPrompt string
+	// Transcript caps the history replayed into a replaced sandbox or agent session.
+	Transcript db.TranscriptLimit
+	// Artifacts caps what a turn uploads.
+	Artifacts ArtifactLimits
+	// TurnTimeout bounds one prompt (default: Resources.ExecTimeout, else 1h).
+	TurnTimeout time.Duration
+	// EnsureTimeout bounds bringing the runtime up (default 2m).
+	EnsureTimeout time.Duration
+	// StuckAfter aborts a turn that has had no runtime event for this long (default 10m).
+	StuckAfter time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	c.TurnTimeout = cmp.Or(c.TurnTimeout, c.Resources.ExecTimeout, time.Hour)
+	c.EnsureTimeout = cmp.Or(c.EnsureTimeout, 2*time.Minute)
+	c.StuckAfter = cmp.Or(c.StuckAfter, 10*time.Minute)
+	c.Transcript.MaxTurns = cmp.Or(c.Transcript.MaxTurns, 20)
+	c.Transcript.MaxChars = cmp.Or(c.Transcript.MaxChars, 12000)
+	c.Artifacts = c.Artifacts.withDefaults()
+	if c.Network == "" {
+		c.Network = sandbox.NetworkNone
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Deployment == "":
+		return errors.New("agentpool: Deployment is required")
+	case c.Image == "":
+		return errors.New("agentpool: Image is required")
+	case c.TurnTimeout < 0, c.EnsureTimeout < 0, c.StuckAfter < 0:
+		return errors.New("agentpool: timeouts must not be negative")
+	}
+	return c.Artifacts.validate()
+}
+
+// Deps are the pool's collaborators.
+type Deps struct {
+	Store    db.Store
+	Provider sandbox.Provider
+	Runtime  runtime.Runtime
+	Logger   *zap.Logger
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Pool runs turns, one at a time per thread.
+type Pool struct {
+	cfg   Config
+	store db.Store
+	prov  sandbox.Provider
+	rt    runtime.Runtime
+	log   *zap.Logger
+	now   func() time.Time
+
+	// stop cancels every running turn; it is the queues' base context.
+	stop context.CancelFunc
+	q    *queues
+
+	// hooks are test seams; nil in production.
+	hooks hooks
+}
+
+// hooks let tests observe points inside a turn without sleeping.
+type hooks struct {
+	beforeCreate func(ctx context.Context, threadKey string)
+}
+
+// New builds a pool.
+func New(cfg Config, deps Deps) (*Pool, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if deps.Store == nil || deps.Provider == nil || deps.Runtime == nil {
+		return nil, errors.New("agentpool: Store, Provider and Runtime are required")
+	}
+	base, stop := context.WithCancel(context.Background())
+	p := &Pool{
+		cfg: cfg, store: deps.Store, prov: deps.Provider, rt: deps.Runtime,
+		log: cmp.Or(deps.Logger, zap.NewNop()).Named("agentpool"), now: deps.Now,
+		stop: stop, q: newQueues(base),
+	}
+	if p.now == nil {
+		p.now = time.Now
+	}
+	return p, nil
+}
+
+// Request is one message for a thread.
+type Request struct {
+	ThreadKey string
+	Platform  string
+	ChannelID string
+	UserID    string
+	// EventID is the platform's id for the message; a second Submit with the same id is refused with
+	// db.ErrDuplicate (Slack retries, Discord replays).
+	EventID string
+	Text    string
+	// Files are attachments, copied into the sandbox's input/ before the prompt.
+	Files []InboundFile
+	Sink  Sink
+}
+
+// InboundFile is an attachment from the user.
+type InboundFile struct {
+	Name string
+	Data []byte
+}
+
+// Ticket says where a submitted turn stands.
+type Ticket struct {
+	TurnID int64
+	// Ahead is how many turns of the same thread run or wait before this one.
+	Ahead int
+}
+
+// Submit records the turn and queues it on its thread. It returns db.ErrDuplicate for an event seen
+// before, and ErrClosed once Shutdown has begun.
+func (p *Pool) Submit(ctx context.Context, req Request) (Ticket, error) {
+	if req.ThreadKey == "" || req.EventID == "" {
+		return Ticket{}, fmt.Errorf("agentpool: submit: %w: thread key and event id are required", db.ErrInvalid)
+	}
+	if req.Sink == nil {
+		req.Sink = NopSink{}
+	}
+	t, err := p.store.TurnInsert(ctx, db.NewTurn{
+		ThreadKey: req.ThreadKey, PlatformEventID: req.EventID, UserID: req.UserID, Prompt: req.Text,
+	})
+	if err != nil {
+		return Ticket{}, fmt.Errorf("agentpool: submit: %w", err)
+	}
+	ahead, err := p.q.add(req.ThreadKey,
+		func(ctx context.Context) { p.runTurn(ctx, req, t.ID) },
+		func() { p.dropTurn(req, t.ID) },
+	)
+	if err != nil {
+		p.finishQuietly(t.ID, db.TurnResult{Status: db.TurnCancelled, Error: err.Error()})
+		return Ticket{}, err
+	}
+	return Ticket{TurnID: t.ID, Ahead: ahead}, nil
+}
+
+// Depth is how many turns of the thread are running or queued.
+func (p *Pool) Depth(threadKey string) int { return p.q.depth(threadKey) }
+
+// Busy is how many threads have a turn running or queued (each holds one goroutine).
+func (p *Pool) Busy() int { return p.q.activeKeys() }
+
+// Cancel stops the thread's running turn (turns queued behind it still run). It reports whether a turn
+// was running.
+func (p *Pool) Cancel(threadKey string) bool { return p.q.cancelRunning(threadKey) }
+
+// Shutdown stops taking turns and lets the running and queued ones finish until ctx ends; then it
+// cancels what is left and waits for it to wind down. It never destroys sandboxes: they are paused by
+// the idle loop or picked up again by the next pool.
+func (p *Pool) Shutdown(ctx context.Context) error {
+	p.q.close(true)
+	err := p.q.wait(ctx)
+	if err != nil {
+		p.q.close(false)
+		p.stop()
+		// The cancelled turns still record themselves; give them a bounded moment.
+		wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = p.q.wait(wctx)
+	}
+	p.stop()
+	return err
+}
+
+// dropTurn reports a queued turn discarded by Shutdown.
+func (p *Pool) dropTurn(req Request, turnID int64) {
+	p.finishQuietly(turnID, db.TurnResult{Status: db.TurnCancelled, Error: "bot shutting down"})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, _ = req.Sink.Deliver(ctx, Outcome{TurnID: turnID, Cancelled: true, Err: ErrClosed})
+}
+
+// finishQuietly records a turn's end when nothing else can be done about a failure to record it.
+func (p *Pool) finishQuietly(turnID int64, r db.TurnResult) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := p.store.TurnFinish(ctx, turnID, r); err != nil && !errors.Is(err, db.ErrConflict) {
+		p.log.Warn("recording turn end", zap.Int64("turn", turnID), zap.Error(err))
+	}
+}

@@ -1,0 +1,68 @@
+package agentpool
+
+import (
+	"context"
+
+	"github.com/threadbox/threadbox/agentpool/runtime"
+)
+
+// Sink receives a turn's progress and outcome; the bot implements it per platform.
+type Sink interface {
+	// Progress reports a runtime event or a lifecycle note. It is called from the turn's goroutines
+	// (possibly two at once, for stdout and stderr) and must not block: coalesce or drop.
+	Progress(ev runtime.Event)
+	// Deliver posts the outcome. It returns, for each of out.Artifacts in order, the platform's id of
+	// the uploaded file, or "" where the upload failed; only uploaded files are recorded as such, so a
+	// failed one is offered again next turn.
+	Deliver(ctx context.Context, out Outcome) (fileIDs []string, err error)
+}
+
+// Outcome is how a turn ended.
+type Outcome struct {
+	TurnID int64
+	// Answer is the agent's answer, also when IsError (the agent reported failure).
+	Answer  string
+	IsError bool
+	// Artifacts are new or changed files from output/display/; Skipped what was over a cap, to be
+	// listed in the reply, never silently dropped.
+	Artifacts []Artifact
+	Skipped   []SkippedArtifact
+	// Err is set when the turn could not run to an answer; Cancelled when it was stopped.
+	Err       error
+	Cancelled bool
+	// Generation is the sandbox generation the turn ran in; Recreated is true when this turn had to
+	// create the sandbox again (the history was replayed).
+	Generation int64
+	Recreated  bool
+	Usage      runtime.Usage
+}
+
+// NopSink discards everything.
+type NopSink struct{}
+
+// Progress implements Sink.
+func (NopSink) Progress(runtime.Event) {}
+
+// Deliver implements Sink.
+func (NopSink) Deliver(context.Context, Outcome) ([]string, error) { return nil, nil }
+
+// SinkFuncs adapts functions to Sink; nil fields do nothing.
+type SinkFuncs struct {
+	ProgressFunc func(runtime.Event)
+	DeliverFunc  func(context.Context, Outcome) ([]string, error)
+}
+
+// Progress implements Sink.
+func (s SinkFuncs) Progress(ev runtime.Event) {
+	if s.ProgressFunc != nil {
+		s.ProgressFunc(ev)
+	}
+}
+
+// Deliver implements Sink.
+func (s SinkFuncs) Deliver(ctx context.Context, out Outcome) ([]string, error) {
+	if s.DeliverFunc != nil {
+		return s.DeliverFunc(ctx, out)
+	}
+	return nil, nil
+}

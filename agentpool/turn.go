@@ -1,0 +1,323 @@
+package agentpool
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/threadbox/threadbox/agentpool/runtime"
+	"github.com/threadbox/threadbox/db"
+)
+
+// ErrStuck is the cancel cause of a turn that had no runtime event for Config.StuckAfter.
+var ErrStuck = errors.New("no progress from the agent")
+
+// ErrCancelled is the cancel cause of a turn stopped by Cancel.
+var ErrCancelled = errors.New("stopped")
+
+// deliverTimeout bounds posting an outcome, which happens even when the turn was cancelled.
+const deliverTimeout = 2 * time.Minute
+
+// runTurn is one turn, start to end, on the thread's queue goroutine. It never returns an error:
+// every failure becomes an Outcome for the sink and a turn row.
+func (p *Pool) runTurn(ctx context.Context, req Request, turnID int64) {
+	unlock, err := p.store.LockThread(ctx, req.ThreadKey)
+	if err != nil {
+		p.endTurn(req, turnID, Outcome{TurnID: turnID, Err: fmt.Errorf("waiting for the thread lock: %w", err), Cancelled: ctx.Err() != nil})
+		return
+	}
+	defer unlock()
+	if _, err := p.store.TurnStart(ctx, turnID); err != nil {
+		p.endTurn(req, turnID, Outcome{TurnID: turnID, Err: fmt.Errorf("starting turn: %w", err)})
+		return
+	}
+	w := newWatch(ctx, p.cfg.StuckAfter, req.Sink, func() { p.touch(turnID) })
+	out := p.execute(w.ctx, req, turnID, w)
+	cause := context.Cause(w.ctx)
+	w.stop()
+	if out.Err != nil && cause != nil {
+		switch {
+		case errors.Is(cause, ErrStuck):
+			out.Err = fmt.Errorf("%w for %s; aborted", ErrStuck, p.cfg.StuckAfter)
+		case ctx.Err() != nil:
+			out.Cancelled = true
+		}
+	}
+	p.endTurn(req, turnID, out)
+}
+
+// execute resolves the sandbox and runs the prompt, re-resolving once on a recoverable failure.
+func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch) Outcome {
+	out := Outcome{TurnID: turnID}
+	sess, _, err := p.store.SessionCreate(ctx, db.NewSession{
+		ThreadKey: req.ThreadKey, Platform: req.Platform, ChannelID: req.ChannelID,
+		OwnerUserID: req.UserID, Provider: p.prov.Name(), Runtime: p.rt.Name(),
+	})
+	if err != nil {
+		out.Err = fmt.Errorf("loading session: %w", err)
+		return out
+	}
+	var (
+		res            runtime.Result
+		forceNew       bool
+		filesInGen     int64 = -1
+		lastRecoverErr error
+	)
+	for attempt := 0; ; attempt++ {
+		if attempt > 1 {
+			out.Err = lastRecoverErr
+			return out
+		}
+		r, err := p.resolve(ctx, sess)
+		if err != nil {
+			out.Err = err
+			return out
+		}
+		sess = r.sess
+		out.Generation, out.Recreated = sess.Generation, out.Recreated || r.created
+		if err := p.ensureRuntime(ctx, r); err != nil {
+			if runtime.Classify(err) == runtime.ClassSandboxDown {
+				lastRecoverErr = err
+				continue
+			}
+			out.Err = err
+			return out
+		}
+		prev := sess.AgentSessionID
+		if forceNew {
+			prev = ""
+		}
+		sid, replaced, err := p.rt.Session(ctx, r.sb, prev, req.ThreadKey)
+		if err != nil {
+			if runtime.Classify(err) == runtime.ClassSandboxDown {
+				lastRecoverErr = err
+				continue
+			}
+			out.Err = fmt.Errorf("agent session: %w", err)
+			return out
+		}
+		var history string
+		if r.created || replaced || forceNew || (sess.AgentSessionID != "" && sid != sess.AgentSessionID) {
+			if history, err = p.history(ctx, sess); err != nil {
+				out.Err = err
+				return out
+			}
+		}
+		if sid != sess.AgentSessionID {
+			if s, err := p.store.SessionUpdate(ctx, sess.ThreadKey, db.SessionPatch{AgentSessionID: &sid}); err == nil {
+				sess = s
+			} else {
+				out.Err = fmt.Errorf("saving agent session: %w", err)
+				return out
+			}
+		}
+		if filesInGen != sess.Generation {
+			if err := p.copyInbound(ctx, r, req.Files); err != nil {
+				out.Err = err
+				return out
+			}
+			filesInGen = sess.Generation
+		}
+		emit := w.emitter()
+		tctx, cancel := context.WithTimeout(ctx, p.cfg.TurnTimeout)
+		res, err = p.rt.Prompt(tctx, r.sb, sid, runtime.Prompt{
+			Text: req.Text, System: p.cfg.SystemPrompt, History: history, Env: p.cfg.RuntimeEnv, Timeout: p.cfg.TurnTimeout,
+		}, emit.emit)
+		cancel()
+		// Late events from this attempt's goroutines must not reach the user once it is over.
+		emit.retire()
+		switch runtime.Classify(err) {
+		case runtime.ClassNone:
+			return p.finishAnswer(ctx, r, res, out)
+		case runtime.ClassSessionMissing:
+			forceNew, lastRecoverErr = true, err
+		case runtime.ClassSandboxDown:
+			lastRecoverErr = err
+		default:
+			if ctx.Err() != nil {
+				p.abort(r, sid)
+			}
+			out.Err = err
+			return out
+		}
+		p.log.Info("recovering from prompt failure", zap.String("thread", req.ThreadKey), zap.Error(err))
+	}
+}
+
+// finishAnswer collects artifacts after a successful prompt.
+func (p *Pool) finishAnswer(ctx context.Context, r resolved, res runtime.Result, out Outcome) Outcome {
+	out.Answer, out.IsError, out.Usage = res.Answer, res.IsError, res.Usage
+	found, skipped, err := CollectArtifacts(ctx, r.sb, p.store, r.sess.ThreadKey, p.cfg.Artifacts)
+	if err != nil {
+		// The answer matters more than the files: deliver it, and say what went wrong.
+		p.log.Warn("collecting artifacts", zap.String("thread", r.sess.ThreadKey), zap.Error(err))
+		skipped = append(skipped, SkippedArtifact{Name: "output/display", Reason: "could not be read: " + err.Error()})
+	}
+	out.Artifacts, out.Skipped = found, skipped
+	return out
+}
+
+// ensureRuntime brings the runtime up, giving it a second chance (the runtime restarts its process on
+// Ensure) before marking the session as failing.
+func (p *Pool) ensureRuntime(ctx context.Context, r resolved) error {
+	var err error
+	for range 2 {
+		ectx, cancel := context.WithTimeout(ctx, p.cfg.EnsureTimeout)
+		err = p.rt.Ensure(ectx, r.sb)
+		cancel()
+		if err == nil {
+			now := p.now()
+			if _, err := p.store.SessionUpdate(ctx, r.sess.ThreadKey, db.SessionPatch{LastHealthOKAt: &now}); err != nil {
+				return fmt.Errorf("recording runtime health: %w", err)
+			}
+			return nil
+		}
+		if ctx.Err() != nil || runtime.Classify(err) == runtime.ClassSandboxDown {
+			break
+		}
+	}
+	if runtime.Classify(err) != runtime.ClassSandboxDown {
+		p.failSession(r.sess.ThreadKey, db.SessionActive, fmt.Sprintf("runtime %s unhealthy: %v", p.rt.Name(), err), true)
+	}
+	return fmt.Errorf("runtime %s: %w", p.rt.Name(), err)
+}
+
+// copyInbound puts the user's attachments into input/.
+func (p *Pool) copyInbound(ctx context.Context, r resolved, files []InboundFile) error {
+	used := map[string]int{}
+	for _, f := range files {
+		name := uniqueName(SanitizeName(f.Name), used)
+		if err := r.sb.WriteFile(ctx, path.Join("input", name), f.Data, 0o644); err != nil {
+			return fmt.Errorf("copying attachment %s into the sandbox: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// abort asks the runtime to stop a cancelled turn, with its own short deadline.
+func (p *Pool) abort(r resolved, sid string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.rt.Abort(ctx, r.sb, sid); err != nil {
+		p.log.Warn("aborting runtime turn", zap.String("thread", r.sess.ThreadKey), zap.Error(err))
+	}
+}
+
+// endTurn records the outcome, delivers it, then records which artifacts were uploaded.
+func (p *Pool) endTurn(req Request, turnID int64, out Outcome) {
+	ctx, cancel := context.WithTimeout(context.Background(), deliverTimeout)
+	defer cancel()
+	result := db.TurnResult{Status: db.TurnDone, Answer: out.Answer}
+	switch {
+	case out.Cancelled:
+		result.Status = db.TurnCancelled
+	case out.Err != nil:
+		result.Status = db.TurnFailed
+	}
+	if out.Err != nil {
+		result.Error = out.Err.Error()
+	}
+	if out.Usage != (runtime.Usage{}) {
+		result.Usage, _ = json.Marshal(out.Usage)
+	}
+	if _, err := p.store.TurnFinish(ctx, turnID, result); err != nil && !errors.Is(err, db.ErrConflict) {
+		p.log.Warn("recording turn", zap.Int64("turn", turnID), zap.Error(err))
+	}
+	if result.Status == db.TurnDone {
+		note := handoffNote(req.Text, out.Answer)
+		if _, err := p.store.SessionUpdate(ctx, req.ThreadKey, db.SessionPatch{HandoffNote: &note}); err != nil {
+			p.log.Warn("saving hand-off note", zap.String("thread", req.ThreadKey), zap.Error(err))
+		}
+	}
+	if err := p.store.SessionTouch(ctx, req.ThreadKey); err != nil && !errors.Is(err, db.ErrNotFound) {
+		p.log.Warn("recording activity", zap.String("thread", req.ThreadKey), zap.Error(err))
+	}
+	ids, err := req.Sink.Deliver(ctx, out)
+	if err != nil {
+		p.log.Warn("delivering answer", zap.String("thread", req.ThreadKey), zap.Error(err))
+	}
+	if len(out.Artifacts) > 0 {
+		if err := RecordArtifacts(ctx, p.store, turnID, out.Artifacts, ids); err != nil {
+			p.log.Warn("recording artifacts", zap.String("thread", req.ThreadKey), zap.Error(err))
+		}
+	}
+}
+
+// touch tells the store the turn is alive, for the leader's watchdog.
+func (p *Pool) touch(turnID int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = p.store.TurnTouch(ctx, turnID)
+}
+
+// watch is a turn's in-process watchdog: it cancels the turn after StuckAfter without an event, and
+// every so often records liveness in the store.
+type watch struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	timer  *time.Timer
+	sink   Sink
+	touchT *time.Ticker
+	done   chan struct{}
+	seen   atomic.Bool
+	after  time.Duration
+	once   sync.Once
+}
+
+func newWatch(parent context.Context, after time.Duration, sink Sink, touch func()) *watch {
+	ctx, cancel := context.WithCancelCause(parent)
+	w := &watch{ctx: ctx, cancel: cancel, sink: sink, after: after, done: make(chan struct{})}
+	w.timer = time.AfterFunc(after, func() { cancel(ErrStuck) })
+	// Liveness is written at most a few times per StuckAfter, never per event.
+	w.touchT = time.NewTicker(max(after/4, time.Second))
+	go func() {
+		for {
+			select {
+			case <-w.touchT.C:
+				if w.seen.Swap(false) {
+					touch()
+				}
+			case <-w.done:
+				return
+			}
+		}
+	}()
+	return w
+}
+
+func (w *watch) stop() {
+	w.once.Do(func() {
+		w.timer.Stop()
+		w.touchT.Stop()
+		close(w.done)
+		w.cancel(nil)
+	})
+}
+
+// emitter returns a progress function for one prompt attempt.
+func (w *watch) emitter() *attemptEmitter { return &attemptEmitter{w: w} }
+
+// attemptEmitter forwards events until retired, so a superseded attempt (an old sandbox generation)
+// cannot talk over the current one.
+type attemptEmitter struct {
+	w       *watch
+	retired atomic.Bool
+}
+
+func (e *attemptEmitter) emit(ev runtime.Event) {
+	if e.retired.Load() {
+		return
+	}
+	e.w.timer.Reset(e.w.after)
+	e.w.seen.Store(true)
+	e.w.sink.Progress(ev)
+}
+
+func (e *attemptEmitter) retire() { e.retired.Store(true) }

@@ -1,0 +1,227 @@
+package bot
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/threadbox/threadbox/db"
+)
+
+// AdminOps are the operations behind admin commands; agentpool.Ops implements them over the pool and
+// the maintenance loops, so admin actions take the same thread locks as turns.
+type AdminOps interface {
+	Pause(ctx context.Context, threadKey string) error
+	Resume(ctx context.Context, threadKey string) error
+	Destroy(ctx context.Context, threadKey string) error
+	// Reap destroys (or with dryRun only lists) this deployment's orphaned sandboxes.
+	Reap(ctx context.Context, dryRun bool) (string, error)
+	// Drain stops taking new turns and waits for the running ones.
+	Drain(ctx context.Context) error
+	// Stats is a one-paragraph summary of the pool and provider.
+	Stats(ctx context.Context) (string, error)
+	Depth(threadKey string) int
+}
+
+// AdminStore is what admin commands read and write in the database.
+type AdminStore interface {
+	db.SessionStore
+	db.AuditStore
+}
+
+// Admin runs admin commands for allowlisted users and audits every attempt, refused ones included.
+type Admin struct {
+	store  AdminStore
+	ops    AdminOps
+	admins map[string]bool
+	log    *zap.Logger
+}
+
+// NewAdmin builds the admin command set. admins are platform:user_id strings (admin.users).
+func NewAdmin(store AdminStore, ops AdminOps, admins []string, log *zap.Logger) *Admin {
+	m := map[string]bool{}
+	for _, a := range admins {
+		m[a] = true
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Admin{store: store, ops: ops, admins: m, log: log.Named("admin")}
+}
+
+// ErrNotAdmin is returned for a command from a user not in admin.users.
+var ErrNotAdmin = errors.New("admin commands are limited to the users in admin.users")
+
+// AdminHelp lists the admin commands.
+const AdminHelp = `admin commands:
+  sessions [--status S]   list sessions (S: creating, active, paused, error, destroyed, …)
+  inspect <thread>        one session in detail
+  pause <thread>          stop the thread's sandbox, keeping its files
+  resume <thread>         start it again
+  destroy <thread>        destroy the thread's sandbox (its history is kept)
+  reap [--dry-run]        destroy this deployment's sandboxes that no session owns
+  drain                   stop taking new turns and let running ones finish
+  stats                   pool and session counts`
+
+// IsAdmin reports whether actor (platform:user_id) may run admin commands.
+func (a *Admin) IsAdmin(actor string) bool { return a != nil && a.admins[actor] }
+
+// Run executes argv for actor and returns the text to show. Every call is audited.
+func (a *Admin) Run(ctx context.Context, actor string, argv []string) (string, error) {
+	if a == nil {
+		return "Admin commands are not configured.", ErrNotAdmin
+	}
+	cmd, target := "help", ""
+	if len(argv) > 0 {
+		cmd = strings.ToLower(argv[0])
+	}
+	if len(argv) > 1 {
+		target = strings.Join(argv[1:], " ")
+	}
+	if !a.admins[actor] {
+		a.audit(ctx, actor, cmd, target, "denied")
+		a.log.Warn("admin command refused", zap.String("actor", actor), zap.String("command", cmd))
+		return "Sorry: admin commands are limited to the users listed in admin.users. This attempt was logged.", ErrNotAdmin
+	}
+	out, err := a.dispatch(ctx, cmd, argv)
+	result := "ok"
+	if err != nil {
+		result = "error: " + UserError(err)
+		out = fmt.Sprintf("%s failed: %s", cmd, UserError(err))
+	}
+	a.audit(ctx, actor, cmd, target, result)
+	return out, err
+}
+
+func (a *Admin) audit(ctx context.Context, actor, action, target, result string) {
+	// Audited even when the caller's context is gone: the record matters most then.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := a.store.AuditAppend(actx, db.AuditEntry{Actor: actor, Action: "admin " + action, Target: target, Result: result}); err != nil {
+		a.log.Error("writing the audit log", zap.Error(err))
+	}
+}
+
+func (a *Admin) dispatch(ctx context.Context, cmd string, argv []string) (string, error) {
+	args := argv
+	if len(args) > 0 {
+		args = args[1:]
+	}
+	one := func() (string, error) {
+		if len(args) != 1 {
+			return "", fmt.Errorf("usage: %s <thread>", cmd)
+		}
+		return args[0], nil
+	}
+	switch cmd {
+	case "help", "":
+		return AdminHelp, nil
+	case "sessions":
+		fs := flag.NewFlagSet("sessions", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		status := fs.String("status", "", "")
+		if err := fs.Parse(args); err != nil {
+			return "", fmt.Errorf("usage: sessions [--status S]")
+		}
+		return a.sessions(ctx, *status)
+	case "inspect":
+		key, err := one()
+		if err != nil {
+			return "", err
+		}
+		s, err := a.store.SessionGet(ctx, key)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", key, err)
+		}
+		return fmt.Sprintf("%s\n%s\nHandle: %s", key, FormatSession(s, a.ops.Depth(key)), s.Handle), nil
+	case "pause", "resume", "destroy":
+		key, err := one()
+		if err != nil {
+			return "", err
+		}
+		op := map[string]func(context.Context, string) error{"pause": a.ops.Pause, "resume": a.ops.Resume, "destroy": a.ops.Destroy}[cmd]
+		if err := op(ctx, key); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%s: %s done", key, cmd), nil
+	case "reap":
+		dry := slices.Contains(args, "--dry-run")
+		return a.ops.Reap(ctx, dry)
+	case "drain":
+		if err := a.ops.Drain(ctx); err != nil {
+			return "", err
+		}
+		return "Drained: no new turns are taken; running turns have finished.", nil
+	case "stats":
+		return a.ops.Stats(ctx)
+	}
+	return "", fmt.Errorf("unknown admin command %q\n%s", cmd, AdminHelp)
+}
+
+// sessionStatuses is the order sessions are listed in when no status is given.
+var sessionStatuses = []db.SessionStatus{db.SessionActive, db.SessionCreating, db.SessionResuming,
+	db.SessionPausing, db.SessionPaused, db.SessionError, db.SessionDestroying, db.SessionDestroyed}
+
+// SessionsListMax bounds one listing; the JSON API pages for more.
+const SessionsListMax = 200
+
+func (a *Admin) sessions(ctx context.Context, status string) (string, error) {
+	statuses := sessionStatuses
+	if status != "" {
+		st := db.SessionStatus(status)
+		if !st.Valid() {
+			return "", fmt.Errorf("unknown status %q", status)
+		}
+		statuses = []db.SessionStatus{st}
+	}
+	all, err := ListSessions(ctx, a.store, statuses, SessionsListMax)
+	if err != nil {
+		return "", err
+	}
+	if len(all) == 0 {
+		return "No sessions.", nil
+	}
+	var b strings.Builder
+	w := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "THREAD\tSTATUS\tPROVIDER\tGEN\tLAST ACTIVITY")
+	for _, s := range all {
+		last := "-"
+		if !s.LastActivityAt.IsZero() {
+			last = s.LastActivityAt.Format(time.RFC3339)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\n", s.ThreadKey, s.Status, s.Provider, s.Generation, last)
+	}
+	_ = w.Flush()
+	if len(all) == SessionsListMax {
+		fmt.Fprintf(&b, "(first %d shown)\n", SessionsListMax)
+	}
+	return strings.TrimRight(b.String(), "\n"), nil
+}
+
+// ListSessions lists sessions in the given statuses, up to max, the same way for chat, CLI and web.
+func ListSessions(ctx context.Context, store db.SessionStore, statuses []db.SessionStatus, max int) ([]db.Session, error) {
+	var all []db.Session
+	for _, st := range statuses {
+		after := ""
+		for len(all) < max {
+			page, err := store.SessionsByStatus(ctx, st, after, min(db.MaxBatch, max-len(all)))
+			if err != nil {
+				return nil, err
+			}
+			all = append(all, page...)
+			if len(page) == 0 || len(page) < min(db.MaxBatch, max-len(all)+len(page)) {
+				break
+			}
+			after = page[len(page)-1].ThreadKey
+		}
+	}
+	return all, nil
+}

@@ -1,0 +1,178 @@
+package bot
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"go.uber.org/zap"
+
+	"github.com/threadbox/threadbox/agentpool"
+	"github.com/threadbox/threadbox/agentpool/runtime"
+)
+
+// progressTail is how many recent output lines the progress message shows.
+const progressTail = 8
+
+// replySink adapts a Replier to the pool's Sink: progress goes through a coalescer into the single
+// progress message; the outcome becomes the answer, the files, the skipped-file list and a reaction.
+type replySink struct {
+	r     Replier
+	co    *Coalescer
+	log   *zap.Logger
+	start time.Time
+
+	// mu protects the following.
+	mu     sync.Mutex
+	status string
+	tail   []string
+	tools  int
+}
+
+var _ agentpool.Sink = (*replySink)(nil)
+
+func newReplySink(ctx context.Context, r Replier, interval time.Duration, log *zap.Logger) *replySink {
+	s := &replySink{r: r, log: log, start: time.Now(), status: "working…"}
+	s.co = NewCoalescer(ctx, interval, func(ctx context.Context, text string) error { return r.Progress(ctx, text) })
+	return s
+}
+
+// setStatus sets the progress headline.
+func (s *replySink) setStatus(text string) {
+	s.mu.Lock()
+	s.status = text
+	out := s.renderLocked()
+	s.mu.Unlock()
+	s.co.Update(out)
+}
+
+// Progress implements agentpool.Sink.
+func (s *replySink) Progress(ev runtime.Event) {
+	s.mu.Lock()
+	switch ev.Kind {
+	case runtime.EventTool:
+		s.tools++
+		s.status = fmt.Sprintf("working… (%d tool call(s); last: %s)", s.tools, oneLineCut(ev.Tool+" "+ev.Text, 120))
+	case runtime.EventStatus:
+		s.status = oneLineCut(ev.Text, 200)
+	default:
+		if s.status != "working…" && !strings.HasPrefix(s.status, "working") {
+			s.status = "working…"
+		}
+		for _, line := range strings.Split(strings.TrimRight(ev.Text, "\n"), "\n") {
+			s.tail = append(s.tail, oneLineCut(line, 200))
+		}
+		if len(s.tail) > progressTail {
+			s.tail = s.tail[len(s.tail)-progressTail:]
+		}
+	}
+	out := s.renderLocked()
+	s.mu.Unlock()
+	s.co.Update(out)
+}
+
+func (s *replySink) renderLocked() string {
+	if len(s.tail) == 0 {
+		return s.status
+	}
+	return s.status + "\n```\n" + strings.ReplaceAll(strings.Join(s.tail, "\n"), "```", "'''") + "\n```"
+}
+
+// Deliver implements agentpool.Sink.
+func (s *replySink) Deliver(ctx context.Context, out agentpool.Outcome) ([]string, error) {
+	took := time.Since(s.start).Round(100 * time.Millisecond)
+	final := fmt.Sprintf("done in %s", took)
+	switch {
+	case out.Cancelled:
+		final = "stopped"
+	case out.Err != nil:
+		final = "failed"
+	}
+	s.mu.Lock()
+	s.status, s.tail = final, nil
+	s.mu.Unlock()
+	s.co.Update(final)
+	if err := s.co.Flush(ctx); err != nil {
+		s.log.Debug("final progress update", zap.Error(err))
+	}
+
+	var firstErr error
+	post := func(text string) {
+		if err := s.r.Post(ctx, text); err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	switch {
+	case out.Cancelled:
+		post("Stopped.")
+	case out.Err != nil:
+		post("Sorry, that failed: " + UserError(out.Err))
+	}
+	if out.Err == nil || out.Answer != "" {
+		if out.Recreated && out.Generation > 1 {
+			post(fmt.Sprintf("(The sandbox had to be recreated, generation %d; I replayed the conversation so far.)", out.Generation))
+		}
+		lay := LayoutAnswer(out.Answer, s.r.Limits())
+		for _, c := range lay.Chunks {
+			post(c)
+		}
+		if lay.File != nil {
+			if _, err := s.r.Upload(ctx, "answer.md", lay.File); err != nil {
+				post("(The full answer could not be attached: " + UserError(err) + ")")
+			}
+		}
+	}
+	ids := make([]string, len(out.Artifacts))
+	var notes []string
+	for _, sk := range out.Skipped {
+		notes = append(notes, sk.String())
+	}
+	limit := s.r.Limits().MaxFileBytes
+	for i, a := range out.Artifacts {
+		if limit > 0 && a.Size > limit {
+			notes = append(notes, agentpool.SkippedArtifact{Name: a.Name, Size: a.Size, Reason: "over this platform's upload limit"}.String())
+			continue
+		}
+		id, err := s.r.Upload(ctx, a.Name, a.Data)
+		if err != nil {
+			notes = append(notes, fmt.Sprintf("not uploaded: %s (%s): %s", a.Name, humanBytes(a.Size), UserError(err)))
+			continue
+		}
+		ids[i] = id
+	}
+	if len(notes) > 0 {
+		post(strings.Join(notes, "\n"))
+	}
+	react := ReactDone
+	if out.Err != nil || out.IsError {
+		react = ReactError
+	}
+	if out.Cancelled {
+		react = ""
+	}
+	if react != "" {
+		_ = s.r.React(ctx, react)
+	}
+	return ids, firstErr
+}
+
+func oneLineCut(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	return string([]rune(s)[:n-1]) + "…"
+}
+
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}

@@ -1,0 +1,142 @@
+package web
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/threadbox/threadbox/bot"
+	"github.com/threadbox/threadbox/db"
+)
+
+// sessionStatuses is the listing order, the same as "admin sessions" (bot keeps its copy unexported).
+var sessionStatuses = []db.SessionStatus{db.SessionActive, db.SessionCreating, db.SessionResuming,
+	db.SessionPausing, db.SessionPaused, db.SessionError, db.SessionDestroying, db.SessionDestroyed}
+
+// sessionJSON is a session in the API.
+type sessionJSON struct {
+	ThreadKey string `json:"thread_key"`
+	// ConversationID is set for web threads.
+	ConversationID  string     `json:"conversation_id,omitempty"`
+	Platform        string     `json:"platform"`
+	Status          string     `json:"status"`
+	Provider        string     `json:"provider"`
+	SandboxID       string     `json:"sandbox_id,omitempty"`
+	Generation      int64      `json:"generation"`
+	Runtime         string     `json:"runtime"`
+	ResumeFailCount int        `json:"resume_fail_count"`
+	LastError       string     `json:"last_error,omitempty"`
+	LastActivityAt  *time.Time `json:"last_activity_at,omitempty"`
+	PausedAt        *time.Time `json:"paused_at,omitempty"`
+	ResumedAt       *time.Time `json:"resumed_at,omitempty"`
+	DestroyedAt     *time.Time `json:"destroyed_at,omitempty"`
+	CreatedAt       *time.Time `json:"created_at,omitempty"`
+	UpdatedAt       *time.Time `json:"updated_at,omitempty"`
+}
+
+func sessionOf(s db.Session) *sessionJSON {
+	out := &sessionJSON{
+		ThreadKey: s.ThreadKey, Platform: s.Platform, Status: string(s.Status), Provider: s.Provider,
+		SandboxID: s.SandboxID, Generation: s.Generation, Runtime: s.Runtime, ResumeFailCount: s.ResumeFailCount,
+		LastError: s.LastError, LastActivityAt: timePtr(s.LastActivityAt), PausedAt: timePtr(s.PausedAt),
+		ResumedAt: timePtr(s.ResumedAt), DestroyedAt: timePtr(s.DestroyedAt), CreatedAt: timePtr(s.CreatedAt),
+		UpdatedAt: timePtr(s.UpdatedAt),
+	}
+	if id, ok := strings.CutPrefix(s.ThreadKey, "web:"); ok {
+		out.ConversationID = id
+	}
+	return out
+}
+
+// adminSessions is GET /api/admin/sessions[?status=S]: the operations view's table, the same rows as
+// "threadbox admin sessions". It is for admins only; reading is not audited (the page polls it), a
+// refusal is.
+func (s *Server) adminSessions(w http.ResponseWriter, r *http.Request) {
+	actor := identityFrom(r.Context()).actor()
+	if !s.admin.IsAdmin(actor) {
+		out, _ := s.admin.Run(r.Context(), actor, []string{"sessions"}) // records the refusal
+		writeError(w, http.StatusForbidden, out)
+		return
+	}
+	statuses := sessionStatuses
+	if st := r.URL.Query().Get("status"); st != "" {
+		if !db.SessionStatus(st).Valid() {
+			writeError(w, http.StatusBadRequest, "unknown status "+st)
+			return
+		}
+		statuses = []db.SessionStatus{db.SessionStatus(st)}
+	}
+	all, err := bot.ListSessions(r.Context(), s.store, statuses, bot.SessionsListMax)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	out := struct {
+		Sessions  []*sessionJSON `json:"sessions"`
+		Truncated bool           `json:"truncated"`
+	}{Sessions: make([]*sessionJSON, 0, len(all)), Truncated: len(all) >= bot.SessionsListMax}
+	for _, ss := range all {
+		out.Sessions = append(out.Sessions, sessionOf(ss))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// adminJSON is the optional body of POST /api/admin/{command}.
+type adminJSON struct {
+	Thread string `json:"thread"`
+	Status string `json:"status"`
+	DryRun bool   `json:"dry_run"`
+}
+
+// adminCommands says which commands the API runs, and whether each needs a thread.
+var adminCommands = map[string]bool{
+	"help": false, "sessions": false, "stats": false, "reap": false, "drain": false,
+	"inspect": true, "pause": true, "resume": true, "destroy": true,
+}
+
+// adminCommand is POST /api/admin/{command}: bot.Admin.Run as the caller, audited there.
+func (s *Server) adminCommand(w http.ResponseWriter, r *http.Request) {
+	cmd := r.PathValue("command")
+	needsThread, known := adminCommands[cmd]
+	if !known {
+		writeError(w, http.StatusNotFound, "unknown admin command "+cmd+": use help, sessions, inspect, pause, resume, destroy, reap, drain or stats")
+		return
+	}
+	var req adminJSON
+	if err := decodeJSON(w, r, 64<<10, &req, true); err != nil {
+		writeErr(w, err)
+		return
+	}
+	argv := []string{cmd}
+	switch {
+	case needsThread && req.Thread == "":
+		writeError(w, http.StatusBadRequest, cmd+" needs {\"thread\": \"<thread key>\"}")
+		return
+	case needsThread:
+		if _, err := bot.ParseThreadKey(req.Thread); err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		argv = append(argv, req.Thread)
+	case cmd == "sessions" && req.Status != "" && !db.SessionStatus(req.Status).Valid():
+		writeError(w, http.StatusBadRequest, "unknown status "+req.Status)
+		return
+	case cmd == "sessions" && req.Status != "":
+		argv = append(argv, "--status", req.Status)
+	case cmd == "reap" && req.DryRun:
+		argv = append(argv, "--dry-run")
+	}
+	out, err := s.admin.Run(r.Context(), identityFrom(r.Context()).actor(), argv)
+	switch {
+	case errors.Is(err, bot.ErrNotAdmin):
+		writeError(w, http.StatusForbidden, out)
+	case err != nil:
+		// out already says which command failed and why, in the words the chat would use.
+		writeError(w, http.StatusInternalServerError, out)
+	default:
+		writeJSON(w, http.StatusOK, struct {
+			Output string `json:"output"`
+		}{out})
+	}
+}

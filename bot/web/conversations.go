@@ -1,0 +1,319 @@
+package web
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/threadbox/threadbox/bot"
+	"github.com/threadbox/threadbox/db"
+)
+
+// Conversations. There is no conversations table: a conversation is a thread key web:<id>. The list
+// is the union of
+//   - the sessions whose thread key starts with web: (any status), which survive restarts, and
+//   - the conversations this process has seen (created, or sent to), which may have no session yet.
+//
+// A conversation created but never used is therefore forgotten on restart; one that ran a turn is not.
+
+// idPattern is what a conversation id may be: URL-safe, and free of ':' so web:<id> parses back.
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// maxListed bounds the conversation list.
+const maxListed = 500
+
+// historyLimit caps the turns read back from the database for one conversation.
+var historyLimit = db.TranscriptLimit{MaxTurns: 200, MaxChars: 16 << 20}
+
+// conversationJSON is a conversation in the list and in GET /api/conversations/{id}.
+type conversationJSON struct {
+	ID             string       `json:"id"`
+	ThreadKey      string       `json:"thread_key"`
+	Title          string       `json:"title"`
+	CreatedAt      *time.Time   `json:"created_at,omitempty"`
+	LastActivityAt *time.Time   `json:"last_activity_at,omitempty"`
+	Session        *sessionJSON `json:"session"`
+	// Items and Cursor are only in GET /api/conversations/{id}: the history, then where its event
+	// stream starts.
+	Items  []Event `json:"items,omitempty"`
+	Cursor string  `json:"cursor,omitempty"`
+}
+
+// lookup returns the conversation if this process knows it; with create it registers it.
+func (s *Server) lookup(id string, create bool) *conversation {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.convs[id]
+	if c == nil && create {
+		c = newConversation(id, s.now().UTC())
+		s.convs[id] = c
+	}
+	return c
+}
+
+// conversationFor validates {id} and returns the conversation, registering it: any well-formed id
+// names a thread, so one known only to the database (or a bookmark) works as well as a new one.
+func (s *Server) conversationFor(r *http.Request) (*conversation, error) {
+	id := r.PathValue("id")
+	if !idPattern.MatchString(id) {
+		return nil, errorf(http.StatusBadRequest, "bad conversation id: want 1 to 64 of A-Z a-z 0-9 _ -")
+	}
+	return s.lookup(id, true), nil
+}
+
+type createJSON struct {
+	Title string `json:"title"`
+}
+
+// createConversation is POST /api/conversations.
+func (s *Server) createConversation(w http.ResponseWriter, r *http.Request) {
+	var req createJSON
+	if err := decodeJSON(w, r, 64<<10, &req, true); err != nil {
+		writeErr(w, err)
+		return
+	}
+	id := randomID(12)
+	c := s.lookup(id, true)
+	c.mu.Lock()
+	c.title = titleOf(req.Title)
+	c.mu.Unlock()
+	writeJSON(w, http.StatusCreated, s.describe(c, nil))
+}
+
+func (s *Server) describe(c *conversation, sess *db.Session) conversationJSON {
+	c.mu.Lock()
+	out := conversationJSON{ID: c.id, ThreadKey: bot.WebThread(c.id).String(), Title: c.title,
+		CreatedAt: timePtr(c.created), LastActivityAt: timePtr(c.last)}
+	c.mu.Unlock()
+	if sess != nil {
+		out.Session = sessionOf(*sess)
+		if sess.LastActivityAt.After(ptrTime(out.LastActivityAt)) {
+			out.LastActivityAt = timePtr(sess.LastActivityAt)
+		}
+		if out.CreatedAt == nil || sess.CreatedAt.Before(*out.CreatedAt) {
+			out.CreatedAt = timePtr(sess.CreatedAt)
+		}
+	}
+	return out
+}
+
+// activity is when a conversation last did something, for the list's order.
+func activity(c conversationJSON) time.Time {
+	last, created := ptrTime(c.LastActivityAt), ptrTime(c.CreatedAt)
+	if last.After(created) {
+		return last
+	}
+	return created
+}
+
+func ptrTime(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
+}
+
+// listConversations is GET /api/conversations: newest activity first.
+func (s *Server) listConversations(w http.ResponseWriter, r *http.Request) {
+	sessions, err := s.webSessions(r.Context())
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	bySession := map[string]*db.Session{}
+	for i := range sessions {
+		id := strings.TrimPrefix(sessions[i].ThreadKey, "web:")
+		bySession[id] = &sessions[i]
+		if c := s.lookup(id, false); c == nil {
+			// First sight since start: register it, titled by its newest prompt.
+			c = s.lookup(id, true)
+			title := s.lastPrompt(r.Context(), sessions[i].ThreadKey)
+			c.mu.Lock()
+			if c.title == "" {
+				c.title = title
+			}
+			c.mu.Unlock()
+		}
+	}
+	s.mu.Lock()
+	convs := make([]*conversation, 0, len(s.convs))
+	for _, c := range s.convs {
+		convs = append(convs, c)
+	}
+	s.mu.Unlock()
+	out := make([]conversationJSON, 0, len(convs))
+	for _, c := range convs {
+		out = append(out, s.describe(c, bySession[c.id]))
+	}
+	slices.SortFunc(out, func(a, b conversationJSON) int {
+		if c := activity(b).Compare(activity(a)); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	if len(out) > maxListed {
+		out = out[:maxListed]
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Conversations []conversationJSON `json:"conversations"`
+	}{out})
+}
+
+func (s *Server) lastPrompt(ctx context.Context, threadKey string) string {
+	turns, err := s.store.TurnTranscript(ctx, threadKey, db.TranscriptLimit{MaxTurns: 1, MaxChars: 16 << 20})
+	if err != nil || len(turns) == 0 {
+		return ""
+	}
+	return titleOf(turns[len(turns)-1].Prompt)
+}
+
+// webSessions reads the web: sessions in every status. Keys sort by thread key, so each status's
+// web: rows are one run that starts after "web:".
+func (s *Server) webSessions(ctx context.Context) ([]db.Session, error) {
+	var out []db.Session
+	for _, st := range sessionStatuses {
+		after := "web:"
+		for len(out) < maxListed {
+			page, err := s.store.SessionsByStatus(ctx, st, after, db.DefaultBatch)
+			if err != nil {
+				return nil, err
+			}
+			done := len(page) < db.DefaultBatch
+			for _, ss := range page {
+				if !strings.HasPrefix(ss.ThreadKey, "web:") {
+					done = true
+					break
+				}
+				out = append(out, ss)
+			}
+			if done || len(page) == 0 {
+				break
+			}
+			after = page[len(page)-1].ThreadKey
+		}
+	}
+	return out, nil
+}
+
+// getConversation is GET /api/conversations/{id}: its session, its history and a cursor for its
+// event stream. The history is the turns in the database that this process has not seen (older ones,
+// or all of them after a restart), then this process's events for it.
+func (s *Server) getConversation(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !idPattern.MatchString(id) {
+		writeError(w, http.StatusBadRequest, "bad conversation id: want 1 to 64 of A-Z a-z 0-9 _ -")
+		return
+	}
+	key := bot.WebThread(id).String()
+	var sess *db.Session
+	switch got, err := s.store.SessionGet(r.Context(), key); {
+	case err == nil:
+		sess = &got
+	case !errors.Is(err, db.ErrNotFound):
+		writeErr(w, err)
+		return
+	}
+	turns, err := s.store.TurnTranscript(r.Context(), key, historyLimit)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	c := s.lookup(id, false)
+	if c == nil && sess == nil && len(turns) == 0 {
+		writeError(w, http.StatusNotFound, "no conversation "+id)
+		return
+	}
+	c = s.lookup(id, true)
+	live, seq := c.snapshot()
+	seen := map[string]bool{}
+	for _, ev := range live {
+		if ev.Type == EventMessage {
+			seen[ev.EventID] = true
+		}
+	}
+	var items []Event
+	for _, t := range turns {
+		if !seen[t.PlatformEventID] {
+			items = append(items, turnEvents(t)...)
+		}
+	}
+	for _, ev := range live {
+		// A reply whose message fell off the log shows with its stored turn, if at all.
+		if ev.Type == EventMessage || seen[ev.ReplyTo] {
+			items = append(items, ev)
+		}
+	}
+	out := s.describe(c, sess)
+	if out.Title == "" && len(turns) > 0 {
+		out.Title = titleOf(turns[len(turns)-1].Prompt)
+	}
+	out.Items, out.Cursor = items, s.cursor(seq)
+	if out.Items == nil {
+		out.Items = []Event{}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// turnEvents renders a stored turn as the events the page draws.
+func turnEvents(t db.Turn) []Event {
+	text, cut := clip(t.Prompt, displayTextMax)
+	evs := []Event{{Type: EventMessage, At: t.CreatedAt, EventID: t.PlatformEventID, User: "web:" + t.UserID, Text: text, Truncated: cut}}
+	answer := t.Answer
+	switch {
+	case t.Status == db.TurnCancelled && answer == "":
+		answer = "Stopped."
+	case t.Status == db.TurnFailed && answer == "":
+		answer = "Sorry, that failed: " + t.Error
+	}
+	if answer != "" {
+		text, cut := clip(answer, displayTextMax)
+		evs = append(evs, Event{Type: EventPost, At: t.FinishedAt, ReplyTo: t.PlatformEventID, Text: text, Truncated: cut})
+	}
+	return evs
+}
+
+// enqueue hands msg to the bot after the conversation's earlier messages. Handling runs off the
+// request (it may take seconds: reset destroys a sandbox) but in order, so "stop" never overtakes
+// the message it means to stop. The queue holds a goroutine only while it has work.
+func (s *Server) enqueue(c *conversation, msg bot.Message) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errorf(http.StatusServiceUnavailable, "the bot is shutting down; try again in a minute")
+	}
+	c.mu.Lock()
+	c.pending = append(c.pending, msg)
+	start := !c.running
+	c.running = true
+	c.mu.Unlock()
+	if start {
+		s.intake.Add(1)
+		go s.runIntake(c)
+	}
+	return nil
+}
+
+func (s *Server) runIntake(c *conversation) {
+	defer s.intake.Done()
+	for {
+		c.mu.Lock()
+		if len(c.pending) == 0 {
+			c.running = false
+			c.mu.Unlock()
+			return
+		}
+		msg := c.pending[0]
+		c.pending = c.pending[1:]
+		c.mu.Unlock()
+		r := &replier{s: s, c: c, replyTo: msg.EventID}
+		if err := s.handler.Handle(s.ctx, msg, r); err != nil {
+			s.log.Warn("handling a message", zap.String("conversation", c.id), zap.String("event", msg.EventID), zap.Error(err))
+		}
+	}
+}

@@ -1,0 +1,203 @@
+package web
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"path"
+	"strings"
+
+	"github.com/threadbox/threadbox/bot"
+)
+
+// messageJSON is the body of POST /api/conversations/{id}/messages as JSON.
+type messageJSON struct {
+	Text string `json:"text"`
+}
+
+// acceptedJSON answers an accepted message.
+type acceptedJSON struct {
+	EventID string `json:"event_id"`
+	Cursor  string `json:"cursor"`
+}
+
+// postMessage is POST /api/conversations/{id}/messages: JSON {"text"}, or multipart/form-data with
+// a "text" field and "file" parts. It answers 202 once the message is queued for the bot; the bot's
+// replies arrive on the event stream, tagged with the returned event_id.
+func (s *Server) postMessage(w http.ResponseWriter, r *http.Request) {
+	c, err := s.conversationFor(r)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	var (
+		text  string
+		files []bot.File
+	)
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if mt == "multipart/form-data" {
+		text, files, err = s.readMultipart(w, r)
+	} else {
+		var req messageJSON
+		err = decodeJSON(w, r, maxJSONBody, &req, false)
+		text = req.Text
+	}
+	if err == nil {
+		err = s.checkText(text, len(files))
+	}
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	id := identityFrom(r.Context())
+	msg := bot.Message{
+		Thread: bot.WebThread(c.id), ChannelID: c.id, User: id.user, Text: text, Files: files,
+		EventID: "web-" + randomID(12),
+	}
+	shown, cut := clip(text, displayTextMax)
+	ev := Event{Type: EventMessage, At: s.now().UTC(), EventID: msg.EventID, User: id.actor(), Text: shown, Truncated: cut}
+	for _, f := range files {
+		ev.Files = append(ev.Files, FileRef{Name: f.Name, Size: int64(len(f.Data))})
+	}
+	// Published before it is queued, so the message is on every open page before any reply to it.
+	ev = c.publish(ev)
+	if err := s.enqueue(c, msg); err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, acceptedJSON{EventID: msg.EventID, Cursor: s.cursor(ev.Seq)})
+}
+
+func (s *Server) checkText(text string, files int) error {
+	if len(text) > s.maxText {
+		return errorf(http.StatusRequestEntityTooLarge,
+			"message too large: %s of text; the limit is %s (attach long input as a file instead)",
+			humanBytes(int64(len(text))), humanBytes(int64(s.maxText)))
+	}
+	if strings.TrimSpace(text) == "" && files == 0 {
+		return errorf(http.StatusBadRequest, "empty message: send some text or a file")
+	}
+	return nil
+}
+
+// readMultipart reads a "text" field and up to maxUploadFiles "file" parts, each within its cap.
+func (s *Server) readMultipart(w http.ResponseWriter, r *http.Request) (string, []bot.File, error) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxMultipartBody)
+	mr, err := r.MultipartReader()
+	if err != nil {
+		return "", nil, errorf(http.StatusBadRequest, "malformed multipart body: %s", err.Error())
+	}
+	var (
+		text  string
+		files []bot.File
+	)
+	for {
+		part, err := mr.NextPart()
+		if errors.Is(err, io.EOF) {
+			return text, files, nil
+		}
+		if err != nil {
+			return "", nil, bodyError(err)
+		}
+		switch part.FormName() {
+		case "text":
+			b, err := readCapped(part, int64(s.maxText))
+			if err != nil {
+				return "", nil, err
+			}
+			text = string(b)
+		case "file", "files":
+			if len(files) == maxUploadFiles {
+				return "", nil, errorf(http.StatusRequestEntityTooLarge, "too many files: at most %d per message", maxUploadFiles)
+			}
+			name := path.Base(strings.ReplaceAll(part.FileName(), `\`, "/"))
+			if name == "" || name == "." || name == "/" || name == ".." {
+				return "", nil, errorf(http.StatusBadRequest, "a file part needs a file name")
+			}
+			b, err := readCapped(part, maxUploadFile)
+			if err != nil {
+				return "", nil, err
+			}
+			files = append(files, bot.File{Name: name, Data: b})
+		default:
+			return "", nil, errorf(http.StatusBadRequest, "unknown form field %q: send \"text\" and \"file\" parts", part.FormName())
+		}
+	}
+}
+
+func readCapped(r io.Reader, limit int64) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, bodyError(err)
+	}
+	if int64(len(b)) > limit {
+		return nil, errorf(http.StatusRequestEntityTooLarge, "too large: the limit is %s per part", humanBytes(limit))
+	}
+	return b, nil
+}
+
+func bodyError(err error) error {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return errorf(http.StatusRequestEntityTooLarge, "request body too large: the limit is %s", humanBytes(mbe.Limit))
+	}
+	return errorf(http.StatusBadRequest, "malformed multipart body: %s", err.Error())
+}
+
+// replier is a bot.Replier for one message in one conversation: each call becomes an event.
+type replier struct {
+	s       *Server
+	c       *conversation
+	replyTo string
+}
+
+var _ bot.Replier = (*replier)(nil)
+
+func (r *replier) event(typ string) Event {
+	return Event{Type: typ, At: r.s.now().UTC(), ReplyTo: r.replyTo}
+}
+
+// Post implements bot.Replier.
+func (r *replier) Post(ctx context.Context, text string) error {
+	ev := r.event(EventPost)
+	ev.Text, ev.Truncated = clip(text, displayTextMax)
+	r.c.publish(ev)
+	return nil
+}
+
+// Progress implements bot.Replier: the page replaces the turn's progress with each one.
+func (r *replier) Progress(ctx context.Context, text string) error {
+	ev := r.event(EventProgress)
+	ev.Text, ev.Truncated = clip(text, displayTextMax)
+	r.c.publish(ev)
+	return nil
+}
+
+// Upload implements bot.Replier: the bytes are kept in memory for GET /api/files/{id}.
+func (r *replier) Upload(ctx context.Context, name string, data []byte) (string, error) {
+	if int64(len(data)) > webLimits.MaxFileBytes {
+		return "", fmt.Errorf("%s is %s; the web chat takes files up to %s", name, humanBytes(int64(len(data))), humanBytes(webLimits.MaxFileBytes))
+	}
+	ref, err := r.s.files.put(r.c.id, name, data, r.s.now())
+	if err != nil {
+		return "", err
+	}
+	ev := r.event(EventUpload)
+	ev.File = &ref
+	r.c.publish(ev)
+	return ref.ID, nil
+}
+
+// React implements bot.Replier.
+func (r *replier) React(ctx context.Context, name string) error {
+	ev := r.event(EventReaction)
+	ev.Reaction = name
+	r.c.publish(ev)
+	return nil
+}
+
+// Limits implements bot.Replier.
+func (r *replier) Limits() bot.Limits { return webLimits }

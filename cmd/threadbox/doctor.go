@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/threadbox/threadbox/sandbox/docker"
+)
+
+// check is one doctor probe. It returns what it found when healthy, or a problem with its fix.
+type check struct {
+	name string
+	run  func(ctx context.Context) (ok string, problem *problem)
+}
+
+type problem struct {
+	what, fix string
+}
+
+// probeTimeout bounds each probe: a doctor that hangs on a dead socket is no doctor.
+const probeTimeout = 5 * time.Second
+
+// runDoctor prints one line per check: "ok" lines for what works, and for each problem one line that
+// says what is wrong and how to fix it. It exits 1 when anything is wrong.
+func (m *Main) runDoctor(ctx context.Context) error {
+	cfg := m.Config
+	src := "embedded defaults"
+	if cfg.File != "" {
+		src = cfg.File
+	}
+	fmt.Fprintf(m.Stdout, "ok      config: %s (+ THREADBOX_* overrides)\n", src)
+	problems := 0
+	for _, c := range m.doctorChecks() {
+		cctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		ok, p := c.run(cctx)
+		cancel()
+		switch {
+		case p != nil:
+			problems++
+			fmt.Fprintf(m.Stdout, "PROBLEM %s: %s. Fix: %s\n", c.name, p.what, p.fix)
+		case ok != "":
+			fmt.Fprintf(m.Stdout, "ok      %s: %s\n", c.name, ok)
+		}
+	}
+	if problems > 0 {
+		fmt.Fprintf(m.Stdout, "%d problem(s) found\n", problems)
+		return exitCode(1)
+	}
+	return nil
+}
+
+func (m *Main) doctorChecks() []check {
+	cfg := m.Config
+	var checks []check
+	switch cfg.Sandbox.Provider {
+	case "docker", "auto":
+		checks = append(checks, check{name: "docker", run: m.checkDocker})
+	case "local":
+		checks = append(checks, check{name: "sandbox", run: func(context.Context) (string, *problem) {
+			return "local provider: NO ISOLATION, agent commands run as host processes", nil
+		}})
+	}
+	checks = append(checks, check{name: "database", run: m.checkDatabase})
+	checks = append(checks, check{name: "redis", run: m.checkRedis})
+	return checks
+}
+
+func (m *Main) checkDocker(ctx context.Context) (string, *problem) {
+	cfg := m.Config
+	host := cfg.Sandbox.Docker.Host
+	where := host
+	if where == "" {
+		where = m.getenv("DOCKER_HOST")
+	}
+	if where == "" {
+		where = "unix:///var/run/docker.sock"
+	}
+	ver, hasImage, err := docker.Probe(ctx, host, cfg.Sandbox.Image)
+	if err != nil {
+		fix := "start the daemon (as root: deploy/test-services.sh, or `systemctl start docker`), " +
+			"or point sandbox.docker.host / DOCKER_HOST at a running one"
+		if cfg.Sandbox.Provider == "auto" {
+			fix += "; without it sandbox.provider auto falls back to the unisolated local provider"
+		}
+		return "", &problem{what: fmt.Sprintf("the Docker daemon at %s is not answering (%s)", where, oneLine(err)), fix: fix}
+	}
+	if !hasImage {
+		return "", &problem{
+			what: fmt.Sprintf("daemon %s is up at %s, but the sandbox image %s is missing", ver, where, cfg.Sandbox.Image),
+			fix:  "run `make sandbox-image` (builds offline), or set sandbox.image to an image you have",
+		}
+	}
+	return fmt.Sprintf("daemon %s at %s, image %s present", ver, where, cfg.Sandbox.Image), nil
+}
+
+func (m *Main) checkRedis(ctx context.Context) (string, *problem) {
+	raw := m.Config.Redis.URL
+	if raw == "" {
+		return "not configured (optional: dedupe and rate limits stay per process)", nil
+	}
+	opt, err := redis.ParseURL(raw)
+	if err != nil {
+		return "", &problem{what: fmt.Sprintf("redis.url does not parse (%s)", oneLine(err)), fix: "use redis://host:6379/0"}
+	}
+	c := redis.NewClient(opt)
+	defer c.Close()
+	if err := c.Ping(ctx).Err(); err != nil {
+		return "", &problem{
+			what: fmt.Sprintf("Redis at %s is not answering (%s)", opt.Addr, oneLine(err)),
+			fix:  "start redis-server, fix redis.url, or unset redis.url to run without Redis",
+		}
+	}
+	return "reachable at " + opt.Addr, nil
+}
+
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(err.Error()), " ")
+}
+
+// fileExists is used by checks that look at local paths.
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}

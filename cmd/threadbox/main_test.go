@@ -1,0 +1,170 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// runMain drives the program as the binary would, returning stdout, stderr and the error.
+func runMain(t *testing.T, env []string, args ...string) (string, string, error) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	m := NewMain(&stdout, &stderr, env)
+	err := m.ParseFlags(args)
+	if err == nil {
+		err = m.Run(context.Background())
+	}
+	require.NoError(t, m.Close())
+	return stdout.String(), stderr.String(), err
+}
+
+// baseEnv points the database at a fresh SQLite file so tests never touch ./data.
+func baseEnv(t *testing.T, extra ...string) []string {
+	t.Helper()
+	return append([]string{"THREADBOX_DATABASE_URL=sqlite:" + filepath.Join(t.TempDir(), "tb.db")}, extra...)
+}
+
+func requireServices(t *testing.T) {
+	t.Helper()
+	if os.Getenv("THREADBOX_REQUIRE_SERVICES") == "" {
+		t.Skip("THREADBOX_REQUIRE_SERVICES unset: skipping a test that needs Docker and Redis (make test sets it)")
+	}
+}
+
+func TestVersion(t *testing.T) {
+	out, _, err := runMain(t, nil, "version")
+	require.NoError(t, err)
+	require.Equal(t, "threadbox dev\n", out)
+}
+
+func TestUnknownCommandShowsUsage(t *testing.T) {
+	_, stderr, err := runMain(t, baseEnv(t), "frobnicate")
+	require.ErrorIs(t, err, errUsage)
+	require.Contains(t, stderr, `unknown command "frobnicate"`)
+	require.Contains(t, stderr, "doctor")
+}
+
+func TestBadConfigNamesTheKey(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "c.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte("sandbox:\n  resources:\n    memory_mb: 64\n"), 0o600))
+	_, _, err := runMain(t, baseEnv(t), "--config", cfg, "doctor")
+	require.ErrorContains(t, err, "sandbox.resources.memory_mb = 64: must be between 512 and 32768")
+
+	_, _, err = runMain(t, baseEnv(t, "THREADBOX_CONFIG="+cfg), "doctor")
+	require.ErrorContains(t, err, "sandbox.resources.memory_mb", "THREADBOX_CONFIG is honoured")
+
+	_, _, err = runMain(t, baseEnv(t, "THREADBOX_SANDBOX_RESOURCES_CPUS=99"), "doctor")
+	require.ErrorContains(t, err, "sandbox.resources.cpus = 99")
+}
+
+func TestDoctorReportsDeadDockerDaemonWithFix(t *testing.T) {
+	sock := "unix://" + filepath.Join(t.TempDir(), "no-daemon.sock")
+	out, _, err := runMain(t, baseEnv(t, "THREADBOX_SANDBOX_PROVIDER=docker", "THREADBOX_SANDBOX_DOCKER_HOST="+sock), "doctor")
+	require.Equal(t, exitCode(1), err, "doctor exits 1 on a problem")
+	line := findLine(out, "PROBLEM docker:")
+	require.NotEmpty(t, line, "one line about Docker:\n%s", out)
+	require.Contains(t, line, "the Docker daemon at "+sock+" is not answering")
+	require.Contains(t, line, "Fix: start the daemon")
+	require.Contains(t, out, "ok      database:", "the other checks still run")
+	require.Contains(t, out, "1 problem(s) found")
+}
+
+func TestDoctorReportsDeadRedisAndBadDatabase(t *testing.T) {
+	env := []string{
+		"THREADBOX_DATABASE_URL=postgres://threadbox:pw@127.0.0.1:1/nope?sslmode=disable&connect_timeout=2",
+		"THREADBOX_REDIS_URL=redis://127.0.0.1:1/0",
+		"THREADBOX_SANDBOX_PROVIDER=docker",
+		"THREADBOX_SANDBOX_DOCKER_HOST=unix://" + filepath.Join(t.TempDir(), "x.sock"),
+	}
+	out, _, err := runMain(t, env, "doctor")
+	require.Equal(t, exitCode(1), err)
+	require.NotEmpty(t, findLine(out, "PROBLEM database:"), out)
+	require.Contains(t, findLine(out, "PROBLEM redis:"), "127.0.0.1:1 is not answering")
+	require.NotContains(t, out, "pw@", "the database password is not printed")
+	require.Contains(t, out, "3 problem(s) found")
+}
+
+func TestDoctorAllGreenOnRealServices(t *testing.T) {
+	requireServices(t)
+	env := baseEnv(t,
+		"THREADBOX_SANDBOX_PROVIDER=docker",
+		"THREADBOX_SANDBOX_IMAGE=threadbox/sandbox-test:latest",
+		"THREADBOX_REDIS_URL="+envOr("THREADBOX_TEST_REDIS_URL", "redis://127.0.0.1:6379/0"),
+	)
+	out, _, err := runMain(t, env, "doctor")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "ok      docker: daemon")
+	require.Contains(t, out, "image threadbox/sandbox-test:latest present")
+	require.Contains(t, out, "ok      redis: reachable")
+}
+
+func TestDoctorReportsMissingImage(t *testing.T) {
+	requireServices(t)
+	out, _, err := runMain(t, baseEnv(t, "THREADBOX_SANDBOX_PROVIDER=docker", "THREADBOX_SANDBOX_IMAGE=threadbox/does-not-exist:never"), "doctor")
+	require.Equal(t, exitCode(1), err)
+	require.Contains(t, findLine(out, "PROBLEM docker:"), "make sandbox-image")
+}
+
+func TestMigrateTwice(t *testing.T) {
+	env := baseEnv(t)
+	for range 2 {
+		out, _, err := runMain(t, env, "migrate")
+		require.NoError(t, err)
+		require.Equal(t, "migrations applied\n", out)
+	}
+}
+
+func findLine(out, prefix string) string {
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			return l
+		}
+	}
+	return ""
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func TestServeHealthAndGracefulShutdown(t *testing.T) {
+	env := baseEnv(t, "THREADBOX_HTTP_ADDR=127.0.0.1:0", "THREADBOX_SANDBOX_PROVIDER=local",
+		"THREADBOX_SANDBOX_LOCAL_I_UNDERSTAND_NO_ISOLATION=true",
+		"THREADBOX_SANDBOX_LOCAL_DIR="+t.TempDir())
+	var stdout, stderr bytes.Buffer
+	m := NewMain(&stdout, &stderr, env)
+	addrc := make(chan string, 1)
+	m.OnListen = func(a string) { addrc <- a }
+	require.NoError(t, m.ParseFlags([]string{"serve"}))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	var addr string
+	select {
+	case addr = <-addrc:
+	case err := <-done:
+		t.Fatalf("serve exited early: %v\n%s", err, stderr.String())
+	}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		resp, err := http.Get("http://" + addr + path)
+		require.NoError(t, err)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", path, body)
+	}
+	cancel() // what SIGTERM does through signal.NotifyContext
+	require.NoError(t, <-done)
+	require.NoError(t, m.Close())
+	require.Contains(t, stderr.String(), "shutting down")
+}

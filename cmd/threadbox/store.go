@@ -1,0 +1,48 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/threadbox/threadbox/cmd/threadbox/config"
+	"github.com/threadbox/threadbox/db"
+)
+
+// openStore opens the configured database and registers it for Close.
+func (m *Main) openStore(ctx context.Context) (db.Store, error) {
+	st, err := db.Open(ctx, m.Config.Database.URL)
+	if err != nil {
+		return nil, err
+	}
+	m.onClose(st.Close)
+	return st, nil
+}
+
+func (m *Main) runMigrate(ctx context.Context) error {
+	st, err := m.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	if err := st.Migrate(ctx); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	fmt.Fprintln(m.Stdout, "migrations applied")
+	return nil
+}
+
+func (m *Main) checkDatabase(ctx context.Context) (string, *problem) {
+	url := m.Config.Database.URL
+	st, err := db.Open(ctx, url)
+	if errors.Is(err, db.ErrLocked) {
+		return "in use by a running threadbox process (SQLite allows one)", nil
+	}
+	if err != nil {
+		return "", &problem{what: oneLine(err), fix: "fix database.url (sqlite:<path> or postgres://user:pass@host:5432/db) or start the database"}
+	}
+	defer st.Close()
+	if err := st.Ping(ctx); err != nil {
+		return "", &problem{what: "database does not answer: " + oneLine(err), fix: "start the database server or fix database.url"}
+	}
+	return "reachable (" + config.RedactURL(url) + ")", nil
+}

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/threadbox/threadbox/agentpool"
+	"github.com/threadbox/threadbox/agentpool/runtime"
+	"github.com/threadbox/threadbox/agentpool/runtime/shell"
+	"github.com/threadbox/threadbox/bot"
+	"github.com/threadbox/threadbox/db"
+	"github.com/threadbox/threadbox/sandbox"
+	"github.com/threadbox/threadbox/sandbox/docker"
+	"github.com/threadbox/threadbox/sandbox/local"
+)
+
+// app is everything serve (and the admin CLI) runs on, built explicitly: no init registration.
+type app struct {
+	store   db.Store
+	prov    sandbox.Provider
+	rt      runtime.Runtime
+	pool    *agentpool.Pool
+	maint   *agentpool.Maintainer
+	admin   *bot.Admin
+	handler *bot.Handler
+	// warning is shown prominently (console and page) when the setup is unsafe.
+	warning string
+}
+
+// noIsolationWarning is what the bot says when it runs agent commands on the host.
+const noIsolationWarning = "NO ISOLATION: no Docker daemon answered, so agent commands run as processes on this machine " +
+	"(sandbox.provider local). Do not expose this bot to anyone you would not give a shell."
+
+// buildApp wires the store, provider, runtime, pool, loops and bot core from the config.
+func (m *Main) buildApp(ctx context.Context) (*app, error) {
+	cfg := m.Config
+	a := &app{}
+	st, err := m.openStore(ctx)
+	if err != nil {
+		return nil, err
+	}
+	a.store = st
+	if cfg.Database.AutoMigrate {
+		if err := st.Migrate(ctx); err != nil {
+			return nil, fmt.Errorf("migrate on start (set database.auto_migrate: false to skip): %w", err)
+		}
+	}
+	if a.prov, a.warning, err = m.newProvider(ctx); err != nil {
+		return nil, err
+	}
+	if a.rt, err = m.newRuntime(); err != nil {
+		return nil, err
+	}
+	env, blocked, err := cfg.Sandbox.Env.Resolve(func(k string) (string, bool) {
+		v := m.getenv(k)
+		return v, v != ""
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sandbox.env: %w", err)
+	}
+	if len(blocked) > 0 {
+		m.Logger.Warn("sandbox.env asks for blocked variables; they are left out", zap.Strings("blocked", blocked))
+	}
+	network, _ := sandbox.ParseNetworkMode(cfg.Sandbox.Network)
+	a.pool, err = agentpool.New(agentpool.Config{
+		Deployment: cfg.Deployment, Image: cfg.Sandbox.Image, Resources: cfg.Sandbox.Resources,
+		Network: network, ReadOnlyRoot: cfg.Sandbox.ReadOnlyRoot, Env: env, BlockedEnv: cfg.Sandbox.Env.Blocked,
+		StuckAfter: cfg.Lifecycle.StuckAfter,
+	}, agentpool.Deps{Store: st, Provider: a.prov, Runtime: a.rt, Logger: m.Logger})
+	if err != nil {
+		return nil, err
+	}
+	a.maint, err = agentpool.NewMaintainer(agentpool.MaintainerConfig{
+		IdleTimeout: cfg.Lifecycle.IdleTimeout, PausedTTL: cfg.Lifecycle.PausedTTL,
+		ReapGrace: cfg.Lifecycle.ReapGrace, StuckAfter: cfg.Lifecycle.StuckAfter,
+	}, agentpool.MaintainerDeps{
+		Store: st, Provider: a.prov, Deployment: cfg.Deployment, Logger: m.Logger,
+		OnStuck: func(_ context.Context, t db.Turn) { a.pool.Cancel(t.ThreadKey) },
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.admin = bot.NewAdmin(st, agentpool.Ops{Pool: a.pool, Maint: a.maint}, cfg.Admin.Users, m.Logger)
+	a.handler = bot.NewHandler(bot.HandlerConfig{}, a.pool, st, a.admin, m.Logger)
+	return a, nil
+}
+
+// newProvider builds the configured sandbox provider ("auto": Docker if a daemon answers).
+func (m *Main) newProvider(ctx context.Context) (sandbox.Provider, string, error) {
+	cfg := m.Config
+	name, err := m.chooseProvider(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	switch name {
+	case "docker":
+		p, err := docker.New(ctx, docker.Options{Host: cfg.Sandbox.Docker.Host, Deployment: cfg.Deployment, Logger: m.Logger})
+		if err != nil {
+			return nil, "", err
+		}
+		m.onClose(p.Close)
+		if err := p.CheckImage(ctx, cfg.Sandbox.Image); err != nil {
+			return nil, "", fmt.Errorf("sandbox.image: %w (build it with `make sandbox-image`, or set sandbox.image)", err)
+		}
+		return p, "", nil
+	case "local":
+		p, err := local.New(local.Options{Dir: cfg.Sandbox.Local.Dir, IUnderstandNoIsolation: cfg.Sandbox.Local.IUnderstandNoIsolation})
+		if err != nil {
+			return nil, "", err
+		}
+		m.Logger.Warn(noIsolationWarning)
+		fmt.Fprintf(m.Stderr, "\n  *** WARNING: %s ***\n\n", noIsolationWarning)
+		return p, noIsolationWarning, nil
+	}
+	return nil, "", fmt.Errorf("sandbox.provider %s: not available in this build yet (use docker or local)", name)
+}
+
+// modelKeys are the environment variables that mean "a model is configured".
+var modelKeys = []string{"ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENROUTER_API_KEY"}
+
+// newRuntime builds the configured agent runtime ("auto": shell unless a model key is set).
+func (m *Main) newRuntime() (runtime.Runtime, error) {
+	name := m.Config.Runtime.Name
+	if name == "auto" {
+		name = "shell"
+		for _, k := range modelKeys {
+			if m.getenv(k) != "" {
+				m.Logger.Warn("a model key is set but no AI runtime is available in this build yet; using the shell runtime", zap.String("key", k))
+				break
+			}
+		}
+	}
+	if name == "shell" {
+		return shell.New(), nil
+	}
+	return nil, fmt.Errorf("runtime.name %s: not available in this build yet (use shell)", name)
+}
+
+// shutdown stops intake first, then lets turns finish within grace, then closes the rest. It never
+// destroys sandboxes: the next start picks them up.
+func (a *app) shutdown(log *zap.Logger, grace time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := a.pool.Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		log.Warn("pool shutdown", zap.Error(err))
+	}
+}
+
