@@ -1,13 +1,99 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"os/user"
+	"strings"
+	"time"
+
+	"github.com/threadbox/threadbox/bot"
+	"github.com/threadbox/threadbox/db"
 )
 
-// runAdmin is the operator CLI. The commands themselves (sessions, inspect, pause, resume, destroy,
-// reap, drain, stats) arrive with the bot core; until then this says so rather than pretending.
-func (m *Main) runAdmin(_ context.Context, args []string) error {
-	fmt.Fprintln(m.Stderr, "threadbox admin: not available in this build yet (it ships with the bot core); use `threadbox doctor` to check the installation")
-	return exitCode(2)
+// runAdmin is the operator CLI: the chat's admin commands with direct database and provider access.
+// The operator is audited as cli:<unix user>; having the config and the database is the authority,
+// so the CLI needs no admin.users entry. When a running `threadbox serve` holds the SQLite database,
+// the command goes to that process's admin API on http.addr instead (audited there as web:local).
+func (m *Main) runAdmin(ctx context.Context, args []string) error {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprintln(m.Stdout, "usage: threadbox admin <command>\n\n"+bot.AdminHelp)
+		return nil
+	}
+	actor := "cli:" + osUser()
+	m.Config.Admin.Users = append(m.Config.Admin.Users, actor)
+	a, err := m.buildApp(ctx)
+	if errors.Is(err, db.ErrLocked) {
+		return m.adminOverHTTP(ctx, args)
+	}
+	if err != nil {
+		return err
+	}
+	defer a.shutdown(m.Logger, 5*time.Second)
+	out, err := a.admin.Run(ctx, actor, args)
+	fmt.Fprintln(m.Stdout, out)
+	if err != nil {
+		return exitCode(1)
+	}
+	return nil
+}
+
+func osUser() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username
+	}
+	return "unknown"
+}
+
+// adminOverHTTP sends the command to the serve process that holds the database.
+func (m *Main) adminOverHTTP(ctx context.Context, args []string) error {
+	body := map[string]any{}
+	cmd, rest := args[0], args[1:]
+	for i := 0; i < len(rest); i++ {
+		switch a := rest[i]; {
+		case a == "--dry-run":
+			body["dry_run"] = true
+		case a == "--status" && i+1 < len(rest):
+			body["status"] = rest[i+1]
+			i++
+		case strings.HasPrefix(a, "--status="):
+			body["status"] = strings.TrimPrefix(a, "--status=")
+		default:
+			body["thread"] = a
+		}
+	}
+	raw, _ := json.Marshal(body)
+	url := "http://" + m.Config.HTTP.Addr + "/api/admin/" + cmd
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(raw))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if m.Config.HTTP.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+m.Config.HTTP.Token)
+	}
+	resp, err := (&http.Client{Timeout: 2 * time.Minute}).Do(req)
+	if err != nil {
+		return fmt.Errorf("the database is held by a running threadbox serve, and its admin API at %s does not answer: %w", url, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	var out struct {
+		Output string `json:"output"`
+		Error  string `json:"error"`
+	}
+	if json.Unmarshal(data, &out) != nil {
+		out.Error = strings.TrimSpace(string(data))
+	}
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintln(m.Stdout, out.Error)
+		return exitCode(1)
+	}
+	fmt.Fprintln(m.Stdout, out.Output)
+	return nil
 }

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/threadbox/threadbox/db"
 )
 
 // runMain drives the program as the binary would, returning stdout, stderr and the error.
@@ -167,4 +169,34 @@ func TestServeHealthAndGracefulShutdown(t *testing.T) {
 	require.NoError(t, <-done)
 	require.NoError(t, m.Close())
 	require.Contains(t, stderr.String(), "shutting down")
+}
+
+func TestAdminCLIIsAuditedAsTheOperator(t *testing.T) {
+	env := baseEnv(t, "THREADBOX_SANDBOX_PROVIDER=local", "THREADBOX_SANDBOX_LOCAL_I_UNDERSTAND_NO_ISOLATION=true",
+		"THREADBOX_SANDBOX_LOCAL_DIR="+t.TempDir())
+	out, _, err := runMain(t, env, "admin", "sessions")
+	require.NoError(t, err)
+	require.Equal(t, "No sessions.\n", out)
+	out, _, err = runMain(t, env, "admin", "inspect", "web:nope")
+	require.Equal(t, exitCode(1), err)
+	require.Contains(t, out, "inspect failed")
+
+	out, _, err = runMain(t, env, "admin", "help")
+	require.NoError(t, err)
+	require.Contains(t, out, "reap [--dry-run]")
+
+	// The audit log has both commands, attributed to the operator.
+	var stdout, stderr bytes.Buffer
+	m := NewMain(&stdout, &stderr, env)
+	require.NoError(t, m.ParseFlags([]string{"doctor"}))
+	st, err := m.openStore(context.Background())
+	require.NoError(t, err)
+	entries, err := st.AuditList(context.Background(), db.AuditQuery{})
+	require.NoError(t, err)
+	require.NoError(t, m.Close())
+	require.Len(t, entries, 2)
+	require.Equal(t, "admin inspect", entries[0].Action)
+	require.True(t, strings.HasPrefix(entries[0].Actor, "cli:"))
+	require.Equal(t, "admin sessions", entries[1].Action)
+	require.Equal(t, "ok", entries[1].Result)
 }
