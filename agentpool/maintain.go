@@ -182,14 +182,14 @@ func (m *Maintainer) Run(ctx context.Context) {
 				m.log.Error("cannot ask for leadership; will retry", zap.Error(err))
 			}
 			failing = ctx.Err() == nil
-		case ok:
+		default:
 			if failing {
 				m.log.Info("leadership query works again")
 			}
 			failing = false
-			m.lead(ctx, l)
-		default:
-			failing = false
+			if ok {
+				m.lead(ctx, l)
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -13,7 +13,9 @@ type RateLimitedError struct {
 	RetryAfter time.Duration
 }
 
-func (e *RateLimitedError) Error() string { return "rate limited; retry after " + e.RetryAfter.String() }
+func (e *RateLimitedError) Error() string {
+	return "rate limited; retry after " + e.RetryAfter.String()
+}
 
 // Coalescer turns a stream of progress states into at most one update per interval, always ending
 // with the last state. Update never blocks: sends happen on a timer goroutine, one at a time.

@@ -149,4 +149,3 @@ func (a *app) shutdown(log *zap.Logger, grace time.Duration) {
 		log.Warn("pool shutdown", zap.Error(err))
 	}
 }
-
