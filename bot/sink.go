@@ -138,7 +138,7 @@ func (s *replySink) Deliver(ctx context.Context, out agentpool.Outcome) ([]strin
 		}
 		id, err := s.r.Upload(ctx, a.Name, a.Data)
 		if err != nil {
-			notes = append(notes, fmt.Sprintf("not uploaded: %s (%s): %s", a.Name, humanBytes(a.Size), UserError(err)))
+			notes = append(notes, fmt.Sprintf("not uploaded: %s (%s): %s", a.Name, agentpool.HumanSize(a.Size), UserError(err)))
 			continue
 		}
 		ids[i] = id
@@ -165,14 +165,4 @@ func oneLineCut(s string, n int) string {
 		return s
 	}
 	return string([]rune(s)[:n-1]) + "…"
-}
-
-func humanBytes(n int64) string {
-	switch {
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
 }

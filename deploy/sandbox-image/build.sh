@@ -3,6 +3,9 @@
 #
 #   threadbox/sandbox-test:latest  FROM scratch + Debian's static busybox. Seconds.
 #   threadbox/sandbox-base:latest  debootstrap'd Debian bookworm, `docker import`ed.
+#   threadbox/sandbox:latest       sandbox-base + the agent runtimes (opencode,
+#                                  sandbox-agent, claude) from the npm registry,
+#                                  pinned and checksummed in runtimes.lock.
 #
 # Every image carries the label threadbox.image.recipe=<sha256 of its inputs>;
 # when an image with that label already exists the build is skipped, so reruns
@@ -16,6 +19,8 @@ readonly SUITE=bookworm
 readonly VARIANT=minbase
 readonly TEST_IMAGE=threadbox/sandbox-test:latest
 readonly BASE_IMAGE=threadbox/sandbox-base:latest
+readonly FULL_IMAGE=threadbox/sandbox:latest
+readonly RUNTIMES_LOCK=$HERE/runtimes.lock
 readonly RECIPE_LABEL=threadbox.image.recipe
 # Bump to force every machine to rebuild even though no input changed.
 readonly RECIPE_VERSION=1
@@ -37,7 +42,7 @@ PARTIAL= # cache entry being written, removed on exit unless complete
 
 usage() {
 	cat <<EOF
-Usage: $PROG [--force] test|base|all
+Usage: $PROG [--force] test|base|all|runtimes|full
        $PROG --help
 
 Builds Threadbox's sandbox images offline (no registry, nothing is pulled).
@@ -46,7 +51,13 @@ Targets:
   test   $TEST_IMAGE: FROM scratch + Debian's busybox-static. Seconds.
   base   $BASE_IMAGE: debootstrap'd Debian $SUITE with the packages
          in packages.txt, user agent (1000:1000), /workspace. Needs root.
-  all    both
+  all    test and base
+  runtimes
+         $FULL_IMAGE: $BASE_IMAGE (built first if missing)
+         plus the agent runtimes pinned in runtimes.lock, downloaded once
+         from the npm registry with npm into the cache. Needs npm only
+         for that first download.
+  full   test, base and runtimes
 
 Options:
   --force   rebuild even if an image with the same recipe label exists
@@ -54,7 +65,8 @@ Options:
 Environment:
   THREADBOX_DEBIAN_MIRROR  Debian mirror URI for debootstrap (default: the one
                            this machine's apt sources use)
-  THREADBOX_CACHE_DIR      cache for downloaded packages and build logs
+  THREADBOX_CACHE_DIR      cache for downloaded packages (Debian and npm)
+                           and build logs
                            (default: \${XDG_CACHE_HOME:-\$HOME/.cache}/threadbox)
   TMPDIR                   where the root filesystem is assembled (default: /var/tmp)
 EOF
@@ -383,6 +395,12 @@ build_base() {
 }
 
 ###############################################################################
+# runtimes: sandbox-base + the agent runtimes from npm (see build-runtimes.sh)
+
+# shellcheck source=build-runtimes.sh
+source "$HERE/build-runtimes.sh"
+
+###############################################################################
 
 main() {
 	local targets=() arg
@@ -393,8 +411,9 @@ main() {
 			return 0
 			;;
 		--force) FORCE=1 ;;
-		test | base) targets+=("$arg") ;;
+		test | base | runtimes) targets+=("$arg") ;;
 		all) targets+=(test base) ;;
+		full) targets+=(test base runtimes) ;;
 		*) die "unknown argument '$arg' (see $PROG --help)" ;;
 		esac
 	done
