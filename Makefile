@@ -25,9 +25,7 @@ build: ## build bin/threadbox
 
 .PHONY: run
 run: ## start the bot on embedded defaults (SQLite, web chat on 127.0.0.1:8080, Docker if present)
-	@# make run is the explicit acknowledgement that, without Docker, the local provider runs agent
-	@# commands on this host with no isolation. The bot says so loudly when it happens.
-	THREADBOX_SANDBOX_LOCAL_I_UNDERSTAND_NO_ISOLATION=true $(GO) run -ldflags "$(LDFLAGS)" ./cmd/threadbox serve
+	VERSION=$(VERSION) deploy/run.sh
 
 .PHONY: services
 services: ## install (if missing) and start Docker, PostgreSQL and Redis; build the test image

@@ -43,6 +43,8 @@ command -v pg_ctlcluster >/dev/null 2>&1 || need_pkgs+=(postgresql)
 command -v redis-server >/dev/null 2>&1 || need_pkgs+=(redis-server)
 [[ -x /bin/busybox ]] || need_pkgs+=(busybox-static)
 command -v debootstrap >/dev/null 2>&1 || need_pkgs+=(debootstrap)
+# The web chat's browser test drives Debian's headless Chromium.
+command -v chromium >/dev/null 2>&1 || need_pkgs+=(chromium)
 
 if ((${#need_pkgs[@]})); then
 	[[ $(id -u) == 0 ]] || die "not root: install ${need_pkgs[*]} yourself (or run as root), then rerun"
