@@ -166,15 +166,15 @@ func (a *Admin) dispatch(ctx context.Context, cmd string, argv []string) (string
 	return "", fmt.Errorf("unknown admin command %q\n%s", cmd, AdminHelp)
 }
 
-// sessionStatuses is the order sessions are listed in when no status is given.
-var sessionStatuses = []db.SessionStatus{db.SessionActive, db.SessionCreating, db.SessionResuming,
+// SessionStatuses is the order sessions are listed in when no status is given (chat, CLI and web).
+var SessionStatuses = []db.SessionStatus{db.SessionActive, db.SessionCreating, db.SessionResuming,
 	db.SessionPausing, db.SessionPaused, db.SessionError, db.SessionDestroying, db.SessionDestroyed}
 
 // SessionsListMax bounds one listing; the JSON API pages for more.
 const SessionsListMax = 200
 
 func (a *Admin) sessions(ctx context.Context, status string) (string, error) {
-	statuses := sessionStatuses
+	statuses := SessionStatuses
 	if status != "" {
 		st := db.SessionStatus(status)
 		if !st.Valid() {

@@ -100,6 +100,11 @@ func (h *Handler) turn(ctx context.Context, msg Message, r Replier) error {
 	if strings.TrimSpace(msg.Text) == "" && len(msg.Files) == 0 {
 		return r.Post(ctx, "Send me something to do (or \"help\").")
 	}
+	if strings.ContainsRune(msg.Text, 0) {
+		// NUL cannot be stored (PostgreSQL text) nor passed to a command line: say so plainly.
+		_ = r.React(ctx, ReactError)
+		return r.Post(ctx, "Your message contains NUL bytes (\\0), which I cannot pass on. Remove them and send it again.")
+	}
 	_ = r.React(ctx, ReactSeen)
 	sink := newReplySink(context.WithoutCancel(ctx), r, h.cfg.ProgressInterval, h.log)
 	files := make([]agentpool.InboundFile, len(msg.Files))

@@ -10,10 +10,6 @@ import (
 	"github.com/threadbox/threadbox/db"
 )
 
-// sessionStatuses is the listing order, the same as "admin sessions" (bot keeps its copy unexported).
-var sessionStatuses = []db.SessionStatus{db.SessionActive, db.SessionCreating, db.SessionResuming,
-	db.SessionPausing, db.SessionPaused, db.SessionError, db.SessionDestroying, db.SessionDestroyed}
-
 // sessionJSON is a session in the API.
 type sessionJSON struct {
 	ThreadKey string `json:"thread_key"`
@@ -50,8 +46,8 @@ func sessionOf(s db.Session) *sessionJSON {
 }
 
 // adminSessions is GET /api/admin/sessions[?status=S]: the operations view's table, the same rows as
-// "threadbox admin sessions". It is for admins only; reading is not audited (the page polls it), a
-// refusal is.
+// "threadbox admin sessions". It is for admins only; reading is not audited (the page reloads it after
+// every action), a refusal is.
 func (s *Server) adminSessions(w http.ResponseWriter, r *http.Request) {
 	actor := identityFrom(r.Context()).actor()
 	if !s.admin.IsAdmin(actor) {
@@ -59,7 +55,7 @@ func (s *Server) adminSessions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, out)
 		return
 	}
-	statuses := sessionStatuses
+	statuses := bot.SessionStatuses
 	if st := r.URL.Query().Get("status"); st != "" {
 		if !db.SessionStatus(st).Valid() {
 			writeError(w, http.StatusBadRequest, "unknown status "+st)

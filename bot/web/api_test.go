@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -120,11 +121,14 @@ func TestStopCancelsTurn(t *testing.T) {
 	es.waitFor("the turn running", func(e Event) bool {
 		return e.Type == EventProgress && e.ReplyTo == long && strings.Contains(e.Text, "started")
 	})
+	sent := time.Now()
 	stop := s.send(c.ID, "stop")
 	es.waitFor("the stop reply", func(e Event) bool { return e.Type == EventPost && e.ReplyTo == stop })
 	es.waitFor("the turn stopped", func(e Event) bool {
 		return e.Type == EventPost && e.ReplyTo == long && e.Text == "Stopped."
 	})
+	// Logged, not asserted: wall-clock limits make tests flaky on a loaded machine.
+	t.Logf("stop to Stopped.: %s", time.Since(sent))
 	require.Equal(t, "Stopping the running turn.", es.replies(stop, EventPost)[0].Text)
 	turns, err := s.store.TurnTranscript(context.Background(), bot.WebThread(c.ID).String(), db.TranscriptLimit{})
 	require.NoError(t, err)
@@ -188,7 +192,7 @@ func TestBadInput(t *testing.T) {
 
 	nul := s.send(c.ID, "echo a\x00b")
 	es.done(nul)
-	require.NotEmpty(t, es.replies(nul, EventPost))
+	require.Contains(t, postsText(es.replies(nul, EventPost)), "NUL bytes", "a clear error, never a crash")
 	t.Logf("NUL message answered: %q", postsText(es.replies(nul, EventPost)))
 
 	// The server is still fine.

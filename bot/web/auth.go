@@ -15,7 +15,7 @@ import (
 
 // Identity. The web chat has no accounts: who you are follows from how you got in.
 //   - A loopback client (see isLoopback) is web:local: the person at this machine.
-//   - A client with the token is web:token: whoever was given it.
+//   - Any other client with the token is web:token: whoever was given it.
 //
 // These are the actors admin.users must list for the web ops view to run admin commands.
 type identity struct {
@@ -43,11 +43,10 @@ const cookieName = "threadbox_web"
 
 // authenticate finds the caller's identity or answers the request itself (401 or 403).
 func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (identity, bool) {
-	byToken, ambient := false, false
-	if s.hasToken {
+	bearer := s.hasToken && s.bearerOK(r)
+	byToken, ambient := bearer, false
+	if s.hasToken && !bearer {
 		switch {
-		case s.bearerOK(r):
-			byToken = true
 		case s.cookieOK(r):
 			byToken, ambient = true, true
 		case r.Method == http.MethodGet && r.URL.Path == "/" && s.tokenOK(r.URL.Query().Get("token")):
@@ -62,10 +61,12 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (identity,
 	local := isLoopback(r)
 	var id identity
 	switch {
-	case byToken:
-		id = identity{user: tokenUser, local: local}
 	case local:
-		id, ambient = identity{user: localUser, local: true}, true
+		// The person at this machine is web:local whether or not they also hold the token, so one
+		// admin.users entry covers the page, the chat and the CLI's fallback to this API.
+		id, ambient = identity{user: localUser, local: true}, !bearer
+	case byToken:
+		id = identity{user: tokenUser}
 	case !s.hasToken:
 		writeError(w, http.StatusForbidden, "the web chat serves only loopback clients unless a web token is configured")
 		return identity{}, false

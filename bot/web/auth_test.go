@@ -151,9 +151,14 @@ func TestTokenOffLoopback(t *testing.T) {
 	bearer.Header.Set("Origin", "https://tool.example")
 	require.Equal(t, http.StatusCreated, serve(srv, bearer).Code)
 
-	// On loopback the token is not needed, and the person there is web:local.
+	// On loopback the token is not needed, and the person there is web:local with or without it
+	// (one admin.users entry covers the page and the CLI's fallback to this API).
 	rec = serve(srv, loopbackReq("GET", "/api/me", nil))
 	require.Equal(t, http.StatusOK, rec.Code)
+	require.Contains(t, rec.Body.String(), `"actor":"web:local"`)
+	r = loopbackReq("GET", "/api/me", nil)
+	r.Header.Set("Authorization", "Bearer "+token)
+	rec = serve(srv, r)
 	require.Contains(t, rec.Body.String(), `"actor":"web:local"`)
 }
 

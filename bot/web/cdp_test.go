@@ -228,7 +228,8 @@ func (b *browser) newPage(t *testing.T, width, height int) *page {
 
 func (p *page) call(method string, params any) json.RawMessage {
 	p.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	// Longer than a page-side wait, so that its own, more telling, timeout error comes through.
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout+30*time.Second)
 	defer cancel()
 	res, err := p.b.call(ctx, p.session, method, params)
 	require.NoError(p.t, err)

@@ -39,10 +39,14 @@ type conversationJSON struct {
 	CreatedAt      *time.Time   `json:"created_at,omitempty"`
 	LastActivityAt *time.Time   `json:"last_activity_at,omitempty"`
 	Session        *sessionJSON `json:"session"`
-	// Items and Cursor are only in GET /api/conversations/{id}: the history, then where its event
-	// stream starts.
-	Items  []Event `json:"items,omitempty"`
-	Cursor string  `json:"cursor,omitempty"`
+}
+
+// conversationDetailJSON is GET /api/conversations/{id}: the history, and where its event stream
+// starts.
+type conversationDetailJSON struct {
+	conversationJSON
+	Items  []Event `json:"items"`
+	Cursor string  `json:"cursor"`
 }
 
 // lookup returns the conversation if this process knows it; with create it registers it.
@@ -177,7 +181,7 @@ func (s *Server) lastPrompt(ctx context.Context, threadKey string) string {
 // web: rows are one run that starts after "web:".
 func (s *Server) webSessions(ctx context.Context) ([]db.Session, error) {
 	var out []db.Session
-	for _, st := range sessionStatuses {
+	for _, st := range bot.SessionStatuses {
 		after := "web:"
 		for len(out) < maxListed {
 			page, err := s.store.SessionsByStatus(ctx, st, after, db.DefaultBatch)
@@ -249,11 +253,10 @@ func (s *Server) getConversation(w http.ResponseWriter, r *http.Request) {
 			items = append(items, ev)
 		}
 	}
-	out := s.describe(c, sess)
+	out := conversationDetailJSON{conversationJSON: s.describe(c, sess), Items: items, Cursor: s.cursor(seq)}
 	if out.Title == "" && len(turns) > 0 {
 		out.Title = titleOf(turns[len(turns)-1].Prompt)
 	}
-	out.Items, out.Cursor = items, s.cursor(seq)
 	if out.Items == nil {
 		out.Items = []Event{}
 	}
@@ -273,7 +276,11 @@ func turnEvents(t db.Turn) []Event {
 	}
 	if answer != "" {
 		text, cut := clip(answer, displayTextMax)
-		evs = append(evs, Event{Type: EventPost, At: t.FinishedAt, ReplyTo: t.PlatformEventID, Text: text, Truncated: cut})
+		at := t.FinishedAt
+		if at.IsZero() {
+			at = t.CreatedAt
+		}
+		evs = append(evs, Event{Type: EventPost, At: at, ReplyTo: t.PlatformEventID, Text: text, Truncated: cut})
 	}
 	return evs
 }

@@ -57,7 +57,7 @@ func (e Event) size() int {
 // A conversation's in-memory log is bounded; what falls off is still in the database as turns.
 const (
 	maxLogEvents = 1000
-	maxLogBytes  = 4 << 20
+	maxLogBytes  = 2 << 20
 	// subBuffer is how far a slow stream may fall behind before it is dropped (and reconnects).
 	subBuffer = 256
 	// heartbeat keeps idle streams open through proxies that close silent connections.

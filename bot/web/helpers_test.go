@@ -29,7 +29,7 @@ import (
 )
 
 // waitTimeout bounds every wait for an event: generous, since a cold sandbox is created on the way.
-const waitTimeout = 90 * time.Second
+const waitTimeout = 20 * time.Second
 
 func newStore(t testing.TB) db.Store {
 	t.Helper()
@@ -144,9 +144,9 @@ func (s *stack) send(conv, text string) string {
 	return acc.EventID
 }
 
-func (s *stack) conversation(id string) conversationJSON {
+func (s *stack) conversation(id string) conversationDetailJSON {
 	s.t.Helper()
-	var c conversationJSON
+	var c conversationDetailJSON
 	require.Equal(s.t, http.StatusOK, do(s.t, s.ts.Client(), "GET", s.ts.URL+"/api/conversations/"+id, nil, nil, &c))
 	return c
 }

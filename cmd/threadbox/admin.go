@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os/user"
 	"strings"
@@ -68,7 +69,11 @@ func (m *Main) adminOverHTTP(ctx context.Context, args []string) error {
 		}
 	}
 	raw, _ := json.Marshal(body)
-	url := "http://" + m.Config.HTTP.Addr + "/api/admin/" + cmd
+	host, port, _ := net.SplitHostPort(m.Config.HTTP.Addr)
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1" // a wildcard listener is reached on loopback, where we are web:local
+	}
+	url := "http://" + net.JoinHostPort(host, port) + "/api/admin/" + cmd
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(raw))
 	if err != nil {
 		return err

@@ -4,17 +4,20 @@ import (
 	"context"
 	"net"
 	"net/http"
+
+	"github.com/threadbox/threadbox/bot/web"
 )
 
-// mountChat mounts the chat adapters on mux and returns a function that stops them.
+// mountChat mounts the chat adapters on mux (the web chat owns "/" and /api/; the more specific
+// health and webhook routes win) and returns a function that stops them.
 func (m *Main) mountChat(ctx context.Context, mux *http.ServeMux, a *app, addr net.Addr) (func(), error) {
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		msg := "Threadbox is running. The web chat is not in this build yet.\n"
-		if a.warning != "" {
-			msg = "WARNING: " + a.warning + "\n\n" + msg
-		}
-		_, _ = w.Write([]byte(msg))
+	ws, err := web.New(web.Options{
+		Handler: a.handler, Admin: a.admin, Store: a.store, Token: m.Config.HTTP.Token,
+		Warning: a.warning, Logger: m.Logger,
 	})
-	return func() {}, nil
+	if err != nil {
+		return nil, err
+	}
+	mux.Handle("/", ws)
+	return func() { _ = ws.Close() }, nil
 }

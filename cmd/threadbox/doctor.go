@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -120,10 +119,4 @@ func (m *Main) checkRedis(ctx context.Context) (string, *problem) {
 
 func oneLine(err error) string {
 	return strings.Join(strings.Fields(err.Error()), " ")
-}
-
-// fileExists is used by checks that look at local paths.
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
 }

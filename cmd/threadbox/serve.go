@@ -12,10 +12,6 @@ import (
 	"go.uber.org/zap"
 )
 
-// shutdownGrace bounds how long running turns get to finish after SIGTERM; what is still running
-// then is cancelled (and recorded as cancelled). Sandboxes are never destroyed on shutdown.
-const shutdownGrace = 20 * time.Second
-
 // runServe starts the bot: HTTP (health, web chat, webhooks), the agent pool and the leader-only
 // loops. It returns when ctx ends (SIGTERM), after a graceful shutdown.
 func (m *Main) runServe(ctx context.Context) error {
@@ -50,6 +46,8 @@ func (m *Main) runServe(ctx context.Context) error {
 		return err
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// Live event streams never go idle, so Shutdown would wait for them: close the adapters with it.
+	srv.RegisterOnShutdown(closeChat)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 
@@ -67,16 +65,18 @@ func (m *Main) runServe(ctx context.Context) error {
 	case <-ctx.Done():
 		err = nil
 	}
-	log.Info("shutting down: no new messages; letting running turns finish", zap.Duration("grace", shutdownGrace))
+	// Running turns get lifecycle.shutdown_grace, then are cancelled (and recorded as cancelled).
+	// Sandboxes are never destroyed on shutdown: the next start picks them up.
+	grace := m.Config.Lifecycle.ShutdownGrace
+	log.Info("shutting down: no new messages; letting running turns finish", zap.Duration("grace", grace))
 	// 1. Stop intake: no new HTTP requests (in-flight ones get a moment).
 	hctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	if serr := srv.Shutdown(hctx); serr != nil && !errors.Is(serr, http.ErrServerClosed) {
 		log.Warn("http shutdown", zap.Error(serr))
 	}
 	cancel()
-	closeChat()
 	// 2. Drain or cancel turns. 3. Stop the loops. The store closes with Main.Close.
-	a.shutdown(log, shutdownGrace)
+	a.shutdown(log, grace)
 	stopLoops()
 	loops.Wait()
 	return err

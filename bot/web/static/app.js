@@ -3,7 +3,8 @@
 'use strict';
 (() => {
   const $ = (sel) => document.querySelector(sel);
-  const EMOJI = { eyes: '👀', white_check_mark: '✅', x: '❌' };
+  // Reactions as text: a machine without an emoji font (a server, CI) would show empty boxes.
+  const REACTIONS = { eyes: ['seen', 'seen'], white_check_mark: ['✓ done', 'ok'], x: ['✗ failed', 'failed'] };
   const state = {
     me: null,
     conv: null, // the open conversation's id
@@ -115,7 +116,7 @@
     }
     if (state.conv !== id) return; // another one was opened meanwhile
     showSession(c);
-    for (const ev of c.items) render(ev);
+    for (const ev of c.items || []) render(ev);
     openStream(id, c.cursor);
     for (const li of document.querySelectorAll('#conversations li')) li.classList.toggle('active', li.dataset.id === id);
   }
@@ -154,7 +155,7 @@
         if (state.userMsgs.has(ev.event_id)) return;
         const d = el('div', { class: 'msg user', 'data-event-id': ev.event_id || '' },
           el('div', { class: 'who', text: ev.user || 'you' }), textBlock(ev.text, ev.truncated));
-        for (const f of ev.files || []) d.append(el('div', { class: 'attachment', text: `📎 ${f.name} (${fmtSize(f.size)})` }));
+        for (const f of ev.files || []) d.append(el('div', { class: 'attachment', text: `attached: ${f.name} (${fmtSize(f.size)})` }));
         d.append(el('span', { class: 'reactions' }));
         box.append(d);
         state.userMsgs.set(ev.event_id, d);
@@ -178,7 +179,12 @@
         break;
       case 'reaction': {
         const m = state.userMsgs.get(ev.reply_to);
-        if (m) m.querySelector('.reactions').textContent += EMOJI[ev.reaction] || `:${ev.reaction}:`;
+        if (!m) break;
+        const [label, cls] = REACTIONS[ev.reaction] || [`:${ev.reaction}:`, 'other'];
+        const r = m.querySelector('.reactions');
+        // A turn's final reaction replaces "seen".
+        if (ev.reaction !== 'eyes') r.querySelector('.reaction.seen')?.remove();
+        r.append(el('span', { class: `reaction ${cls}`, text: label }));
         break;
       }
       default:
@@ -191,7 +197,7 @@
     const f = ev.file;
     const d = el('div', { class: 'msg bot artifact', 'data-reply-to': ev.reply_to || '' });
     const link = el('a', { class: 'artifact-link', href: f.url, download: f.name, text: f.name });
-    const label = el('span', {}, '📄 ', link, el('span', { class: 'muted', text: ` ${fmtSize(f.size)}` }));
+    const label = el('span', {}, link, el('span', { class: 'muted', text: ` ${fmtSize(f.size)}` }));
     if (f.image) {
       const img = el('img', { class: 'artifact-img', src: f.url, alt: f.name });
       d.append(el('figure', {}, img, el('figcaption', {}, label)));

@@ -7,6 +7,7 @@
 package config
 
 import (
+	"net"
 	"time"
 
 	"github.com/threadbox/threadbox/sandbox"
@@ -55,6 +56,19 @@ type HTTP struct {
 	Addr string `koanf:"addr"`
 	// Token is required for the web chat and admin API when Addr is not loopback.
 	Token string `koanf:"token"`
+}
+
+// loopback reports whether Addr listens on loopback only.
+func (h HTTP) loopback() bool {
+	host, _, err := net.SplitHostPort(h.Addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // Sandbox configures where agents run.
@@ -117,6 +131,8 @@ type Lifecycle struct {
 	PausedTTL   time.Duration `koanf:"paused_ttl"`
 	ReapGrace   time.Duration `koanf:"reap_grace"`
 	StuckAfter  time.Duration `koanf:"stuck_after"`
+	// ShutdownGrace is how long running turns get to finish after SIGTERM before they are cancelled.
+	ShutdownGrace time.Duration `koanf:"shutdown_grace"`
 }
 
 // Slack is the Slack adapter; it is enabled when bot_token is set.
@@ -162,6 +178,8 @@ func Default() Config {
 			PausedTTL:   72 * time.Hour,
 			ReapGrace:   10 * time.Minute,
 			StuckAfter:  10 * time.Minute,
+			// Under Kubernetes' default 30 s termination grace, leaving time to record and reply.
+			ShutdownGrace: 20 * time.Second,
 		},
 		Admin: Admin{Users: []string{}},
 	}
