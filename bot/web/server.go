@@ -1,7 +1,7 @@
 // Package web is the local web chat: a page (embedded, no external URLs, no build step) and the JSON
 // API behind it. Each conversation is a thread (bot.WebThread) with its own sandbox; messages go
 // through the same bot.Handler as Slack and Discord, and the Replier calls come back to the page as
-// server-sent events. the README ("Web chat JSON API") documents the API.
+// server-sent events. The README ("Web chat JSON API") documents the API.
 package web
 
 import (
