@@ -102,8 +102,9 @@ func (h *Handler) turn(ctx context.Context, msg Message, r Replier) error {
 	}
 	if strings.ContainsRune(msg.Text, 0) {
 		// NUL cannot be stored (PostgreSQL text) nor passed to a command line: say so plainly.
-		_ = r.React(ctx, ReactError)
-		return r.Post(ctx, "Your message contains NUL bytes (\\0), which I cannot pass on. Remove them and send it again.")
+		err := r.Post(ctx, "Your message contains NUL bytes (\\0), which I cannot pass on. Remove them and send it again.")
+		_ = r.React(ctx, ReactError) // last, as at the end of a turn: it marks the message as answered
+		return err
 	}
 	_ = r.React(ctx, ReactSeen)
 	sink := newReplySink(context.WithoutCancel(ctx), r, h.cfg.ProgressInterval, h.log)
@@ -120,8 +121,9 @@ func (h *Handler) turn(ctx context.Context, msg Message, r Replier) error {
 		h.log.Debug("duplicate event ignored", zap.String("event", msg.EventID))
 		return nil
 	case err != nil:
+		perr := r.Post(ctx, "I could not take that: "+UserError(err))
 		_ = r.React(ctx, ReactError)
-		return r.Post(ctx, "I could not take that: "+UserError(err))
+		return perr
 	case tk.Ahead > 0:
 		sink.setStatus(fmt.Sprintf("queued behind %d turn(s)…", tk.Ahead))
 	}
