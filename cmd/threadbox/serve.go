@@ -75,6 +75,9 @@ func (m *Main) runServe(ctx context.Context) error {
 		log.Warn("http shutdown", zap.Error(serr))
 	}
 	cancel()
+	// RegisterOnShutdown runs closeChat without waiting; wait here, so events the adapters accepted
+	// reach the pool before it stops taking turns.
+	closeChat()
 	// 2. Drain or cancel turns. 3. Stop the loops. The store closes with Main.Close.
 	a.shutdown(log, grace)
 	stopLoops()

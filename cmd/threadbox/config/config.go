@@ -28,6 +28,7 @@ type Config struct {
 	Slack      Slack     `koanf:"slack"`
 	Discord    Discord   `koanf:"discord"`
 	Admin      Admin     `koanf:"admin"`
+	RateLimit  RateLimit `koanf:"ratelimit"`
 }
 
 // Log configures zap.
@@ -141,6 +142,19 @@ type Slack struct {
 	SigningSecret string `koanf:"signing_secret"`
 	AppToken      string `koanf:"app_token"`
 	APIURL        string `koanf:"api_url"`
+	// FollowUps answers later messages in a thread the bot serves without a new mention.
+	FollowUps bool `koanf:"follow_ups"`
+	// MaxFileBytes caps uploads into Slack; MaxInboundFileBytes caps one attachment downloaded.
+	MaxFileBytes        int64 `koanf:"max_file_bytes"`
+	MaxInboundFileBytes int64 `koanf:"max_inbound_file_bytes"`
+}
+
+// RateLimit bounds messages per user and per channel in a window; shared by replicas through Redis.
+type RateLimit struct {
+	// UserMessages and ChannelMessages are per Window; -1 turns a limit off.
+	UserMessages    int           `koanf:"user_messages"`
+	ChannelMessages int           `koanf:"channel_messages"`
+	Window          time.Duration `koanf:"window"`
 }
 
 // Discord is the Discord adapter; it is enabled when token is set.
@@ -181,7 +195,9 @@ func Default() Config {
 			// Under Kubernetes' default 30 s termination grace, leaving time to record and reply.
 			ShutdownGrace: 20 * time.Second,
 		},
-		Admin: Admin{Users: []string{}},
+		Admin:     Admin{Users: []string{}},
+		Slack:     Slack{MaxFileBytes: 1 << 30, MaxInboundFileBytes: 25 << 20},
+		RateLimit: RateLimit{UserMessages: 30, ChannelMessages: 120, Window: time.Minute},
 	}
 }
 

@@ -81,6 +81,11 @@ func (c Config) Validate() error {
 			}
 			return nil
 		},
+		func() error { return sizeRange("slack.max_file_bytes", c.Slack.MaxFileBytes) },
+		func() error { return sizeRange("slack.max_inbound_file_bytes", c.Slack.MaxInboundFileBytes) },
+		func() error { return duration("ratelimit.window", c.RateLimit.Window, time.Second, 24*time.Hour) },
+		func() error { return perWindow("ratelimit.user_messages", c.RateLimit.UserMessages) },
+		func() error { return perWindow("ratelimit.channel_messages", c.RateLimit.ChannelMessages) },
 		func() error { return checkURL("discord.api_url", c.Discord.APIURL, []string{"http", "https"}, true) },
 		func() error {
 			for _, u := range c.Admin.Users {
@@ -133,6 +138,20 @@ func (c Config) validateProvider() error {
 		return fmt.Errorf("sandbox.local.dir: must not be empty")
 	}
 	return checkURL("sandbox.daytona.api_url", c.Sandbox.Daytona.APIURL, []string{"http", "https"}, true)
+}
+
+func sizeRange(name string, n int64) error {
+	if n < 1 || n > 1<<30 {
+		return fmt.Errorf("%s = %d: must be between 1 and %d bytes", name, n, int64(1<<30))
+	}
+	return nil
+}
+
+func perWindow(name string, n int) error {
+	if n != -1 && n < 1 {
+		return fmt.Errorf("%s = %d: must be -1 (off) or at least 1", name, n)
+	}
+	return nil
 }
 
 func oneOf(name, v string, allowed []string) error {

@@ -1,0 +1,367 @@
+package slack
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/threadbox/threadbox/bot"
+	"github.com/threadbox/threadbox/bot/slack/slackfake"
+	"github.com/threadbox/threadbox/db"
+)
+
+func randomPrefix(t *testing.T) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "tbtest:" + t.Name() + ":" + hex.EncodeToString(b[:]) + ":"
+}
+
+func TestDedupeRetriesAndSecondEventIDs(t *testing.T) {
+	h := newStubHandler()
+	hs := newHarness(t, nil, h)
+	ev := hs.fake.Mention("C1", "U1", "echo once")
+	hs.deliver(t, ev)
+	hs.deliver(t, ev, slackfake.Retry(1, "http_timeout"))
+	hs.deliver(t, ev, slackfake.Retry(2, "http_timeout"))
+	// The same message under a second event id (app_mention + message.channels, or Slack repeating
+	// itself with a fresh id) is the same request too.
+	hs.deliver(t, hs.fake.Again(ev, "app_mention"))
+	hs.deliver(t, hs.fake.Again(ev, "message"))
+	msg := h.next(t)
+	require.Equal(t, "slack:T0FAKE:C1:"+ev.TS, msg.EventID, "the store dedupes on the message, not the event id")
+
+	// A later, different mention is handled: it proves the earlier deliveries were all processed (the
+	// thread's queue is in order), so "only one" is not a race.
+	next := hs.fake.Mention("C1", "U1", "echo twice", slackfake.InThread(ev.TS))
+	hs.deliver(t, next)
+	require.Equal(t, "echo twice", h.next(t).Text)
+	require.Len(t, h.messages(), 2)
+}
+
+func TestIgnoresOwnAndBotMessages(t *testing.T) {
+	h := newStubHandler()
+	h.handleFunc = func(ctx context.Context, msg bot.Message, r bot.Replier) error {
+		return r.Post(ctx, "answer to "+msg.Text)
+	}
+	hs := newHarness(t, nil, h, func(o *Options) { o.FollowUps = true; o.Store = servedStore{} })
+	root := hs.fake.Mention("C1", "U1", "first")
+	hs.deliver(t, root)
+	h.next(t)
+	waitFake(t, hs.fake, "the answer", func() bool { return len(hs.fake.BotMessages("C1")) == 1 })
+	answer := hs.fake.BotMessages("C1")[0]
+	hs.deliver(t, hs.fake.BotEcho(answer))
+	// The bot's own message without bot_id still carries its user id.
+	hs.deliver(t, hs.fake.Callback(map[string]any{"type": "message", "user": "U0BOT", "text": "x", "ts": answer.TS,
+		"thread_ts": root.TS, "channel": "C1", "channel_type": "channel"}))
+	hs.deliver(t, hs.fake.Callback(map[string]any{"type": "app_mention", "user": "U5", "bot_id": "B5", "text": "<@U0BOT> loop",
+		"ts": "9.1", "channel": "C1"}))
+	marker := hs.fake.ChannelMessage("C1", "U1", "a follow-up", slackfake.InThread(root.TS))
+	hs.deliver(t, marker)
+	require.Equal(t, "a follow-up", h.next(t).Text)
+	require.Len(t, h.messages(), 2)
+}
+
+// servedStore says every thread has a session.
+type servedStore struct{}
+
+func (servedStore) SessionGet(context.Context, string) (db.Session, error) { return db.Session{}, nil }
+
+// emptyStore says no thread has a session.
+type emptyStore struct{}
+
+func (emptyStore) SessionGet(context.Context, string) (db.Session, error) {
+	return db.Session{}, fmt.Errorf("session: %w", db.ErrNotFound)
+}
+
+func TestFollowUps(t *testing.T) {
+	t.Run("off by default", func(t *testing.T) {
+		h := newStubHandler()
+		hs := newHarness(t, nil, h, func(o *Options) { o.Store = servedStore{} })
+		root := hs.fake.Mention("C1", "U1", "start")
+		hs.deliver(t, root)
+		h.next(t)
+		hs.deliver(t, hs.fake.ChannelMessage("C1", "U1", "no mention", slackfake.InThread(root.TS)))
+		hs.deliver(t, hs.fake.Mention("C1", "U1", "marker", slackfake.InThread(root.TS)))
+		require.Equal(t, "marker", h.next(t).Text)
+	})
+	t.Run("only in threads with a session", func(t *testing.T) {
+		h := newStubHandler()
+		hs := newHarness(t, nil, h, func(o *Options) { o.FollowUps = true; o.Store = emptyStore{} })
+		root := hs.fake.ChannelMessage("C1", "U1", "chatter")
+		hs.deliver(t, hs.fake.ChannelMessage("C1", "U2", "reply", slackfake.InThread(root.TS)))
+		hs.deliver(t, hs.fake.Mention("C1", "U1", "marker", slackfake.InThread(root.TS)))
+		require.Equal(t, "marker", h.next(t).Text)
+	})
+	t.Run("on", func(t *testing.T) {
+		h := newStubHandler()
+		hs := newHarness(t, nil, h, func(o *Options) { o.FollowUps = true; o.Store = servedStore{} })
+		root := hs.fake.Mention("C1", "U1", "start")
+		hs.deliver(t, root)
+		h.next(t)
+		hs.deliver(t, hs.fake.ChannelMessage("C1", "U2", "ls &amp; pwd", slackfake.InThread(root.TS), slackfake.RawText()))
+		m := h.next(t)
+		require.Equal(t, "ls & pwd", m.Text)
+		require.Equal(t, "slack:T0FAKE:C1:"+root.TS, m.Thread.String())
+		require.Equal(t, "U2", m.User.ID)
+	})
+	t.Run("needs a store", func(t *testing.T) {
+		_, err := New(Options{BotToken: "x", Handler: newStubHandler(), FollowUps: true})
+		require.ErrorContains(t, err, "Store")
+	})
+}
+
+func TestDMs(t *testing.T) {
+	h := newStubHandler()
+	hs := newHarness(t, nil, h)
+	hs.fake.AddUser("U7", "ada")
+	a := hs.fake.DM("U7", "echo a > b")
+	hs.deliver(t, a)
+	m := h.next(t)
+	require.Equal(t, bot.SlackDM("T0FAKE", "U7"), m.Thread)
+	require.Equal(t, "echo a > b", m.Text, "Slack's escaping is undone")
+	require.Equal(t, bot.User{ID: "U7", Name: "ada"}, m.User)
+	require.Equal(t, slackfake.DMChannel("U7"), m.ChannelID)
+	hs.deliver(t, hs.fake.DM("U7", "<@U0BOT> second", slackfake.RawText()))
+	m2 := h.next(t)
+	require.Equal(t, m.Thread, m2.Thread, "two DMs from one user share a thread key (and so a sandbox)")
+	require.Equal(t, "second", m2.Text, "a mention in a DM is stripped too")
+}
+
+func TestInboundFiles(t *testing.T) {
+	h := newStubHandler()
+	hs := newHarness(t, nil, h, func(o *Options) { o.MaxInboundFileBytes = 1024 })
+	small := hs.fake.AddUserFile("U1", "data.csv", []byte("a,b\n1,2\n"))
+	big := hs.fake.AddUserFile("U1", "big.bin", make([]byte, 4096))
+	ev := hs.fake.Mention("C1", "U1", "wc -l input/data.csv", slackfake.WithFiles(small, big))
+	hs.deliver(t, ev)
+	m := h.next(t)
+	require.Equal(t, []bot.File{{Name: "data.csv", Data: []byte("a,b\n1,2\n")}}, m.Files)
+	waitFake(t, hs.fake, "the note about the skipped file", func() bool {
+		r := hs.fake.Replies("C1", ev.TS)
+		return len(r) == 1 && strings.Contains(r[0].Text, "big.bin") && strings.Contains(r[0].Text, "limit")
+	})
+	for _, c := range hs.fake.Calls() {
+		require.NotContains(t, c.Method, "files.info")
+	}
+}
+
+func TestInboundFileDownloadFailureIsReported(t *testing.T) {
+	h := newStubHandler()
+	hs := newHarness(t, nil, h)
+	f := hs.fake.AddUserFile("U1", "x.txt", []byte("x"))
+	f.URLPrivateDownload = strings.Replace(f.URLPrivateDownload, "T0FAKE-", "T0FAKE-nope", 1)
+	f.URLPrivate = f.URLPrivateDownload
+	ev := hs.fake.Mention("C1", "U1", "cat input/x.txt", slackfake.WithFiles(f))
+	hs.deliver(t, ev)
+	require.Empty(t, h.next(t).Files)
+	waitFake(t, hs.fake, "a note", func() bool { return len(hs.fake.Replies("C1", ev.TS)) == 1 })
+	require.Contains(t, hs.fake.Replies("C1", ev.TS)[0].Text, "x.txt")
+}
+
+func TestRateLimitInProcess(t *testing.T) {
+	clock := &fakeClock{now: windowStart()}
+	h := newStubHandler()
+	hs := newHarness(t, nil, h, func(o *Options) {
+		o.Now = clock.Now
+		o.RateLimit = RateLimit{UserMessages: 3, ChannelMessages: 100, Window: time.Minute}
+	})
+	root := hs.fake.Mention("C1", "U1", "m0")
+	hs.deliver(t, root)
+	for i := 1; i < 6; i++ {
+		hs.deliver(t, hs.fake.Mention("C1", "U1", fmt.Sprint("m", i), slackfake.InThread(root.TS)))
+	}
+	hs.deliver(t, hs.fake.Mention("C1", "U1", "stop", slackfake.InThread(root.TS)))
+	hs.deliver(t, hs.fake.Mention("C1", "U2", "other user", slackfake.InThread(root.TS)))
+	var texts []string
+	for range 5 {
+		texts = append(texts, h.next(t).Text)
+	}
+	require.Equal(t, []string{"m0", "m1", "m2", "stop", "other user"}, texts, "3 per user, stop always passes, others unaffected")
+	notices := politeNotices(hs.fake, "C1", root.TS)
+	require.Len(t, notices, 1, "one polite reply per window, not one per message")
+	require.Contains(t, notices[0], "<@U1>")
+
+	clock.Advance(time.Minute)
+	hs.deliver(t, hs.fake.Mention("C1", "U1", "next window", slackfake.InThread(root.TS)))
+	require.Equal(t, "next window", h.next(t).Text)
+}
+
+func politeNotices(fake *slackfake.Server, ch, thread string) []string {
+	var out []string
+	for _, m := range fake.Replies(ch, thread) {
+		if strings.Contains(m.Text, "skipping messages") {
+			out = append(out, m.Text)
+		}
+	}
+	return out
+}
+
+// TestRateLimitSharedInRedis runs two adapters, as two replicas would, on one Redis: the per-user
+// limit is one budget across both, and only one of them sends the polite reply.
+func TestRateLimitSharedInRedis(t *testing.T) {
+	rdb := testRedis(t)
+	clock := &fakeClock{now: windowStart()}
+	prefix := randomPrefix(t)
+	fake := slackfake.New(slackfake.Options{})
+	t.Cleanup(fake.Close)
+	h := newStubHandler()
+	mod := func(o *Options) {
+		o.Redis, o.KeyPrefix, o.Now = rdb, prefix, clock.Now
+		o.RateLimit = RateLimit{UserMessages: 4, ChannelMessages: 100, Window: time.Minute}
+	}
+	a, b := newHarness(t, fake, h, mod), newHarness(t, fake, h, mod)
+	root := fake.Mention("C1", "U1", "r0")
+	a.deliver(t, root)
+	require.Equal(t, "r0", h.next(t).Text)
+	for i := 1; i < 8; i++ {
+		hs := []*harness{a, b}[i%2]
+		hs.deliver(t, fake.Mention("C1", "U1", fmt.Sprint("r", i), slackfake.InThread(root.TS)))
+	}
+	waitFake(t, fake, "the polite reply", func() bool { return len(politeNotices(fake, "C1", root.TS)) == 1 })
+	// Replicas deliver in parallel, so only the count is certain: 4 handled in all.
+	marker := fake.Mention("C1", "U2", "marker", slackfake.InThread(root.TS))
+	a.deliver(t, marker)
+	b.deliver(t, marker, slackfake.Retry(1, "http_timeout"))
+	a.drain(t)
+	b.drain(t)
+	handled := 0
+	for _, m := range h.messages() {
+		if m.User.ID == "U1" {
+			handled++
+		}
+	}
+	require.Equal(t, 4, handled, "one shared budget of 4 across both replicas")
+	require.Len(t, politeNotices(fake, "C1", root.TS), 1)
+	// The marker went to both replicas (a Slack retry landing elsewhere): Redis dedupe let one through.
+	n := 0
+	for _, m := range h.messages() {
+		if m.Text == "marker" {
+			n++
+		}
+	}
+	require.Equal(t, 1, n)
+}
+
+func TestReplier(t *testing.T) {
+	fake := slackfake.New(slackfake.Options{})
+	t.Cleanup(fake.Close)
+	hs := newHarness(t, fake, newStubHandler(), func(o *Options) { o.MaxFileBytes = 10 })
+	root := fake.Mention("C1", "U1", "go")
+	r := hs.ad.newReplier("C1", root.TS, root.TS)
+	ctx := t.Context()
+
+	require.NoError(t, r.React(ctx, bot.ReactSeen))
+	require.NoError(t, r.React(ctx, bot.ReactSeen), "already_reacted is fine")
+	require.NoError(t, r.Progress(ctx, "working…"))
+	require.NoError(t, r.Progress(ctx, "working… 1"))
+	fake.RateLimit("chat.update", 1, 7*time.Second)
+	err := r.Progress(ctx, "working… 2")
+	var rl *bot.RateLimitedError
+	require.ErrorAs(t, err, &rl, "a 429 reaches the coalescer as a RateLimitedError")
+	require.Equal(t, 7*time.Second, rl.RetryAfter)
+	fake.Fail("chat.update", 1, "ratelimited")
+	require.ErrorAs(t, r.Progress(ctx, "working… 3"), &rl, "so does ok:false ratelimited")
+	require.NoError(t, r.Progress(ctx, "done"))
+
+	require.NoError(t, r.Post(ctx, "<!channel> a & b"))
+	fake.RateLimit("chat.postMessage", 1, time.Second)
+	require.NoError(t, r.Post(ctx, "after a 429"), "Post waits out Retry-After")
+
+	id, err := r.Upload(ctx, "a.txt", []byte("hello"))
+	require.NoError(t, err)
+	_, err = r.Upload(ctx, "big.txt", []byte("01234567890"))
+	require.ErrorContains(t, err, "over Slack's upload limit")
+	_, err = r.Upload(ctx, "empty.txt", nil)
+	require.Error(t, err)
+	require.NoError(t, r.React(ctx, bot.ReactDone))
+
+	replies := fake.Replies("C1", root.TS)
+	require.Len(t, replies, 3)
+	require.Equal(t, "done", replies[0].Text, "one progress message, edited")
+	require.Equal(t, []string{"working…", "working… 1"}, replies[0].Edits)
+	require.Equal(t, "&lt;!channel&gt; a &amp; b", replies[1].Text, "agent text cannot ping the channel")
+	require.Equal(t, "after a 429", replies[2].Text)
+	files := fake.Files("C1")
+	require.Len(t, files, 1)
+	require.Equal(t, id, files[0].ID)
+	require.Equal(t, []byte("hello"), files[0].Data)
+	require.Equal(t, root.TS, files[0].ThreadTS, "shared into the thread")
+	require.Equal(t, []string{"white_check_mark"}, fake.Reactions("C1", root.TS), "✅ replaces 👀")
+	methods := map[string]int{}
+	for _, c := range fake.Calls() {
+		methods[c.Method]++
+		require.Equal(t, fake.Options().BotToken, c.Token)
+	}
+	require.Equal(t, 1, methods["files.getUploadURLExternal"])
+	require.Equal(t, 1, methods["files.completeUploadExternal"])
+	require.Zero(t, methods["files.upload"], "the retired method is never called")
+	require.Equal(t, bot.Limits{MaxMessage: 3500, MaxChunks: 4, MaxFileBytes: 10}, r.Limits())
+}
+
+func TestBadTokenIsReported(t *testing.T) {
+	fake := slackfake.New(slackfake.Options{})
+	t.Cleanup(fake.Close)
+	ad, err := New(Options{BotToken: "xoxb-wrong", APIURL: fake.APIURL(), Handler: newStubHandler()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ad.Close() })
+	err = ad.Check(t.Context())
+	require.ErrorContains(t, err, "invalid_auth")
+	require.ErrorContains(t, err, "slack.bot_token")
+}
+
+// TestAPIURLForms: slack.api_url may be given with or without its trailing slash (a proxy's base
+// URL is usually written without one), and file links on that host get the token.
+func TestAPIURLForms(t *testing.T) {
+	fake := slackfake.New(slackfake.Options{})
+	t.Cleanup(fake.Close)
+	for _, u := range []string{fake.URL() + "/api", fake.URL() + "/api/"} {
+		h := newStubHandler()
+		hs := newHarness(t, fake, h, func(o *Options) { o.APIURL = u })
+		require.NoError(t, hs.ad.Check(t.Context()), u)
+		f := fake.AddUserFile("U1", "a.txt", []byte("A"))
+		hs.deliver(t, fake.Mention("C1", "U1", "cat input/a.txt", slackfake.WithFiles(f)))
+		require.Equal(t, []bot.File{{Name: "a.txt", Data: []byte("A")}}, h.next(t).Files, u)
+	}
+}
+
+func TestCloseDrainsAndRefuses(t *testing.T) {
+	release := make(chan struct{})
+	var started sync.WaitGroup
+	started.Add(1)
+	var finished atomic.Bool
+	h := newStubHandler()
+	h.handleFunc = func(ctx context.Context, msg bot.Message, r bot.Replier) error {
+		started.Done()
+		<-release
+		finished.Store(true)
+		return nil
+	}
+	hs := newHarness(t, nil, h)
+	hs.deliver(t, hs.fake.Mention("C1", "U1", "slow"))
+	started.Wait()
+	closed := make(chan error, 1)
+	go func() {
+		err := hs.ad.Close()
+		if !finished.Load() {
+			err = errors.New("Close returned before the accepted event was handled")
+		}
+		closed <- err
+	}()
+	close(release)
+	require.NoError(t, <-closed)
+	res, err := hs.fake.Deliver(t.Context(), hs.events, hs.fake.Mention("C1", "U1", "late"))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusServiceUnavailable, res.Status, "after Close, Slack is told to redeliver elsewhere")
+	_, err = hs.fake.SlashCommand(t.Context(), hs.commands, slackfake.SlashCommand{Text: "sessions", UserID: "U1"})
+	require.NoError(t, err)
+}

@@ -1,0 +1,113 @@
+package slack
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/slack-go/slack"
+	"go.uber.org/zap"
+)
+
+// maxCommandText keeps a command's reply under Socket Mode's 20 KB response limit (with room for
+// JSON escaping) and readable in an ephemeral message.
+const maxCommandText = 12000
+
+// CommandsHandler serves POST /slack/commands: the /threadbox slash command, signature verified,
+// mapped to the admin commands as the actor "slack:<user_id>" (refused and audited for non-admins).
+// The reply is ephemeral: in the HTTP response when the command finishes within CommandBudget, else
+// "working on it" now and the result on the command's response_url.
+func (a *Adapter) CommandsHandler() http.Handler {
+	return http.HandlerFunc(a.serveCommands)
+}
+
+func (a *Adapter) serveCommands(w http.ResponseWriter, r *http.Request) {
+	body, ok := a.readVerified(w, r)
+	if !ok {
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	cmd, err := slack.SlashCommandParse(r)
+	if err != nil || cmd.UserID == "" {
+		http.Error(w, "malformed slash command", http.StatusBadRequest)
+		return
+	}
+	if a.queue.isClosed() {
+		writeEphemeral(w, "Threadbox is restarting; try again in a minute.")
+		return
+	}
+	writeEphemeral(w, a.runCommand(r.Context(), cmd))
+}
+
+// ephemeral is a slash command reply only its user sees.
+type ephemeral struct {
+	ResponseType string `json:"response_type"`
+	Text         string `json:"text"`
+}
+
+func writeEphemeral(w http.ResponseWriter, text string) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(ephemeral{ResponseType: "ephemeral", Text: text})
+}
+
+// runCommand runs the admin command and returns the immediate reply. A command that outlives the
+// budget keeps running (tracked, so Close waits for it) and posts its result to the response_url.
+func (a *Adapter) runCommand(ctx context.Context, cmd slack.SlashCommand) string {
+	argv := strings.Fields(cmd.Text)
+	if len(argv) > 0 && strings.EqualFold(argv[0], "admin") {
+		argv = argv[1:] // "/threadbox admin sessions" reads like the in-thread form
+	}
+	if a.opts.Admin == nil {
+		return "Admin commands are not configured on this bot."
+	}
+	actor := "slack:" + cmd.UserID
+	done := make(chan string, 1)
+	// The command runs on the adapter's context, not the request's: it must not be cut off when the
+	// HTTP response goes out.
+	if !a.queue.add("cmd:"+cmd.TriggerID+cmd.UserID, func() {
+		out, _ := a.opts.Admin.Run(a.base, actor, argv)
+		done <- formatCommandOutput(out)
+	}) {
+		return "Threadbox is restarting; try again in a minute."
+	}
+	t := time.NewTimer(a.opts.CommandBudget)
+	defer t.Stop()
+	select {
+	case out := <-done:
+		return out
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	if cmd.ResponseURL == "" {
+		return "Working on it; the result will be in the bot's log."
+	}
+	a.queue.add("cmd-late:"+cmd.TriggerID+cmd.UserID, func() {
+		out := <-done
+		pctx, cancel := context.WithTimeout(context.Background(), postTimeout)
+		defer cancel()
+		_, _, _, err := a.api.SendMessageContext(pctx, cmd.ChannelID,
+			slack.MsgOptionText(out, false), slack.MsgOptionResponseURL(cmd.ResponseURL, slack.ResponseTypeEphemeral))
+		if err != nil {
+			a.log.Warn("posting a slash command result to its response_url", zap.Error(err))
+		}
+	})
+	return "Working on it…"
+}
+
+// formatCommandOutput escapes & < > (the text is mrkdwn), fences multi-line output (tables) and keeps
+// it within maxCommandText.
+func formatCommandOutput(out string) string {
+	out = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(strings.TrimRight(out, "\n"))
+	if utf8.RuneCountInString(out) > maxCommandText {
+		out = string([]rune(out)[:maxCommandText]) + "\n… (cut; `threadbox admin` on the server shows everything)"
+	}
+	if strings.Contains(out, "\n") {
+		return "```\n" + strings.ReplaceAll(out, "```", "'''") + "\n```"
+	}
+	return out
+}

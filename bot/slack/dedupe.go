@@ -1,0 +1,143 @@
+package slack
+
+import (
+	"container/list"
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+)
+
+// redisTimeout bounds one Redis call on the ack path: a slow Redis must not push the ack past
+// Slack's 3 seconds; the in-process fallback (and the store's turn dedupe) cover the gap.
+const redisTimeout = 300 * time.Millisecond
+
+// deduper remembers keys (event ids, channel/ts pairs) for a TTL. With Redis the memory is shared
+// by every replica (SET NX EX); without it, or when Redis fails, an in-process LRU stands in.
+type deduper struct {
+	rdb    *redis.Client
+	prefix string
+	ttl    time.Duration
+	local  *ttlCache
+	log    *zap.Logger
+}
+
+func newDeduper(rdb *redis.Client, prefix string, ttl time.Duration, now func() time.Time, log *zap.Logger) *deduper {
+	return &deduper{rdb: rdb, prefix: prefix + "seen:", ttl: ttl, local: newTTLCache(200_000, ttl, now), log: log}
+}
+
+// first reports whether key is seen for the first time, and marks it seen.
+func (d *deduper) first(ctx context.Context, key string) bool {
+	if d.rdb != nil {
+		rctx, cancel := context.WithTimeout(ctx, redisTimeout)
+		ok, err := d.rdb.SetNX(rctx, d.prefix+key, 1, d.ttl).Result()
+		cancel()
+		if err == nil {
+			// Mirror it locally, so that a Redis outage later does not forget what was seen.
+			d.local.add(key)
+			return ok
+		}
+		d.log.Warn("redis dedupe failed; deduplicating in process only", zap.Error(err))
+	}
+	return d.local.add(key)
+}
+
+// forget withdraws a mark, for an event that was marked but then not taken.
+func (d *deduper) forget(ctx context.Context, key string) {
+	d.local.remove(key)
+	if d.rdb == nil {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, redisTimeout)
+	defer cancel()
+	if err := d.rdb.Del(rctx, d.prefix+key).Err(); err != nil {
+		d.log.Warn("redis dedupe: withdrawing a mark", zap.Error(err))
+	}
+}
+
+// ttlCache is a bounded set of keys that expire: an LRU by insertion, good enough for dedupe marks
+// and small lookups. It is safe for concurrent use.
+type ttlCache struct {
+	max int
+	ttl time.Duration
+	now func() time.Time
+
+	// mu protects the following.
+	mu    sync.Mutex
+	order *list.List // of *ttlEntry, oldest at the front
+	items map[string]*list.Element
+}
+
+type ttlEntry struct {
+	key   string
+	val   string
+	added time.Time
+}
+
+func newTTLCache(max int, ttl time.Duration, now func() time.Time) *ttlCache {
+	return &ttlCache{max: max, ttl: ttl, now: now, order: list.New(), items: map[string]*list.Element{}}
+}
+
+// add inserts key and reports whether it was absent (or expired).
+func (c *ttlCache) add(key string) bool {
+	return c.put(key, "", false)
+}
+
+// set stores a value, replacing any.
+func (c *ttlCache) set(key, val string) { c.put(key, val, true) }
+
+func (c *ttlCache) put(key, val string, replace bool) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.now()
+	c.expireLocked(now)
+	if e, ok := c.items[key]; ok {
+		if !replace {
+			return false
+		}
+		c.order.Remove(e)
+	}
+	c.items[key] = c.order.PushBack(&ttlEntry{key: key, val: val, added: now})
+	for c.order.Len() > c.max {
+		old := c.order.Remove(c.order.Front()).(*ttlEntry)
+		delete(c.items, old.key)
+	}
+	return true
+}
+
+// remove drops a key.
+func (c *ttlCache) remove(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.items[key]; ok {
+		c.order.Remove(e)
+		delete(c.items, key)
+	}
+}
+
+// get returns a live value.
+func (c *ttlCache) get(key string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.expireLocked(c.now())
+	e, ok := c.items[key]
+	if !ok {
+		return "", false
+	}
+	return e.Value.(*ttlEntry).val, true
+}
+
+// expireLocked drops entries older than the TTL; entries are in insertion order, so it stops at the
+// first live one.
+func (c *ttlCache) expireLocked(now time.Time) {
+	for e := c.order.Front(); e != nil; e = c.order.Front() {
+		ent := e.Value.(*ttlEntry)
+		if now.Sub(ent.added) < c.ttl {
+			return
+		}
+		c.order.Remove(e)
+		delete(c.items, ent.key)
+	}
+}

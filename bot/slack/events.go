@@ -1,0 +1,259 @@
+package slack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/threadbox/threadbox/bot"
+	"github.com/threadbox/threadbox/db"
+)
+
+// EventsHandler serves POST /slack/events: verify, parse, deduplicate, ack (200), then work.
+//
+// Answers: 401 for a bad or stale signature (nothing else happens); 400 with X-Slack-No-Retry for a
+// body that is not a usable payload (a retry would be just as bad); 503 after Close, so Slack
+// redelivers to another replica; 200 for everything else, including events the bot ignores and
+// duplicates.
+func (a *Adapter) EventsHandler() http.Handler {
+	return http.HandlerFunc(a.serveEvents)
+}
+
+func (a *Adapter) serveEvents(w http.ResponseWriter, r *http.Request) {
+	body, ok := a.readVerified(w, r)
+	if !ok {
+		return
+	}
+	env, err := parseEnvelope(body)
+	if err != nil {
+		a.log.Warn("rejected an unusable Events API body", zap.Error(err))
+		w.Header().Set("X-Slack-No-Retry", "1")
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	switch env.Type {
+	case "url_verification":
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = w.Write([]byte(env.Challenge))
+		return
+	case "app_rate_limited":
+		a.log.Warn("Slack is rate-limiting this app's events (more than 30,000 per workspace per hour); some were dropped")
+	case "event_callback":
+		if a.queue.isClosed() {
+			http.Error(w, "shutting down", http.StatusServiceUnavailable)
+			return
+		}
+		retry := r.Header.Get("X-Slack-Retry-Num")
+		if retry != "" {
+			a.log.Debug("Slack retry", zap.String("event", env.EventID), zap.String("retry", retry),
+				zap.String("reason", r.Header.Get("X-Slack-Retry-Reason")))
+		}
+		if !a.accept(r.Context(), env) {
+			http.Error(w, "shutting down", http.StatusServiceUnavailable)
+			return
+		}
+	default:
+		a.log.Debug("ignored an Events API body", zap.String("type", env.Type))
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// accept is the part of event handling that runs before the ack (HTTP or Socket Mode): classify with
+// what is known without I/O, mark the event id seen, and queue the work on its thread. Whatever
+// cannot be used is logged and acknowledged, so Slack does not retry it forever. It reports false
+// only when the adapter is closing: then the event must not be acknowledged, and its dedupe mark is
+// withdrawn so that the redelivery (to another replica) is taken.
+func (a *Adapter) accept(ctx context.Context, env envelope) bool {
+	ev, err := parseEvent(env.Event)
+	if err != nil {
+		a.log.Warn("ignored an event that could not be read", zap.String("event", env.EventID), zap.Error(err))
+		return true
+	}
+	k, why := classify(ev, a.knownBotUserID())
+	if k == kindFollowUp && !a.opts.FollowUps {
+		k, why = kindIgnore, "follow-ups are off (slack.follow_ups)"
+	}
+	if k == kindIgnore {
+		a.log.Debug("ignored event", zap.String("event", env.EventID), zap.String("type", ev.Type), zap.String("why", why))
+		return true
+	}
+	if !a.seen.first(ctx, "ev:"+env.EventID) {
+		a.log.Debug("duplicate event ignored", zap.String("event", env.EventID))
+		return true
+	}
+	team := a.teamOf(env, ev)
+	key, _ := threadOf(team, ev, k)
+	received := a.now()
+	if !a.queue.add(key.String(), func() { a.process(env.EventID, team, ev, received) }) {
+		a.seen.forget(context.WithoutCancel(ctx), "ev:"+env.EventID)
+		return false
+	}
+	return true
+}
+
+// knownBotUserID is the bot's user id if already known; the ack path never waits for auth.test.
+func (a *Adapter) knownBotUserID() string { return a.knownIdentity().UserID }
+
+// teamOf is the workspace an event belongs to (part of every thread key).
+func (a *Adapter) teamOf(env envelope, ev event) string {
+	switch {
+	case env.TeamID != "":
+		return env.TeamID
+	case ev.Team != "":
+		return ev.Team
+	}
+	return a.knownIdentity().TeamID
+}
+
+// process is the work after the ack, on the thread's queue: who is the bot, is this for us, was the
+// message seen under another event id, is the sender within the limits; then the attachments, and
+// the handler.
+func (a *Adapter) process(eventID, team string, ev event, received time.Time) {
+	ctx := a.base
+	log := a.log.With(zap.String("event", eventID), zap.String("channel", ev.Channel), zap.String("ts", ev.TS))
+	id, err := a.identity(ctx)
+	if err != nil {
+		// Without the identity the bot can still answer: bot_id filters its own posts.
+		log.Warn("bot identity unknown", zap.Error(err))
+	}
+	k, why := classify(ev, id.UserID)
+	if k == kindIgnore {
+		log.Debug("ignored event", zap.String("why", why))
+		return
+	}
+	key, replyTS := threadOf(team, ev, k)
+	if k == kindFollowUp && !a.serves(ctx, key) {
+		return
+	}
+	msgKey := messageKey(team, ev)
+	if !a.seen.first(ctx, "msg:"+msgKey) {
+		log.Debug("message already handled under another event id")
+		return
+	}
+	r := a.newReplier(ev.Channel, replyTS, ev.TS)
+	text := plainText(ev.Text, id.UserID, k == kindMention)
+	if !exempt(text) && !a.withinLimits(ctx, r, team, ev) {
+		return
+	}
+	if fs, _ := ev.files(); len(fs) > 0 {
+		// Downloads can take a while: show the message was seen before they start.
+		_ = r.React(ctx, bot.ReactSeen)
+	}
+	files, notes := a.download(ctx, ev)
+	if len(notes) > 0 {
+		if err := r.Post(ctx, strings.Join(notes, "\n")); err != nil {
+			log.Warn("posting attachment notes", zap.Error(err))
+		}
+	}
+	msg := bot.Message{
+		Thread: key, ChannelID: ev.Channel, User: bot.User{ID: ev.User, Name: a.userName(ctx, ev.User)},
+		Text: text, Files: files, EventID: msgKey,
+	}
+	log.Debug("handling", zap.String("thread", key.String()), zap.String("kind", k.String()),
+		zap.Duration("queued", a.now().Sub(received)))
+	if err := a.handler.Handle(ctx, msg, r); err != nil {
+		log.Warn("handling message", zap.String("thread", key.String()), zap.Error(err))
+	}
+}
+
+// serves reports whether the thread already has a session: only then does a follow-up without a
+// mention count, so the bot never joins a conversation it was not invited into.
+func (a *Adapter) serves(ctx context.Context, key bot.ThreadKey) bool {
+	if !a.opts.FollowUps || a.opts.Store == nil {
+		return false
+	}
+	_, err := a.opts.Store.SessionGet(ctx, key.String())
+	switch {
+	case err == nil:
+		return true
+	case !errors.Is(err, db.ErrNotFound):
+		a.log.Warn("follow-up: looking up the thread's session", zap.String("thread", key.String()), zap.Error(err))
+	}
+	return false
+}
+
+// exempt lets in-thread control commands through the rate limit: a user who is over it must
+// still be able to stop a runaway turn or ask what is going on.
+func exempt(text string) bool {
+	switch strings.ToLower(strings.TrimSpace(text)) {
+	case bot.CmdStop, bot.CmdStatus, bot.CmdHelp:
+		return true
+	}
+	return false
+}
+
+// withinLimits applies the per-user then the per-channel limit. The first message over a limit in a
+// window gets one polite reply; later ones in the same window are dropped quietly.
+func (a *Adapter) withinLimits(ctx context.Context, r *replier, team string, ev event) bool {
+	rl := a.opts.RateLimit
+	checks := []struct {
+		scope string
+		max   int
+		say   string
+	}{
+		{"u:" + team + ":" + ev.User, rl.UserMessages, fmt.Sprintf("<@%s>, you have sent me more than %d messages in %s", ev.User, rl.UserMessages, spell(rl.Window))},
+		{"c:" + team + ":" + ev.Channel, rl.ChannelMessages, fmt.Sprintf("This channel has sent me more than %d messages in %s", rl.ChannelMessages, spell(rl.Window))},
+	}
+	for _, c := range checks {
+		v := a.limits.allow(ctx, c.scope, c.max)
+		if v.allowed {
+			continue
+		}
+		a.log.Info("rate limit: message dropped", zap.String("scope", c.scope), zap.String("ts", ev.TS))
+		if v.notify {
+			text := fmt.Sprintf("%s, so I am skipping messages for the next %s. Please send it again after that (I will only say this once).",
+				c.say, spell(v.resetIn.Round(time.Second)))
+			if err := r.postRaw(ctx, text); err != nil {
+				a.log.Warn("posting the rate-limit notice", zap.Error(err))
+			}
+		}
+		return false
+	}
+	return true
+}
+
+// userName looks a user's name up (users.info), cached; "" when Slack does not say.
+func (a *Adapter) userName(ctx context.Context, user string) string {
+	if name, ok := a.users.get(user); ok {
+		return name
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	u, err := a.api.GetUserInfoContext(ctx, user)
+	if err != nil {
+		// The name is cosmetic: remember the miss too, rather than ask again for every message.
+		a.log.Debug("users.info", zap.String("user", user), zap.Error(err))
+		a.users.set(user, "")
+		return ""
+	}
+	name := u.Profile.DisplayName
+	if name == "" {
+		name = u.Name
+	}
+	a.users.set(user, name)
+	return name
+}
+
+// spell renders a duration for people: "1 minute", "5 minutes", "42 seconds", else Go's form.
+func spell(d time.Duration) string {
+	plural := func(n int64, unit string) string {
+		if n == 1 {
+			return "1 " + unit
+		}
+		return fmt.Sprintf("%d %ss", n, unit)
+	}
+	switch {
+	case d >= time.Hour && d%time.Hour == 0:
+		return plural(int64(d/time.Hour), "hour")
+	case d >= time.Minute && d%time.Minute == 0:
+		return plural(int64(d/time.Minute), "minute")
+	case d%time.Second == 0:
+		return plural(int64(d/time.Second), "second")
+	}
+	return d.String()
+}

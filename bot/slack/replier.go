@@ -1,0 +1,199 @@
+package slack
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/slack-go/slack"
+
+	"github.com/threadbox/threadbox/agentpool"
+	"github.com/threadbox/threadbox/bot"
+)
+
+// Timeouts per Web API call: a stuck call must not hold a turn's delivery forever.
+const (
+	postTimeout   = 30 * time.Second
+	updateTimeout = 10 * time.Second
+	reactTimeout  = 10 * time.Second
+	uploadTimeout = 10 * time.Minute
+	// maxRetryWait caps how long Post and Upload wait on one Retry-After before giving up.
+	maxRetryWait = 30 * time.Second
+	postAttempts = 4
+)
+
+// replier answers one message: in its thread (or top level in a DM), with reactions on the message.
+type replier struct {
+	a *Adapter
+	// channel is where replies go; threadTS the thread ("" for top level); msgTS the message that
+	// gets the reactions.
+	channel, threadTS, msgTS string
+
+	// mu protects progressTS: the one "working…" message, created on first progress and edited after.
+	mu         sync.Mutex
+	progressTS string
+}
+
+var _ bot.Replier = (*replier)(nil)
+
+func (a *Adapter) newReplier(channel, threadTS, msgTS string) *replier {
+	return &replier{a: a, channel: channel, threadTS: threadTS, msgTS: msgTS}
+}
+
+// msgOptions are shared by every post. Unfurls are off: an agent's answer full of links would
+// otherwise fill the thread with previews.
+func (r *replier) msgOptions(text string, escape bool) []slack.MsgOption {
+	opts := []slack.MsgOption{slack.MsgOptionText(text, escape), slack.MsgOptionDisableLinkUnfurl(), slack.MsgOptionDisableMediaUnfurl()}
+	if r.threadTS != "" {
+		opts = append(opts, slack.MsgOptionTS(r.threadTS))
+	}
+	return opts
+}
+
+// Post implements bot.Replier. Text is escaped (& < >), so an agent's "<!channel>" or "<@U…>" stays
+// text instead of pinging people. A rate limit is waited out (Retry-After, a few times): the answer
+// must arrive.
+func (r *replier) Post(ctx context.Context, text string) error {
+	return r.post(ctx, text, true)
+}
+
+// postRaw posts the bot's own text, markup intact (a mention of the user it addresses).
+func (r *replier) postRaw(ctx context.Context, text string) error {
+	return r.post(ctx, text, false)
+}
+
+func (r *replier) post(ctx context.Context, text string, escape bool) error {
+	return withRetry(ctx, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, postTimeout)
+		defer cancel()
+		_, _, err := r.a.api.PostMessageContext(ctx, r.channel, r.msgOptions(text, escape)...)
+		return err
+	})
+}
+
+// Progress implements bot.Replier: the first call posts the "working…" message, later ones edit it.
+// It never waits: a rate limit comes back as *bot.RateLimitedError, and the coalescer holds off for
+// its RetryAfter while the turn carries on.
+func (r *replier) Progress(ctx context.Context, text string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, updateTimeout)
+	defer cancel()
+	var err error
+	if r.progressTS == "" {
+		var ts string
+		_, ts, err = r.a.api.PostMessageContext(ctx, r.channel, r.msgOptions(text, true)...)
+		if err == nil {
+			r.progressTS = ts
+		}
+	} else {
+		_, _, _, err = r.a.api.UpdateMessageContext(ctx, r.channel, r.progressTS, slack.MsgOptionText(text, true))
+	}
+	if d, ok := rateLimited(err); ok {
+		return &bot.RateLimitedError{RetryAfter: d}
+	}
+	if err != nil {
+		return fmt.Errorf("slack: progress: %w", err)
+	}
+	return nil
+}
+
+// Upload implements bot.Replier with the external upload flow (files.getUploadURLExternal, the
+// upload URL, files.completeUploadExternal into the channel and thread).
+func (r *replier) Upload(ctx context.Context, name string, data []byte) (string, error) {
+	size := int64(len(data))
+	switch {
+	case size == 0:
+		return "", errors.New("empty file (Slack refuses zero-length uploads)")
+	case size > r.a.opts.MaxFileBytes:
+		return "", fmt.Errorf("%s is over Slack's upload limit of %s", agentpool.HumanSize(size), agentpool.HumanSize(r.a.opts.MaxFileBytes))
+	}
+	var id string
+	err := withRetry(ctx, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, uploadTimeout)
+		defer cancel()
+		f, err := r.a.api.UploadFileContext(ctx, slack.UploadFileParameters{
+			Filename: name, Title: name, FileSize: len(data), Reader: bytes.NewReader(data),
+			Channel: r.channel, ThreadTimestamp: r.threadTS,
+		})
+		if err == nil {
+			id = f.ID
+		}
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("slack: uploading %s: %w", name, err)
+	}
+	return id, nil
+}
+
+// React implements bot.Replier. The final ✅ or ❌ replaces the 👀 of receipt, so the message shows
+// its state at a glance.
+func (r *replier) React(ctx context.Context, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, reactTimeout)
+	defer cancel()
+	ref := slack.NewRefToMessage(r.channel, r.msgTS)
+	err := r.a.api.AddReactionContext(ctx, name, ref)
+	if isSlackError(err, "already_reacted") {
+		err = nil
+	}
+	if err != nil {
+		return fmt.Errorf("slack: reaction %s: %w", name, err)
+	}
+	if name == bot.ReactDone || name == bot.ReactError {
+		if err := r.a.api.RemoveReactionContext(ctx, bot.ReactSeen, ref); err != nil && !isSlackError(err, "no_reaction") {
+			return fmt.Errorf("slack: removing %s: %w", bot.ReactSeen, err)
+		}
+	}
+	return nil
+}
+
+// Limits implements bot.Replier.
+func (r *replier) Limits() bot.Limits { return r.a.Limits() }
+
+// rateLimited recognises Slack's three ways of saying "slow down": HTTP 429 with Retry-After
+// (slack-go's RateLimitedError), 429 without it (a workspace's message_limit_exceeded, a
+// StatusCodeError), and an ok:false "ratelimited" on HTTP 200.
+func rateLimited(err error) (time.Duration, bool) {
+	if err == nil {
+		return 0, false
+	}
+	if rl, ok := errors.AsType[*slack.RateLimitedError](err); ok {
+		return max(rl.RetryAfter, time.Second), true
+	}
+	if sc, ok := errors.AsType[slack.StatusCodeError](err); ok && sc.Code == http.StatusTooManyRequests {
+		return 5 * time.Second, true
+	}
+	if isSlackError(err, "ratelimited") || isSlackError(err, "message_limit_exceeded") {
+		return time.Second, true
+	}
+	return 0, false
+}
+
+func isSlackError(err error, code string) bool {
+	se, ok := errors.AsType[slack.SlackErrorResponse](err)
+	return ok && se.Err == code
+}
+
+// withRetry runs f, waiting out a rate limit (up to maxRetryWait at a time) a few times.
+func withRetry(ctx context.Context, f func(ctx context.Context) error) error {
+	var err error
+	for attempt := 1; ; attempt++ {
+		err = f(ctx)
+		d, limited := rateLimited(err)
+		if !limited || attempt == postAttempts || d > maxRetryWait {
+			return err
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return errors.Join(err, ctx.Err())
+		}
+	}
+}

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/threadbox/threadbox/bot/slack/slackfake"
+	"github.com/threadbox/threadbox/db/dbtest"
+	"github.com/threadbox/threadbox/sandbox"
+	"github.com/threadbox/threadbox/sandbox/docker"
+	"github.com/threadbox/threadbox/sandbox/docker/dockertest"
+)
+
+// TestServeAnswersASlackMention drives the real serve wiring (config → store → Docker → pool → Slack
+// adapter) with PostgreSQL, against the fake Slack: a signed mention is answered in its thread.
+func TestServeAnswersASlackMention(t *testing.T) {
+	prov := dockertest.New(t, docker.Options{})
+	pg := dbtest.PostgresSchemaURL(t)
+	fake := slackfake.New(slackfake.Options{})
+	t.Cleanup(fake.Close)
+	dep := fmt.Sprintf("slack-e2e-%d", time.Now().UnixNano())
+	t.Cleanup(func() {
+		list, _ := prov.List(context.Background(), map[string]string{sandbox.LabelDeployment: dep})
+		for _, i := range list {
+			_ = prov.Destroy(context.Background(), i.Handle)
+		}
+	})
+	opts := fake.Options()
+	env := []string{
+		"THREADBOX_DATABASE_URL=" + pg,
+		"THREADBOX_HTTP_ADDR=127.0.0.1:0",
+		"THREADBOX_DEPLOYMENT=" + dep,
+		"THREADBOX_SANDBOX_PROVIDER=docker",
+		"THREADBOX_SANDBOX_IMAGE=" + dockertest.Image(),
+		"THREADBOX_SLACK_BOT_TOKEN=" + opts.BotToken,
+		"THREADBOX_SLACK_SIGNING_SECRET=" + opts.SigningSecret,
+		"THREADBOX_SLACK_API_URL=" + fake.APIURL(),
+		"THREADBOX_LIFECYCLE_SHUTDOWN_GRACE=1s",
+	}
+	var stdout, stderr bytes.Buffer
+	m := NewMain(&stdout, &stderr, env)
+	addrc := make(chan string, 1)
+	m.OnListen = func(a string) { addrc <- a }
+	require.NoError(t, m.ParseFlags([]string{"serve"}))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	var addr string
+	select {
+	case addr = <-addrc:
+	case err := <-done:
+		t.Fatalf("serve exited: %v\n%s", err, stderr.String())
+	}
+	events := "http://" + addr + "/slack/events"
+
+	ev := fake.Mention("C1", "U1", "echo hi > output/display/hi.txt && echo answered")
+	res, err := fake.Deliver(t.Context(), events, ev)
+	require.NoError(t, err)
+	require.Equal(t, 200, res.Status)
+	forged, err := fake.Deliver(t.Context(), events, fake.Mention("C1", "U1", "echo no"), slackfake.SignWith("wrong"))
+	require.NoError(t, err)
+	require.Equal(t, 401, forged.Status, "a bad signature is refused")
+
+	wctx, wcancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer wcancel()
+	require.NoError(t, fake.Wait(wctx, func() bool {
+		for _, r := range fake.Reactions("C1", ev.TS) {
+			if r == "white_check_mark" {
+				return true
+			}
+		}
+		return false
+	}), "the turn finished with ✅")
+	var texts []string
+	for _, msg := range fake.Replies("C1", ev.TS) {
+		texts = append(texts, msg.Text)
+	}
+	require.Contains(t, strings.Join(texts, "\n"), "answered", "the answer is in the thread")
+	files := fake.Files("C1")
+	require.Len(t, files, 1)
+	require.Equal(t, "hi.txt", files[0].Name)
+	require.Equal(t, "hi\n", string(files[0].Data), "the artifact's bytes were shared")
+	require.Equal(t, ev.TS, files[0].ThreadTS, "into the thread")
+
+	cancel()
+	require.NoError(t, <-done)
+	require.NoError(t, m.Close())
+}
