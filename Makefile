@@ -60,8 +60,8 @@ lint: check-generate ## gofmt, go vet, staticcheck, generated code in sync
 	else echo "staticcheck not installable here: skipped"; fi
 
 .PHONY: sandbox-image
-sandbox-image: ## build the sandbox images offline (threadbox/sandbox-test, threadbox/sandbox-base)
-	deploy/sandbox-image/build.sh all
+sandbox-image: ## build the sandbox images offline (threadbox/sandbox-test, -base, and threadbox/sandbox with the agent runtimes)
+	deploy/sandbox-image/build.sh full
 
 .PHONY: clean
 clean: ## remove build output and local data (not Docker images or sandboxes)

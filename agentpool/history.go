@@ -1,12 +1,13 @@
 package agentpool
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/threadbox/threadbox/db"
+	"github.com/threadbox/threadbox/prompts"
 )
 
 // handoffMax bounds the hand-off note kept on the session.
@@ -24,35 +25,29 @@ func (p *Pool) history(ctx context.Context, sess db.Session) (string, error) {
 	return FormatHistory(sess.HandoffNote, turns, p.cfg.Transcript.MaxChars), nil
 }
 
-// FormatHistory renders a replay. Turns are given oldest first; if the whole does not fit in maxChars,
-// the oldest turns go first, because the newest say most about what the user wants now.
+// FormatHistory renders a replay (prompts.Replay). Turns are given oldest first; if they do not all fit
+// in maxChars, the oldest go first, because the newest say most about what the user wants now.
 func FormatHistory(note string, turns []db.Turn, maxChars int) string {
-	if note == "" && len(turns) == 0 {
-		return ""
-	}
-	head := "This conversation continues in a fresh workspace: earlier files may be gone. What happened so far:\n"
-	if note != "" {
-		head += "\nLast hand-off note:\n" + note + "\n"
-	}
-	var blocks []string
-	for _, t := range turns {
-		b := fmt.Sprintf("\nUser: %s\nAssistant: %s\n", t.Prompt, t.Answer)
-		if t.Status != db.TurnDone && t.Error != "" {
-			b = fmt.Sprintf("\nUser: %s\n(turn %s: %s)\n", t.Prompt, t.Status, t.Error)
-		}
-		blocks = append(blocks, b)
-	}
-	size := utf8.RuneCountInString(head)
-	start := len(blocks)
+	size := utf8.RuneCountInString(note)
+	start := len(turns)
 	for start > 0 {
-		n := utf8.RuneCountInString(blocks[start-1])
+		t := turns[start-1]
+		n := utf8.RuneCountInString(t.Prompt) + utf8.RuneCountInString(t.Answer) + utf8.RuneCountInString(t.Error)
 		if maxChars > 0 && size+n > maxChars {
 			break
 		}
 		size += n
 		start--
 	}
-	return head + strings.Join(blocks[start:], "")
+	data := prompts.ReplayData{Note: note}
+	for _, t := range turns[start:] {
+		pt := prompts.Turn{User: t.Prompt, Assistant: t.Answer}
+		if t.Status != db.TurnDone {
+			pt.Failed = cmp.Or(t.Error, string(t.Status))
+		}
+		data.Turns = append(data.Turns, pt)
+	}
+	return prompts.Replay(data)
 }
 
 // handoffNote is the short summary of the last turn kept on the session.

@@ -113,7 +113,7 @@ if ! redis-cli -h 127.0.0.1 ping >/dev/null 2>&1; then
 fi
 
 # --- Images ---------------------------------------------------------------------------------------
-"$here/sandbox-image/build.sh" test
+"$here/sandbox-image/build.sh" full
 
 log "ready: docker $(docker version -f '{{.Server.Version}}'), $(psql_su -c 'show server_version' | cut -d' ' -f1) postgres, redis $(redis-cli -h 127.0.0.1 info server | awk -F: '/redis_version/{print $2}' | tr -d '\r')"
 print_env

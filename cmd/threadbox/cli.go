@@ -89,7 +89,8 @@ func (m *Main) ParseFlags(args []string) error {
 	}
 	m.Config = loaded
 	logger, err := logging.New(m.Stderr, logging.Options{
-		Level: loaded.Log.Level, Format: loaded.Log.Format, Secrets: loaded.Secrets(),
+		Level: loaded.Log.Level, Format: loaded.Log.Format,
+		Secrets: append(loaded.Secrets(), m.getenv(anthropicKeyEnv), m.getenv(openAIKeyEnv)),
 	})
 	if err != nil {
 		return err

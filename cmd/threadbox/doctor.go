@@ -64,6 +64,7 @@ func (m *Main) doctorChecks() []check {
 			return "local provider: NO ISOLATION, agent commands run as host processes", nil
 		}})
 	}
+	checks = append(checks, check{name: "runtime", run: m.checkRuntime})
 	checks = append(checks, check{name: "database", run: m.checkDatabase})
 	checks = append(checks, check{name: "redis", run: m.checkRedis})
 	return checks
@@ -95,6 +96,23 @@ func (m *Main) checkDocker(ctx context.Context) (string, *problem) {
 		}
 	}
 	return fmt.Sprintf("daemon %s at %s, image %s present", ver, where, cfg.Sandbox.Image), nil
+}
+
+func (m *Main) checkRuntime(context.Context) (string, *problem) {
+	name := m.runtimeName()
+	if name == "shell" {
+		return "shell (messages run as shell commands; set ANTHROPIC_API_KEY or OPENAI_API_KEY for an AI agent)", nil
+	}
+	if _, err := m.model(); err != nil {
+		return "", &problem{what: oneLine(err), fix: "export the model key in the bot's environment, or set runtime.name: shell"}
+	}
+	if m.Config.Sandbox.Network == "none" && m.Config.Sandbox.Provider != "local" {
+		return "", &problem{
+			what: fmt.Sprintf("the %s runtime must reach its model API, but sandbox.network is none", name),
+			fix:  "set sandbox.network: full (sandboxes then get outbound network), or use runtime.name: shell",
+		}
+	}
+	return name + " with model settings from the environment", nil
 }
 
 func (m *Main) checkRedis(ctx context.Context) (string, *problem) {

@@ -200,3 +200,18 @@ func TestAdminCLIIsAuditedAsTheOperator(t *testing.T) {
 	require.Equal(t, "admin sessions", entries[1].Action)
 	require.Equal(t, "ok", entries[1].Result)
 }
+
+func TestDoctorWarnsWhenTheModelIsUnreachable(t *testing.T) {
+	env := baseEnv(t, "THREADBOX_SANDBOX_PROVIDER=docker",
+		"THREADBOX_SANDBOX_DOCKER_HOST=unix://"+filepath.Join(t.TempDir(), "x.sock"),
+		"ANTHROPIC_API_KEY=sk-test-not-real-key")
+	out, _, err := runMain(t, env, "doctor")
+	require.Equal(t, exitCode(1), err)
+	line := findLine(out, "PROBLEM runtime:")
+	require.Contains(t, line, "claude-code runtime must reach its model API")
+	require.Contains(t, line, "sandbox.network: full")
+	require.NotContains(t, out, "sk-test-not-real-key")
+
+	out, _, _ = runMain(t, baseEnv(t, "THREADBOX_RUNTIME_NAME=opencode"), "doctor")
+	require.Contains(t, findLine(out, "PROBLEM runtime:"), "needs ANTHROPIC_API_KEY")
+}

@@ -10,9 +10,9 @@ import (
 
 	"github.com/threadbox/threadbox/agentpool"
 	"github.com/threadbox/threadbox/agentpool/runtime"
-	"github.com/threadbox/threadbox/agentpool/runtime/shell"
 	"github.com/threadbox/threadbox/bot"
 	"github.com/threadbox/threadbox/db"
+	"github.com/threadbox/threadbox/prompts"
 	"github.com/threadbox/threadbox/sandbox"
 	"github.com/threadbox/threadbox/sandbox/docker"
 	"github.com/threadbox/threadbox/sandbox/local"
@@ -69,7 +69,8 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 	a.pool, err = agentpool.New(agentpool.Config{
 		Deployment: cfg.Deployment, Image: cfg.Sandbox.Image, Resources: cfg.Sandbox.Resources,
 		Network: network, ReadOnlyRoot: cfg.Sandbox.ReadOnlyRoot, Env: env, BlockedEnv: cfg.Sandbox.Env.Blocked,
-		StuckAfter: cfg.Lifecycle.StuckAfter,
+		StuckAfter:   cfg.Lifecycle.StuckAfter,
+		SystemPrompt: prompts.System(prompts.SystemData{WorkDir: sandbox.DefaultWorkDir}),
 	}, agentpool.Deps{Store: st, Provider: a.prov, Runtime: a.rt, Logger: m.Logger})
 	if err != nil {
 		return nil, err
@@ -117,27 +118,6 @@ func (m *Main) newProvider(ctx context.Context) (sandbox.Provider, string, error
 		return p, noIsolationWarning, nil
 	}
 	return nil, "", fmt.Errorf("sandbox.provider %s: not available in this build yet (use docker or local)", name)
-}
-
-// modelKeys are the environment variables that mean "a model is configured".
-var modelKeys = []string{"ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENROUTER_API_KEY"}
-
-// newRuntime builds the configured agent runtime ("auto": shell unless a model key is set).
-func (m *Main) newRuntime() (runtime.Runtime, error) {
-	name := m.Config.Runtime.Name
-	if name == "auto" {
-		name = "shell"
-		for _, k := range modelKeys {
-			if m.getenv(k) != "" {
-				m.Logger.Warn("a model key is set but no AI runtime is available in this build yet; using the shell runtime", zap.String("key", k))
-				break
-			}
-		}
-	}
-	if name == "shell" {
-		return shell.New(), nil
-	}
-	return nil, fmt.Errorf("runtime.name %s: not available in this build yet (use shell)", name)
 }
 
 // shutdown stops intake first, then lets turns finish within grace, then closes the rest. It never

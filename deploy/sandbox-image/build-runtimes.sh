@@ -14,6 +14,11 @@
 #     inside, and the classic builder (no BuildKit here) is enough.
 #   - The recipe hash covers runtimes.lock, the base image id and this file's
 #     functions, not the 600 MB of binaries: they are pinned by the lock.
+#   - The Docker provider reaches ports in the sandbox by piping an exec to
+#     `nc` (its bash /dev/tcp fallback keeps a tunnel open after the server
+#     side closed, so a client waits forever on a dead keep-alive connection):
+#     the image gets nc from the host's static busybox (Debian busybox-static,
+#     as in the test image), only as /usr/local/bin/{busybox,nc}.
 #   - None of the runtimes needs Node: opencode and claude are self-contained
 #     executables (Bun), sandbox-agent is static. So the image has no node; the
 #     sandbox-agent runtime drives the opencode agent (`opencode acp`), whose
@@ -80,7 +85,9 @@ build_runtimes() {
 		build_base
 		base_id=$(image_id "$BASE_IMAGE")
 	fi
-	recipe=$(printf '%s\n' "$RECIPE_VERSION" "$base_id" "$entries" \
+	[[ -x /bin/busybox ]] && ! ldd /bin/busybox >/dev/null 2>&1 ||
+		die "/bin/busybox is missing or not static: apt-get install busybox-static (it provides nc in the image)"
+	recipe=$(printf '%s\n' "$RECIPE_VERSION" "$base_id" "$entries" "$(sha256 </bin/busybox)" \
 		"$(declare -f customize_runtimes_overlay build_runtimes)" | sha256)
 	reuse_image "$FULL_IMAGE" "$recipe" && return 0
 
@@ -97,6 +104,9 @@ build_runtimes() {
 		files+=(".$dest")
 	done <<<"$entries"
 	customize_runtimes_overlay "$root"
+	install -m 0755 /bin/busybox "$root/usr/local/bin/busybox"
+	ln -s busybox "$root/usr/local/bin/nc"
+	files+=(./usr/local/bin/busybox ./usr/local/bin/nc)
 
 	# Binaries root-owned (the agent cannot replace them), agent's home agent's.
 	# Only the listed paths go in: no entry for /usr/local/bin or /home/agent,
@@ -123,7 +133,7 @@ build_runtimes() {
 	# first chat turn. Runs offline, as agent, like a sandbox.
 	step "sandbox: smoke test (each runtime prints its version)"
 	if ! docker run --rm --network none "$FULL_IMAGE" sh -ec '
-		opencode --version; sandbox-agent --version; claude --version
+		opencode --version; sandbox-agent --version; claude --version; nc --help 2>&1 | grep -q BusyBox
 		test -x "$HOME/.local/share/sandbox-agent/bin/agent_processes/opencode-acp"' \
 		>"$LOG_DIR/sandbox-smoke.log" 2>&1; then
 		docker rmi "$FULL_IMAGE" >/dev/null 2>&1 || true

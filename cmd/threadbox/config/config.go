@@ -119,10 +119,18 @@ type Deno struct {
 
 // Runtime selects the agent runtime inside the sandbox.
 type Runtime struct {
-	// Name is auto, shell, claude-code, opencode or sandbox-agent. auto is shell unless a model key is set.
-	Name  string `koanf:"name"`
+	// Name is auto, shell, claude-code, opencode or sandbox-agent. auto is claude-code when
+	// ANTHROPIC_API_KEY is set, opencode when OPENAI_API_KEY is, else shell.
+	Name string `koanf:"name"`
+	// API is the model's wire format for opencode and sandbox-agent: anthropic, openai or
+	// openai-compatible (default: anthropic with ANTHROPIC_API_KEY, else openai).
+	API string `koanf:"api"`
+	// Model is the model id ("claude-sonnet-4-5", "gpt-5"); empty: the runtime's default.
 	Model string `koanf:"model"`
-	// Secret derives per-sandbox runtime passwords; generated and kept in the data dir when empty.
+	// BaseURL points the runtime at another model endpoint (a gateway, a proxy).
+	BaseURL string `koanf:"base_url"`
+	// Secret derives per-sandbox runtime passwords. When empty it is generated once and kept in
+	// data/runtime.secret; several replicas must share one, so set it then.
 	Secret string `koanf:"secret"`
 }
 

@@ -63,6 +63,13 @@ func (c Config) Validate() error {
 		func() error { return c.validateProvider() },
 		func() error { return oneOf("runtime.name", c.Runtime.Name, Runtimes) },
 		func() error {
+			if c.Runtime.API == "" {
+				return nil
+			}
+			return oneOf("runtime.api", c.Runtime.API, []string{"anthropic", "openai", "openai-compatible"})
+		},
+		func() error { return checkURL("runtime.base_url", c.Runtime.BaseURL, []string{"http", "https"}, true) },
+		func() error {
 			return duration("lifecycle.idle_timeout", c.Lifecycle.IdleTimeout, time.Minute, 30*24*time.Hour)
 		},
 		func() error {

@@ -1,0 +1,322 @@
+// Package claudecode drives Claude Code's CLI in a sandbox: each turn is one
+// `claude -p … --output-format stream-json --verbose` exec whose JSON lines become progress events.
+// Nothing runs between turns; the conversation lives in Claude Code's transcript under the sandbox
+// user's ~/.claude, which survives stop/start, and is continued with --resume.
+package claudecode
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/threadbox/threadbox/agentpool/runtime"
+	"github.com/threadbox/threadbox/prompts"
+	"github.com/threadbox/threadbox/sandbox"
+)
+
+// Name is the runtime's config name.
+const Name = "claude-code"
+
+// Config holds the model settings. The key reaches only the claude process of each turn (as
+// ANTHROPIC_API_KEY in the exec's environment), never the sandbox's create-time environment, and
+// String redacts it so that the config can be logged.
+type Config struct {
+	// Binary is the claude executable in the sandbox (default "claude", on PATH in threadbox/sandbox).
+	Binary string
+	// Model is passed as --model ("claude-sonnet-4-5", "sonnet", …); empty: Claude Code's default.
+	Model string
+	// BaseURL is ANTHROPIC_BASE_URL, without /v1; empty: Anthropic's API.
+	BaseURL string
+	// APIKey is ANTHROPIC_API_KEY.
+	APIKey string
+	// PermissionMode is passed as --permission-mode (default bypassPermissions: the sandbox is the
+	// boundary, and nobody is there to approve a tool headless).
+	PermissionMode string
+	// Env is added to the claude process's environment (after the settings above).
+	Env map[string]string
+}
+
+// String renders the config without the key.
+func (c Config) String() string {
+	key := ""
+	if c.APIKey != "" {
+		key = "[redacted]"
+	}
+	return fmt.Sprintf("claude-code{model=%q base_url=%q api_key=%s permission_mode=%q}", c.Model, c.BaseURL, key, c.PermissionMode)
+}
+
+// Runtime implements runtime.Runtime for Claude Code. It keeps no state of its own: everything is in
+// the sandbox, so any number of bots can drive it after a restart.
+type Runtime struct {
+	cfg Config
+}
+
+var _ runtime.Runtime = (*Runtime)(nil)
+
+// New returns a Claude Code runtime.
+func New(cfg Config) *Runtime {
+	if cfg.Binary == "" {
+		cfg.Binary = "claude"
+	}
+	if cfg.PermissionMode == "" {
+		cfg.PermissionMode = "bypassPermissions"
+	}
+	return &Runtime{cfg: cfg}
+}
+
+// Name implements runtime.Runtime.
+func (r *Runtime) Name() string { return Name }
+
+// Ensure checks that claude is installed and prepares the directories the bot relies on. There is no
+// process to start, so this is one exec.
+func (r *Runtime) Ensure(ctx context.Context, sb sandbox.Sandbox) error {
+	var out strings.Builder
+	res, err := sb.Exec(ctx, sandbox.ExecRequest{
+		Cmd:     []string{"/bin/sh", "-c", `mkdir -p input output/display && command -v "$1"`, "sh", r.cfg.Binary},
+		Stdout:  &out,
+		Timeout: 30 * time.Second,
+	})
+	if err != nil {
+		return fmt.Errorf("claude-code: %w", sandboxDown(err))
+	}
+	if res.ExitCode != 0 {
+		return fmt.Errorf("claude-code: %q is not installed in the sandbox image (use threadbox/sandbox, see deploy/sandbox-image)", r.cfg.Binary)
+	}
+	return nil
+}
+
+// sessionIDPattern is what Claude Code accepts for --session-id: a UUID.
+var sessionIDPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+// transcriptScript exits 0 when the session's transcript exists. Claude Code keeps it under a
+// directory named after the cwd, so look in all of them rather than recompute that name.
+const transcriptScript = `for f in "$HOME"/.claude/projects/*/"$1".jsonl; do [ -f "$f" ] && exit 0; done; exit 1`
+
+// Session implements runtime.Runtime. prevID is kept while its transcript exists; otherwise a new
+// UUID is minted, and the first turn creates the session under it (--session-id). The title is not
+// used: Claude Code sessions are found by id.
+func (r *Runtime) Session(ctx context.Context, sb sandbox.Sandbox, prevID, title string) (string, bool, error) {
+	if sessionIDPattern.MatchString(prevID) {
+		ok, err := r.hasTranscript(ctx, sb, prevID)
+		if err != nil {
+			return "", false, err
+		}
+		if ok {
+			return prevID, false, nil
+		}
+	}
+	return newUUID(), true, nil
+}
+
+func (r *Runtime) hasTranscript(ctx context.Context, sb sandbox.Sandbox, id string) (bool, error) {
+	res, err := sb.Exec(ctx, sandbox.ExecRequest{Cmd: []string{"/bin/sh", "-c", transcriptScript, "sh", id}, Timeout: 30 * time.Second})
+	if err != nil {
+		return false, fmt.Errorf("claude-code: looking for session %s: %w", id, sandboxDown(err))
+	}
+	return res.ExitCode == 0, nil
+}
+
+// promptScript resumes the session when its transcript exists and creates it otherwise, in one exec
+// so that a turn costs no extra round trip. Stdin is closed: claude -p would otherwise wait on it.
+const promptScript = `id=$1; shift
+for f in "$HOME"/.claude/projects/*/"$id".jsonl; do
+  [ -f "$f" ] && exec "$@" --resume "$id" </dev/null
+done
+exec "$@" --session-id "$id" </dev/null`
+
+// Prompt implements runtime.Runtime.
+func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID string, p runtime.Prompt, emit func(runtime.Event)) (runtime.Result, error) {
+	if !sessionIDPattern.MatchString(sessionID) {
+		return runtime.Result{}, fmt.Errorf("claude-code: session id %q is not a UUID: %w", sessionID, runtime.ErrSessionMissing)
+	}
+	args := []string{"/bin/sh", "-c", promptScript, "sh", sessionID, r.cfg.Binary,
+		"-p", prompts.Message(p.History, p.Text),
+		"--output-format", "stream-json", "--verbose",
+		"--permission-mode", r.cfg.PermissionMode,
+	}
+	if r.cfg.Model != "" {
+		args = append(args, "--model", r.cfg.Model)
+	}
+	if p.System != "" {
+		args = append(args, "--append-system-prompt", p.System)
+	}
+	parser := newStreamParser(emit)
+	var stderr tailWriter
+	start := time.Now()
+	res, err := sb.Exec(ctx, sandbox.ExecRequest{
+		Cmd:     args,
+		Env:     r.env(p.Env),
+		Timeout: p.Timeout,
+		Stdout:  parser,
+		Stderr:  &stderr,
+		// The parser keeps only what it needs; never cut the stream before the result line.
+		MaxOutput: 1 << 40,
+	})
+	parser.flush()
+	if err != nil {
+		if ctx.Err() != nil {
+			return runtime.Result{}, fmt.Errorf("claude-code: turn stopped: %w", context.Cause(ctx))
+		}
+		return runtime.Result{}, fmt.Errorf("claude-code: %w", sandboxDown(err))
+	}
+	result, texts, bad := parser.outcome()
+	errText := strings.TrimSpace(stderr.String() + "\n" + strings.Join(bad, "\n"))
+	switch {
+	case res.TimedOut:
+		return runtime.Result{}, fmt.Errorf("claude-code: the turn took longer than %s and was stopped", p.Timeout)
+	case strings.Contains(errText, "No conversation found"):
+		// The transcript vanished between Session and Prompt (or was never written).
+		return runtime.Result{}, fmt.Errorf("claude-code: session %s: %w", sessionID, runtime.ErrSessionMissing)
+	case result == nil:
+		if res.ExitCode == 126 || res.ExitCode == 127 {
+			return runtime.Result{}, fmt.Errorf("claude-code: %q could not be run (exit %d): %s", r.cfg.Binary, res.ExitCode, lastLine(errText))
+		}
+		return runtime.Result{}, fmt.Errorf("claude-code: claude exited %d without a result: %s", res.ExitCode, lastLine(errText))
+	}
+	out := runtime.Result{
+		Answer:   result.Result,
+		IsError:  result.IsError,
+		ExitCode: res.ExitCode,
+		Duration: time.Duration(result.DurationMS) * time.Millisecond,
+		Usage: runtime.Usage{
+			InputTokens:  result.Usage.InputTokens + result.Usage.CacheCreationInputTokens + result.Usage.CacheReadInputTokens,
+			OutputTokens: result.Usage.OutputTokens,
+			CostUSD:      result.TotalCostUSD,
+		},
+	}
+	if out.Duration == 0 {
+		out.Duration = time.Since(start)
+	}
+	if out.IsError {
+		out.Answer = errorAnswer(result, texts, errText)
+	}
+	return out, nil
+}
+
+// errorAnswer turns a failed turn into a message for the chat.
+func errorAnswer(r *resultLine, texts []string, errText string) string {
+	msg := strings.TrimSpace(r.Result)
+	switch {
+	case r.APIErrorStatus != 0 || strings.HasPrefix(msg, "API Error"):
+		msg = strings.TrimSpace(strings.TrimPrefix(msg, "API Error:"))
+		return "The model API returned an error: " + msg
+	case r.Subtype == "error_max_turns":
+		return "The agent stopped: it reached its limit of turns."
+	case msg == "" && len(texts) > 0:
+		msg = texts[len(texts)-1]
+	case msg == "" && len(r.Errors) > 0:
+		msg = strings.Join(r.Errors, "; ")
+	case msg == "":
+		msg = lastLine(errText)
+	}
+	if msg == "" {
+		msg = r.Subtype
+	}
+	return "The agent failed: " + msg
+}
+
+// env is the claude process's environment: settings, then the turn's own variables (model keys the
+// pool passes), which win.
+func (r *Runtime) env(turn map[string]string) map[string]string {
+	env := map[string]string{
+		// Claude Code refuses to skip permissions as root unless told it is in a sandbox; harmless
+		// as the agent user, and needed if an image runs as root.
+		"IS_SANDBOX": "1",
+		// No telemetry, update checks or other calls beyond the model API.
+		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+		"DISABLE_AUTOUPDATER":                      "1",
+	}
+	if r.cfg.BaseURL != "" {
+		env["ANTHROPIC_BASE_URL"] = strings.TrimSuffix(r.cfg.BaseURL, "/")
+	}
+	if r.cfg.APIKey != "" {
+		env["ANTHROPIC_API_KEY"] = r.cfg.APIKey
+	}
+	for k, v := range r.cfg.Env {
+		env[k] = v
+	}
+	for k, v := range turn {
+		env[k] = v
+	}
+	return env
+}
+
+// Abort implements runtime.Runtime: it kills the session's claude process, if one runs, and waits
+// until none does. The pool normally cancels Prompt's ctx first, which kills it already; Abort also
+// covers a turn whose caller went away (a bot restart).
+func (r *Runtime) Abort(ctx context.Context, sb sandbox.Sandbox, sessionID string) error {
+	if !sessionIDPattern.MatchString(sessionID) {
+		return nil
+	}
+	// pkill is run directly, not through a shell whose own command line would match the pattern.
+	pattern := "--(resume|session-id) " + sessionID
+	delay := 20 * time.Millisecond
+	for {
+		res, err := sb.Exec(ctx, sandbox.ExecRequest{Cmd: []string{"pkill", "-KILL", "-f", "--", pattern}, Timeout: 30 * time.Second})
+		if err != nil {
+			return fmt.Errorf("claude-code: abort: %w", sandboxDown(err))
+		}
+		if res.ExitCode == 1 { // no process matched: the session is idle
+			return nil
+		}
+		if res.ExitCode != 0 {
+			return fmt.Errorf("claude-code: abort: pkill exited %d", res.ExitCode)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("claude-code: abort: %w", ctx.Err())
+		case <-t.C:
+		}
+		delay = min(2*delay, 500*time.Millisecond)
+	}
+}
+
+// sandboxDown marks a failure to exec at all as the sandbox being down (the pool then re-resolves
+// it), unless the caller gave up.
+func sandboxDown(err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, runtime.ErrSandboxDown) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", runtime.ErrSandboxDown, err)
+}
+
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40 // version 4
+	b[8] = b[8]&0x3f | 0x80 // RFC 4122 variant
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// tailWriter keeps the last 4 KiB written (stderr, for error messages).
+type tailWriter struct{ b []byte }
+
+func (w *tailWriter) Write(p []byte) (int, error) {
+	w.b = append(w.b, p...)
+	if len(w.b) > 4096 {
+		w.b = w.b[len(w.b)-4096:]
+	}
+	return len(p), nil
+}
+
+func (w *tailWriter) String() string { return string(w.b) }
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	if r := []rune(s); len(r) > 300 {
+		s = string(r[:300]) + "…"
+	}
+	if s == "" {
+		return "(no output)"
+	}
+	return s
+}

@@ -1,0 +1,261 @@
+// Package opencode drives `opencode serve` inside a sandbox, reached through the provider's Dial (so
+// it works with network none). The server is protected by a per-sandbox password derived from the
+// service secret; sessions are titled by thread key and found again by title; a turn is prompt_async
+// followed by the /event stream until session.idle; abort is verified by the session going idle.
+package opencode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/threadbox/threadbox/agentpool/runtime"
+	"github.com/threadbox/threadbox/prompts"
+	"github.com/threadbox/threadbox/sandbox"
+)
+
+// Name is the runtime's config name.
+const Name = "opencode"
+
+// Defaults for Config.
+const (
+	DefaultPort = 4096
+	username    = "opencode"
+)
+
+// Config configures the runtime.
+type Config struct {
+	// Secret is the service secret the per-sandbox server passwords are derived from (required).
+	Secret string
+	// Model is the model opencode calls; its key reaches only the opencode process.
+	Model Model
+	// Binary is the opencode executable in the sandbox (default "opencode").
+	Binary string
+	// Port is the server's port on the sandbox's loopback (default DefaultPort).
+	Port int
+}
+
+// Runtime implements runtime.Runtime for opencode. It is safe for concurrent use; its only state is
+// a cache of connections per sandbox.
+type Runtime struct {
+	cfg     Config
+	clients clients
+}
+
+var _ runtime.Runtime = (*Runtime)(nil)
+
+// New validates cfg and returns the runtime.
+func New(cfg Config) (*Runtime, error) {
+	if cfg.Secret == "" {
+		return nil, errors.New("opencode: a service secret is required (the server passwords derive from it)")
+	}
+	if err := cfg.Model.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Binary == "" {
+		cfg.Binary = "opencode"
+	}
+	if cfg.Port == 0 {
+		cfg.Port = DefaultPort
+	}
+	return &Runtime{cfg: cfg, clients: clients{m: map[string]*http.Client{}}}, nil
+}
+
+// Name implements runtime.Runtime.
+func (r *Runtime) Name() string { return Name }
+
+type session struct {
+	ID    string `json:"id"`
+	Title string `json:"title"`
+	Time  struct {
+		Updated int64 `json:"updated"`
+	} `json:"time"`
+}
+
+// Session implements runtime.Runtime: prevID if the server still has it, else the newest session
+// titled title (the thread key: a lost id is found again), else a new session with that title (which
+// also spares opencode a model call to invent one).
+func (r *Runtime) Session(ctx context.Context, sb sandbox.Sandbox, prevID, title string) (string, bool, error) {
+	// Only opencode's own ids are asked for: anything else (another runtime's id, after a config
+	// change) makes the server fail with a 500, which would read as the sandbox being down.
+	if strings.HasPrefix(prevID, "ses_") {
+		status, err := r.request(ctx, sb, http.MethodGet, "/session/"+url.PathEscape(prevID), nil, nil)
+		switch {
+		case err == nil:
+			return prevID, false, nil
+		case status != http.StatusNotFound && status != http.StatusBadRequest:
+			return "", false, fmt.Errorf("opencode: looking up session %s: %w", prevID, err)
+		}
+	}
+	if title != "" {
+		var found []session
+		if _, err := r.request(ctx, sb, http.MethodGet, "/session?roots=true&search="+url.QueryEscape(title), nil, &found); err != nil {
+			return "", false, fmt.Errorf("opencode: searching sessions: %w", err)
+		}
+		var best *session
+		for i, s := range found {
+			if s.Title == title && (best == nil || s.Time.Updated > best.Time.Updated) {
+				best = &found[i]
+			}
+		}
+		if best != nil {
+			return best.ID, false, nil
+		}
+	}
+	var created session
+	if _, err := r.request(ctx, sb, http.MethodPost, "/session", map[string]any{"title": title}, &created); err != nil {
+		return "", false, fmt.Errorf("opencode: creating a session: %w", err)
+	}
+	return created.ID, true, nil
+}
+
+// Prompt implements runtime.Runtime. p.Env is not used: the server process got its environment
+// (the model key among it) when Ensure launched it, from Config.Model.
+func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID string, p runtime.Prompt, emit func(runtime.Event)) (runtime.Result, error) {
+	if p.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.Timeout)
+		defer cancel()
+	}
+	start := time.Now()
+	// The event stream outlives ctx: after a cancel it still tells when the abort took effect.
+	ev, err := r.subscribe(context.WithoutCancel(ctx), sb)
+	if err != nil {
+		return runtime.Result{}, err
+	}
+	defer ev.close()
+
+	body := map[string]any{
+		"parts": []any{map[string]string{"type": "text", "text": prompts.Message(p.History, p.Text)}},
+		"model": map[string]string{"providerID": providerID, "modelID": r.cfg.Model.Name},
+	}
+	if p.System != "" {
+		body["system"] = p.System
+	}
+	status, err := r.request(ctx, sb, http.MethodPost, "/session/"+url.PathEscape(sessionID)+"/prompt_async", body, nil)
+	switch {
+	case status == http.StatusNotFound:
+		return runtime.Result{}, fmt.Errorf("opencode: session %s: %w", sessionID, runtime.ErrSessionMissing)
+	case err != nil:
+		return runtime.Result{}, fmt.Errorf("opencode: sending the prompt: %w", err)
+	}
+
+	turn := newTurnState(sessionID, emit)
+	if err := r.follow(ctx, sb, ev, turn); err != nil {
+		if ctx.Err() != nil {
+			r.stop(ctx, sb, ev, turn)
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) && p.Timeout > 0 {
+				return runtime.Result{}, fmt.Errorf("opencode: the turn took longer than %s and was stopped", p.Timeout)
+			}
+			return runtime.Result{}, fmt.Errorf("opencode: turn stopped: %w", context.Cause(ctx))
+		}
+		return runtime.Result{}, err
+	}
+
+	var msgs []message
+	if _, err := r.request(ctx, sb, http.MethodGet, "/session/"+url.PathEscape(sessionID)+"/message?limit=50", nil, &msgs); err != nil {
+		return runtime.Result{}, fmt.Errorf("opencode: reading the answer: %w", err)
+	}
+	answer, usage, apiErr, took := outcome(msgs)
+	if apiErr == nil {
+		apiErr = turn.err
+	}
+	res := runtime.Result{Answer: answer, Usage: usage, Duration: took}
+	if res.Duration == 0 {
+		res.Duration = time.Since(start)
+	}
+	if apiErr != nil && apiErr.Name != "MessageAbortedError" {
+		res.IsError, res.Answer = true, apiErr.userMessage()
+	}
+	return res, nil
+}
+
+// follow reads the session's events until it is idle, answering permission requests and questions
+// on the way (nobody can answer them in a chat turn).
+func (r *Runtime) follow(ctx context.Context, sb sandbox.Sandbox, ev *events, turn *turnState) error {
+	for !turn.idle {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case e, ok := <-ev.c:
+			if !ok {
+				return fmt.Errorf("opencode: the event stream ended mid-turn: %w: %w", runtime.ErrSandboxDown, ev.err())
+			}
+			turn.handle(e)
+			r.answerRequests(ctx, sb, turn)
+		}
+	}
+	return nil
+}
+
+func (r *Runtime) answerRequests(ctx context.Context, sb sandbox.Sandbox, turn *turnState) {
+	for _, id := range turn.permissions {
+		_, _ = r.request(ctx, sb, http.MethodPost, "/permission/"+url.PathEscape(id)+"/reply", map[string]string{"reply": "always"}, nil)
+	}
+	for _, id := range turn.questions {
+		_, _ = r.request(ctx, sb, http.MethodPost, "/question/"+url.PathEscape(id)+"/reject", nil, nil)
+	}
+	turn.permissions, turn.questions = nil, nil
+}
+
+// stopGrace bounds stopping a cancelled turn.
+const stopGrace = 20 * time.Second
+
+// stop aborts a turn whose caller gave up. An abort that arrives before the run started does not stop
+// it (reference/agent-runtimes.md §1), so it first waits, briefly, for the session to turn busy.
+func (r *Runtime) stop(ctx context.Context, sb sandbox.Sandbox, ev *events, turn *turnState) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopGrace)
+	defer cancel()
+	if !turn.busy {
+		wait, wcancel := context.WithTimeout(sctx, 5*time.Second)
+		for !turn.busy && !turn.idle && wait.Err() == nil {
+			select {
+			case e, ok := <-ev.c:
+				if !ok {
+					wcancel()
+					return
+				}
+				turn.handle(e)
+			case <-wait.Done():
+			}
+		}
+		wcancel()
+	}
+	_ = r.Abort(sctx, sb, turn.sessionID)
+}
+
+// Abort implements runtime.Runtime: abort, then confirm the session is idle, aborting again while it
+// is not (a run that was starting when the first abort came).
+func (r *Runtime) Abort(ctx context.Context, sb sandbox.Sandbox, sessionID string) error {
+	delay := 20 * time.Millisecond
+	for {
+		status, err := r.request(ctx, sb, http.MethodPost, "/session/"+url.PathEscape(sessionID)+"/abort", nil, nil)
+		if status == http.StatusNotFound {
+			return nil // no such session: nothing runs
+		}
+		if err != nil {
+			return fmt.Errorf("opencode: abort: %w", err)
+		}
+		var busy map[string]struct {
+			Type string `json:"type"`
+		}
+		if _, err := r.request(ctx, sb, http.MethodGet, "/session/status", nil, &busy); err != nil {
+			return fmt.Errorf("opencode: abort: checking status: %w", err)
+		}
+		if s, ok := busy[sessionID]; !ok || s.Type == "idle" {
+			return nil
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("opencode: abort: session %s still busy: %w", sessionID, ctx.Err())
+		case <-t.C:
+		}
+		delay = min(delay*2, time.Second)
+	}
+}

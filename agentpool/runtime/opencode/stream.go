@@ -1,0 +1,98 @@
+package opencode
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+
+	"github.com/threadbox/threadbox/agentpool/runtime"
+	"github.com/threadbox/threadbox/sandbox"
+)
+
+// events is a live subscription to the server's /event stream, pumped into c by one goroutine.
+type events struct {
+	c      chan event
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu     sync.Mutex // protects failed
+	failed error
+}
+
+// subscribe opens /event and returns once the server confirmed the subscription (server.connected),
+// so that no event of a prompt sent afterwards can be missed.
+func (r *Runtime) subscribe(ctx context.Context, sb sandbox.Sandbox) (*events, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://opencode/event", nil)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	req.SetBasicAuth(username, Password(r.cfg.Secret, sb.Handle().ID))
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := r.clients.get(sb, r.cfg.Port).Do(req)
+	if err != nil {
+		cancel()
+		r.clients.reset(sb)
+		return nil, fmt.Errorf("opencode: subscribing to events: %w: %w", runtime.ErrSandboxDown, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		cancel()
+		if resp.StatusCode == http.StatusUnauthorized {
+			return nil, fmt.Errorf("opencode: subscribing to events: %w", errUnauthorized)
+		}
+		return nil, fmt.Errorf("opencode: subscribing to events: %w: %s", runtime.ErrSandboxDown, resp.Status)
+	}
+	sse := newSSEReader(resp.Body)
+	first, err := sse.next()
+	var ev event
+	if err == nil {
+		err = json.Unmarshal(first, &ev)
+	}
+	if err != nil || ev.Type != "server.connected" {
+		resp.Body.Close()
+		cancel()
+		return nil, fmt.Errorf("opencode: subscribing to events: %w: first event %q: %v", runtime.ErrSandboxDown, ev.Type, err)
+	}
+	e := &events{c: make(chan event, 64), cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(e.done)
+		defer close(e.c)
+		defer resp.Body.Close()
+		for {
+			data, err := sse.next()
+			if err != nil {
+				e.mu.Lock()
+				e.failed = err
+				e.mu.Unlock()
+				return
+			}
+			var ev event
+			if json.Unmarshal(data, &ev) != nil {
+				continue
+			}
+			select {
+			case e.c <- ev:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return e, nil
+}
+
+// err is why the stream ended.
+func (e *events) err() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.failed
+}
+
+// close ends the subscription and waits for its goroutine.
+func (e *events) close() {
+	e.cancel()
+	<-e.done
+}

@@ -1,0 +1,213 @@
+package sandboxagent
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+
+	"github.com/threadbox/threadbox/agentpool/runtime"
+	"github.com/threadbox/threadbox/sandbox"
+)
+
+// ACP (Agent Client Protocol) JSON-RPC over sandbox-agent's HTTP transport: POST /v1/acp/{server}
+// carries one envelope (a request's response comes back inline), GET /v1/acp/{server} streams every
+// envelope from the agent, responses included, as SSE with sequential ids.
+
+// message is any JSON-RPC envelope.
+type message struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id,omitempty"`
+	Method  string          `json:"method,omitempty"`
+	Params  json.RawMessage `json:"params,omitempty"`
+	Result  json.RawMessage `json:"result,omitempty"`
+	Error   *rpcError       `json:"error,omitempty"`
+}
+
+// rpcError is a JSON-RPC error. sandbox-agent puts the agent's stderr in data.agentStderr (noise
+// from earlier calls too): it is never shown to users.
+type rpcError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+	Data    struct {
+		ErrorName string `json:"errorName"`
+	} `json:"data"`
+}
+
+func (e *rpcError) Error() string { return fmt.Sprintf("ACP error %d: %s", e.Code, e.Message) }
+
+// newID returns a request id no other call uses, so that its echo on the event stream is ours.
+func newID(kind string) string { return "tb-" + kind + "-" + strings.ToLower(rand.Text()[:12]) }
+
+// acpPath names our ACP server; ?agent= on every POST lets the first one (after any server restart)
+// spawn the agent process.
+func (r *Runtime) acpPath() string {
+	return "/v1/acp/" + url.PathEscape(r.serverID()) + "?agent=" + url.QueryEscape(r.cfg.Agent)
+}
+
+func (r *Runtime) serverID() string { return "threadbox-" + r.cfg.Agent }
+
+// call sends a request and returns its response envelope (which may carry a JSON-RPC error).
+func (r *Runtime) call(ctx context.Context, sb sandbox.Sandbox, id, method string, params any) (*message, error) {
+	raw, _ := json.Marshal(id)
+	var resp message
+	if _, err := r.request(ctx, sb, http.MethodPost, r.acpPath(), rpcEnvelope(raw, method, params), &resp); err != nil {
+		return nil, fmt.Errorf("%s: %w", method, err)
+	}
+	return &resp, nil
+}
+
+// callResult sends a request and decodes its result into out; a JSON-RPC error is returned as one.
+func (r *Runtime) callResult(ctx context.Context, sb sandbox.Sandbox, method string, params, out any) error {
+	resp, err := r.call(ctx, sb, newID("call"), method, params)
+	if err != nil {
+		return err
+	}
+	if resp.Error != nil {
+		return fmt.Errorf("%s: %w", method, resp.Error)
+	}
+	if out != nil {
+		if err := json.Unmarshal(resp.Result, out); err != nil {
+			return fmt.Errorf("%s: decoding the result: %w", method, err)
+		}
+	}
+	return nil
+}
+
+// notify sends a notification (no id, no response).
+func (r *Runtime) notify(ctx context.Context, sb sandbox.Sandbox, method string, params any) error {
+	if _, err := r.request(ctx, sb, http.MethodPost, r.acpPath(), rpcEnvelope(nil, method, params), nil); err != nil {
+		return fmt.Errorf("%s: %w", method, err)
+	}
+	return nil
+}
+
+// respond answers a request the agent sent us.
+func (r *Runtime) respond(ctx context.Context, sb sandbox.Sandbox, id json.RawMessage, result any) error {
+	b, _ := json.Marshal(result)
+	_, err := r.request(ctx, sb, http.MethodPost, r.acpPath(), message{JSONRPC: "2.0", ID: id, Result: b}, nil)
+	return err
+}
+
+func rpcEnvelope(id json.RawMessage, method string, params any) map[string]any {
+	m := map[string]any{"jsonrpc": "2.0", "method": method}
+	if id != nil {
+		m["id"] = id
+	}
+	if params != nil {
+		m["params"] = params
+	}
+	return m
+}
+
+// frame is one event of the stream: its sequence id and envelope.
+type frame struct {
+	id  string
+	msg message
+}
+
+// stream is a live subscription to the agent's envelopes, pumped into c by one goroutine.
+type stream struct {
+	c      chan frame
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu     sync.Mutex // protects failed
+	failed error
+}
+
+// subscribe opens the event stream after lastID ("" replays what the server still buffers).
+func (r *Runtime) subscribe(ctx context.Context, sb sandbox.Sandbox, lastID string) (*stream, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://sandbox-agent/v1/acp/"+url.PathEscape(r.serverID()), nil)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+Token(r.cfg.Secret, sb.Handle().ID))
+	req.Header.Set("Accept", "text/event-stream")
+	if lastID != "" {
+		req.Header.Set("Last-Event-ID", lastID)
+	}
+	resp, err := r.clients.get(sb, r.cfg.Port).Do(req)
+	if err != nil {
+		cancel()
+		r.clients.reset(sb)
+		return nil, fmt.Errorf("sandbox-agent: subscribing to events: %w: %w", runtime.ErrSandboxDown, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		resp.Body.Close()
+		cancel()
+		// 404: the ACP server is gone (the sandbox-agent process restarted since Session).
+		return nil, fmt.Errorf("sandbox-agent: subscribing to events: %s: %s: %w", resp.Status, strings.TrimSpace(string(msg)), runtime.ErrSessionMissing)
+	}
+	s := &stream{c: make(chan frame, 64), cancel: cancel, done: make(chan struct{})}
+	go s.pump(ctx, resp.Body)
+	return s, nil
+}
+
+func (s *stream) pump(ctx context.Context, body io.ReadCloser) {
+	defer close(s.done)
+	defer close(s.c)
+	defer body.Close()
+	br := bufio.NewReaderSize(body, 64<<10)
+	var id string
+	var data []byte
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			s.mu.Lock()
+			s.failed = err
+			s.mu.Unlock()
+			return
+		}
+		line = strings.TrimRight(line, "\r\n")
+		if line != "" {
+			field, value, _ := strings.Cut(line, ":")
+			value = strings.TrimPrefix(value, " ")
+			switch field {
+			case "id":
+				id = value
+			case "data":
+				if len(data) > 0 {
+					data = append(data, '\n')
+				}
+				data = append(data, value...)
+			}
+			continue
+		}
+		if len(data) == 0 {
+			continue
+		}
+		var f frame
+		f.id = id
+		err = json.Unmarshal(data, &f.msg)
+		data = data[:0]
+		if err != nil {
+			continue
+		}
+		select {
+		case s.c <- f:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (s *stream) err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failed
+}
+
+func (s *stream) close() {
+	s.cancel()
+	<-s.done
+}

@@ -1,0 +1,265 @@
+package sandboxagent
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/threadbox/threadbox/agentpool/runtime"
+	"github.com/threadbox/threadbox/agentpool/runtime/opencode"
+	"github.com/threadbox/threadbox/sandbox"
+)
+
+var (
+	// errUnauthorized: the server refused our token (it was started with another secret).
+	errUnauthorized = errors.New("sandbox-agent refused the token")
+	// errNoAnswer: a health check got no answer in time.
+	errNoAnswer = errors.New("no answer")
+)
+
+// Token derives the server token of one sandbox from the service secret: nothing extra is stored,
+// and a leaked token opens one sandbox only.
+func Token(secret, sandboxID string) string {
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write([]byte("threadbox/sandbox-agent/" + sandboxID))
+	return hex.EncodeToString(mac.Sum(nil))
+}
+
+// clients keeps one HTTP client per sandbox; each connection is a tunnel through the provider (an
+// exec in the sandbox for Docker), so idle ones are worth reusing.
+type clients struct {
+	mu sync.Mutex // protects m
+	m  map[string]*http.Client
+}
+
+const maxClients = 256
+
+func (c *clients) get(sb sandbox.Sandbox, port int) *http.Client {
+	id := sb.Handle().ID
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if hc, ok := c.m[id]; ok {
+		return hc
+	}
+	if len(c.m) >= maxClients {
+		for _, hc := range c.m {
+			hc.CloseIdleConnections()
+		}
+		clear(c.m)
+	}
+	// No header timeout: a session/prompt call answers only when the turn is over.
+	hc := &http.Client{Transport: &http.Transport{
+		DialContext:         func(ctx context.Context, _, _ string) (net.Conn, error) { return sb.Dial(ctx, port) },
+		MaxIdleConnsPerHost: 4,
+		IdleConnTimeout:     time.Minute,
+	}}
+	c.m[id] = hc
+	return hc
+}
+
+func (c *clients) reset(sb sandbox.Sandbox) {
+	c.mu.Lock()
+	hc := c.m[sb.Handle().ID]
+	c.mu.Unlock()
+	if hc != nil {
+		hc.CloseIdleConnections()
+	}
+}
+
+// request sends one call and decodes a 2xx JSON answer into out. No answer at all or a 5xx is
+// runtime.ErrSandboxDown; 401 is errUnauthorized; the status is returned for the caller's own cases.
+func (r *Runtime) request(ctx context.Context, sb sandbox.Sandbox, method, path string, in, out any) (int, error) {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return 0, err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://sandbox-agent"+path, body)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+Token(r.cfg.Secret, sb.Handle().ID))
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := r.clients.get(sb, r.cfg.Port).Do(req)
+	if err != nil {
+		r.clients.reset(sb)
+		if ctx.Err() != nil {
+			return 0, fmt.Errorf("sandbox-agent %s %s: %w", method, path, context.Cause(ctx))
+		}
+		return 0, fmt.Errorf("sandbox-agent %s %s: %w: %w", method, path, runtime.ErrSandboxDown, err)
+	}
+	defer resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusUnauthorized:
+		return resp.StatusCode, fmt.Errorf("sandbox-agent %s %s: %w", method, path, errUnauthorized)
+	case resp.StatusCode >= 500:
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
+		return resp.StatusCode, fmt.Errorf("sandbox-agent %s %s: %w: %s: %s", method, path, runtime.ErrSandboxDown, resp.Status, bytes.TrimSpace(msg))
+	case resp.StatusCode/100 != 2:
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
+		return resp.StatusCode, fmt.Errorf("sandbox-agent %s %s: %s: %s", method, path, resp.Status, bytes.TrimSpace(msg))
+	}
+	if out != nil && resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusAccepted {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			return resp.StatusCode, fmt.Errorf("sandbox-agent %s %s: decoding the answer: %w", method, path, err)
+		}
+	}
+	return resp.StatusCode, nil
+}
+
+// healthy asks the server once, within attempt.
+func (r *Runtime) healthy(ctx context.Context, sb sandbox.Sandbox, attempt time.Duration) error {
+	actx, cancel := context.WithTimeout(ctx, attempt)
+	defer cancel()
+	_, err := r.request(actx, sb, http.MethodGet, "/v1/health", nil, nil)
+	if err != nil && ctx.Err() == nil && actx.Err() != nil {
+		r.clients.reset(sb)
+		return fmt.Errorf("sandbox-agent health: %w within %s", errNoAnswer, attempt)
+	}
+	return err
+}
+
+// launchScript starts the server on the sandbox's loopback unless it runs already ($3 = 1 kills it
+// and its agents first), detached from the exec, and prints the working directory (the agents' cwd).
+// pgrep and pkill never match this shell: its command line starts with /bin/sh.
+const launchScript = `bin=$1 port=$2 restart=$3 log=$4 token=$5
+pwd
+pat="sandbox-agent server --token [0-9a-f]+ --host 127.0.0.1 --port $port "
+if [ "$restart" = 1 ]; then pkill -KILL -f "$pat"; fi
+if pgrep -f "$pat" >/dev/null; then echo running; exit 0; fi
+pkill -KILL -f "[o]pencode acp" # agents orphaned by a killed server ([o]: the regex does not match this line)
+command -v "$bin" >/dev/null || { echo "missing"; exit 3; }
+mkdir -p "$(dirname "$log")" input output/display
+nohup "$bin" server --token "$token" --host 127.0.0.1 --port "$port" --no-telemetry >"$log" 2>&1 </dev/null &
+echo started`
+
+// logPath is the server's log in the sandbox, relative to the work directory's owner's home.
+const logPath = "/tmp/threadbox-sandbox-agent.log"
+
+// launch runs launchScript; it reports whether it started a new server, and the work directory.
+func (r *Runtime) launch(ctx context.Context, sb sandbox.Sandbox, restart bool) (bool, string, error) {
+	env, err := opencode.Env(r.cfg.Model)
+	if err != nil {
+		return false, "", err
+	}
+	env["SANDBOX_AGENT_ACP_REQUEST_TIMEOUT_MS"] = fmt.Sprint(r.cfg.RequestTimeout.Milliseconds())
+	// The agents are pre-placed in the image; the installer would need the internet.
+	env["SANDBOX_AGENT_REQUIRE_PREINSTALL"] = "1"
+	flag := "0"
+	if restart {
+		flag = "1"
+	}
+	var out strings.Builder
+	res, err := sb.Exec(ctx, sandbox.ExecRequest{
+		Cmd: []string{"/bin/sh", "-c", launchScript, "sh", r.cfg.Binary, fmt.Sprint(r.cfg.Port), flag, logPath,
+			Token(r.cfg.Secret, sb.Handle().ID)},
+		Env:     env,
+		Stdout:  &out,
+		Timeout: 30 * time.Second,
+	})
+	r.clients.reset(sb)
+	lines := strings.Fields(out.String())
+	switch {
+	case err != nil:
+		return false, "", fmt.Errorf("sandbox-agent: launching the server: %w", sandboxDown(err))
+	case res.ExitCode == 3:
+		return false, "", fmt.Errorf("sandbox-agent: %q is not installed in the sandbox image (use threadbox/sandbox, see deploy/sandbox-image)", r.cfg.Binary)
+	case res.ExitCode != 0 || len(lines) < 2:
+		return false, "", fmt.Errorf("sandbox-agent: launching the server exited %d: %s", res.ExitCode, strings.TrimSpace(out.String()))
+	}
+	return lines[len(lines)-1] == "started", lines[0], nil
+}
+
+// Ensure implements runtime.Runtime: one health call when the server is up; otherwise launch it and
+// wait, backing off from 20 ms. A server with another token, or one that never becomes healthy, is
+// killed and launched again, once.
+func (r *Runtime) Ensure(ctx context.Context, sb sandbox.Sandbox) error {
+	err := r.healthy(ctx, sb, 3*time.Second)
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("sandbox-agent: %w", context.Cause(ctx))
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+	}
+	restart := errors.Is(err, errUnauthorized)
+	for round := 0; round < 2; round++ {
+		started, workDir, err := r.launch(ctx, sb, restart)
+		if err != nil {
+			return err
+		}
+		r.state.setWorkDir(sb, workDir)
+		if started || restart {
+			r.state.forget(sb) // a new server has no ACP process and no loaded sessions
+		}
+		if err = r.waitHealthy(ctx, sb, started); err == nil {
+			// Healthy means ready for a turn: spawn the agent now, not in the first Session.
+			return r.initialize(ctx, sb)
+		}
+		if ctx.Err() != nil || round == 1 {
+			return fmt.Errorf("sandbox-agent: the server did not become healthy: %w (log: %s)", err, logPath)
+		}
+		restart = true
+	}
+	return nil
+}
+
+const startupGrace = 45 * time.Second
+
+// waitHealthy polls health with a backoff from 20 ms to 500 ms, each attempt bounded (0.5 s, doubled
+// after an attempt that got no answer).
+func (r *Runtime) waitHealthy(ctx context.Context, sb sandbox.Sandbox, started bool) error {
+	wctx := ctx
+	if !started {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeout(ctx, startupGrace)
+		defer cancel()
+	}
+	delay, attempt := 20*time.Millisecond, 500*time.Millisecond
+	for {
+		err := r.healthy(wctx, sb, attempt)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, errUnauthorized), wctx.Err() != nil:
+			return err
+		case errors.Is(err, errNoAnswer):
+			attempt = min(attempt*2, 5*time.Second)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-wctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		delay = min(delay*3/2, 500*time.Millisecond)
+	}
+}
+
+func sandboxDown(err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, runtime.ErrSandboxDown) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", runtime.ErrSandboxDown, err)
+}

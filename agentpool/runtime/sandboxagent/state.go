@@ -1,0 +1,76 @@
+package sandboxagent
+
+import (
+	"sync"
+
+	"github.com/threadbox/threadbox/sandbox"
+)
+
+// sbState is what the runtime remembers about one sandbox's server. All of it can be lost (a bot
+// restart): it only saves calls, and each field says what happens without it.
+type sbState struct {
+	// workDir is the agents' cwd (without it: asked with an exec).
+	workDir string
+	// gen is the createdAtMs of our ACP server; loaded and systemSent belong to it.
+	gen int64
+	// loaded are the sessions the ACP process has (without it: session/load again, which replays
+	// the history to nobody).
+	loaded map[string]bool
+	// systemSent are the sessions that got the system prompt (without it: sent once more).
+	systemSent map[string]bool
+	// lastEventID is the last event seen (without it: the server's buffer is replayed and skipped).
+	lastEventID string
+	// running holds, per session, a channel closed when its in-flight prompt ends (Abort waits on it).
+	running map[string]chan struct{}
+}
+
+// states is the per-sandbox memory.
+type states struct {
+	mu sync.Mutex // protects m and everything in it
+	m  map[string]*sbState
+}
+
+// with runs f on the sandbox's state under the lock. f must not call out.
+func (s *states) with(sb sandbox.Sandbox, f func(st *sbState)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id := sb.Handle().ID
+	st, ok := s.m[id]
+	if !ok {
+		if len(s.m) >= maxClients {
+			// Keep only sandboxes with a turn in flight; the others rebuild what they need.
+			for k, v := range s.m {
+				if len(v.running) == 0 {
+					delete(s.m, k)
+				}
+			}
+		}
+		st = &sbState{loaded: map[string]bool{}, systemSent: map[string]bool{}, running: map[string]chan struct{}{}}
+		s.m[id] = st
+	}
+	f(st)
+}
+
+func (s *states) setWorkDir(sb sandbox.Sandbox, dir string) {
+	s.with(sb, func(st *sbState) { st.workDir = dir })
+}
+
+// forget drops what belonged to the previous server process.
+func (s *states) forget(sb sandbox.Sandbox) {
+	s.with(sb, func(st *sbState) {
+		st.gen, st.lastEventID = 0, ""
+		clear(st.loaded)
+		clear(st.systemSent)
+	})
+}
+
+// setGen records our ACP server's generation, forgetting the sessions of an older one.
+func (s *states) setGen(sb sandbox.Sandbox, gen int64) {
+	s.with(sb, func(st *sbState) {
+		if st.gen != gen {
+			st.gen, st.lastEventID = gen, ""
+			clear(st.loaded)
+			clear(st.systemSent)
+		}
+	})
+}

@@ -1,0 +1,157 @@
+package sandboxagent
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/threadbox/threadbox/agentpool/runtime"
+)
+
+// turnState follows one session's updates during a prompt and reports progress.
+type turnState struct {
+	sessionID string
+	emit      func(runtime.Event)
+	now       func() time.Time
+
+	// chunks are the agent's message text by message id, in order of first appearance; the answer is
+	// the last message's (text before a tool call is progress, not the answer).
+	chunks   map[string]*strings.Builder
+	order    []string
+	tools    map[string]bool
+	costUSD  float64
+	usageSet bool
+}
+
+func newTurnState(sessionID string, emit func(runtime.Event)) *turnState {
+	if emit == nil {
+		emit = func(runtime.Event) {}
+	}
+	return &turnState{sessionID: sessionID, emit: emit, now: time.Now, chunks: map[string]*strings.Builder{}, tools: map[string]bool{}}
+}
+
+// update is the part of a session/update notification's params.update that matters here.
+type update struct {
+	SessionUpdate string `json:"sessionUpdate"`
+	Content       json.RawMessage
+	MessageID     string          `json:"messageId"`
+	ToolCallID    string          `json:"toolCallId"`
+	Title         string          `json:"title"`
+	Kind          string          `json:"kind"`
+	Status        string          `json:"status"`
+	RawInput      json.RawMessage `json:"rawInput"`
+	Cost          *struct {
+		Amount   float64 `json:"amount"`
+		Currency string  `json:"currency"`
+	} `json:"cost"`
+}
+
+// handle applies a session/update notification's params; other sessions' updates are ignored.
+func (t *turnState) handle(params json.RawMessage) {
+	var p struct {
+		SessionID string `json:"sessionId"`
+		Update    update `json:"update"`
+	}
+	if json.Unmarshal(params, &p) != nil || p.SessionID != t.sessionID {
+		return
+	}
+	u := p.Update
+	switch u.SessionUpdate {
+	case "agent_message_chunk":
+		var c struct{ Type, Text string }
+		if json.Unmarshal(u.Content, &c) != nil || c.Type != "text" || c.Text == "" {
+			return
+		}
+		b, ok := t.chunks[u.MessageID]
+		if !ok {
+			b = &strings.Builder{}
+			t.chunks[u.MessageID] = b
+			t.order = append(t.order, u.MessageID)
+		}
+		b.WriteString(c.Text)
+		t.emit(runtime.Event{Kind: runtime.EventText, Text: c.Text, At: t.now()})
+	case "tool_call", "tool_call_update":
+		// The first notice of a call has no input yet; report it once its input is known or it runs.
+		if t.tools[u.ToolCallID] || (!hasInput(u.RawInput) && u.Status != "in_progress" && u.Status != "completed" && u.Status != "failed") {
+			return
+		}
+		t.tools[u.ToolCallID] = true
+		name := u.Title
+		if name == "" {
+			name = u.Kind
+		}
+		t.emit(runtime.Event{Kind: runtime.EventTool, Tool: name, Text: toolSummary(name, u.RawInput), At: t.now()})
+	case "usage_update":
+		if u.Cost != nil && strings.EqualFold(u.Cost.Currency, "USD") {
+			t.costUSD, t.usageSet = u.Cost.Amount, true
+		}
+	}
+}
+
+func hasInput(raw json.RawMessage) bool {
+	var m map[string]any
+	return json.Unmarshal(raw, &m) == nil && len(m) > 0
+}
+
+// answer is the text of the turn's last agent message.
+func (t *turnState) answer() string {
+	if len(t.order) == 0 {
+		return ""
+	}
+	return t.chunks[t.order[len(t.order)-1]].String()
+}
+
+// toolSummary renders a tool call in one short line: "write: /workspace/a.txt".
+func toolSummary(name string, input json.RawMessage) string {
+	var in map[string]any
+	_ = json.Unmarshal(input, &in)
+	detail := ""
+	for _, k := range []string{"command", "filePath", "file_path", "path", "pattern", "url", "query", "description"} {
+		if s, ok := in[k].(string); ok && s != "" {
+			detail = s
+			break
+		}
+	}
+	detail = strings.Join(strings.Fields(detail), " ")
+	if r := []rune(detail); len(r) > 100 {
+		detail = string(r[:99]) + "…"
+	}
+	if detail == "" {
+		return name
+	}
+	return fmt.Sprintf("%s: %s", name, detail)
+}
+
+// promptResult is session/prompt's result.
+type promptResult struct {
+	StopReason string `json:"stopReason"`
+	Usage      struct {
+		InputTokens  int64 `json:"inputTokens"`
+		OutputTokens int64 `json:"outputTokens"`
+	} `json:"usage"`
+}
+
+// stopMessage explains a turn that ended for another reason than finishing.
+func stopMessage(reason string) string {
+	switch reason {
+	case "max_tokens":
+		return "The agent stopped: the model's answer was longer than its output limit."
+	case "max_turn_requests":
+		return "The agent stopped: it reached its limit of model requests for one turn."
+	case "refusal":
+		return "The model refused to continue."
+	case "cancelled":
+		return "The turn was cancelled."
+	}
+	return "The agent stopped: " + reason
+}
+
+// errorAnswer turns a session/prompt error into what the chat shows.
+func errorAnswer(e *rpcError) string {
+	msg := strings.TrimSpace(strings.TrimPrefix(e.Message, "Internal error:"))
+	if e.Data.ErrorName == "APIError" || e.Data.ErrorName == "ProviderAuthError" {
+		return "The model API returned an error: " + msg
+	}
+	return "The agent failed: " + msg
+}

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/threadbox/threadbox/agentpool/runtime"
+	"github.com/threadbox/threadbox/agentpool/runtime/claudecode"
+	"github.com/threadbox/threadbox/agentpool/runtime/opencode"
+	"github.com/threadbox/threadbox/agentpool/runtime/sandboxagent"
+	"github.com/threadbox/threadbox/agentpool/runtime/shell"
+)
+
+// Model keys, read from the bot's environment only. They reach the runtime process when it is
+// launched, never the sandbox environment (sandbox.DefaultBlocked lists them) and never the logs.
+const (
+	anthropicKeyEnv = "ANTHROPIC_API_KEY"
+	openAIKeyEnv    = "OPENAI_API_KEY"
+)
+
+// runtimeName resolves runtime.name "auto".
+func (m *Main) runtimeName() string {
+	name := m.Config.Runtime.Name
+	if name != "auto" {
+		return name
+	}
+	switch {
+	case m.getenv(anthropicKeyEnv) != "":
+		return claudecode.Name
+	case m.getenv(openAIKeyEnv) != "":
+		return opencode.Name
+	}
+	return "shell"
+}
+
+// newRuntime builds the configured agent runtime.
+func (m *Main) newRuntime() (runtime.Runtime, error) {
+	cfg := m.Config.Runtime
+	name := m.runtimeName()
+	if name == "shell" {
+		return shell.New(), nil
+	}
+	model, err := m.model()
+	if err != nil {
+		return nil, err
+	}
+	if m.Config.Sandbox.Network == "none" && m.Config.Sandbox.Provider != "local" {
+		m.Logger.Warn("the AI runtime needs to reach its model API, but sandbox.network is none; set sandbox.network: full",
+			zap.String("runtime", name))
+	}
+	switch name {
+	case claudecode.Name:
+		if model.API != opencode.APIAnthropic {
+			return nil, fmt.Errorf("runtime.name claude-code: needs %s (runtime.api anthropic)", anthropicKeyEnv)
+		}
+		return claudecode.New(claudecode.Config{Model: model.Name, BaseURL: strings.TrimSuffix(model.BaseURL, "/v1"), APIKey: model.APIKey}), nil
+	}
+	secret, err := m.runtimeSecret()
+	if err != nil {
+		return nil, err
+	}
+	switch name {
+	case opencode.Name:
+		return opencode.New(opencode.Config{Secret: secret, Model: model})
+	case sandboxagent.Name:
+		return sandboxagent.New(sandboxagent.Config{Secret: secret, Model: model})
+	}
+	return nil, fmt.Errorf("runtime.name %q: unknown", cfg.Name)
+}
+
+// model assembles the model settings: runtime.api/model/base_url plus the key from the environment.
+func (m *Main) model() (opencode.Model, error) {
+	cfg := m.Config.Runtime
+	api := cfg.API
+	if api == "" {
+		api = opencode.APIAnthropic
+		if m.getenv(anthropicKeyEnv) == "" && m.getenv(openAIKeyEnv) != "" {
+			api = opencode.APIOpenAI
+		}
+	}
+	keyEnv := openAIKeyEnv
+	if api == opencode.APIAnthropic {
+		keyEnv = anthropicKeyEnv
+	}
+	key := m.getenv(keyEnv)
+	if key == "" {
+		return opencode.Model{}, fmt.Errorf("runtime %s with runtime.api %s needs %s in the bot's environment", m.runtimeName(), api, keyEnv)
+	}
+	return opencode.Model{API: api, Name: cfg.Model, BaseURL: cfg.BaseURL, APIKey: key}, nil
+}
+
+// runtimeSecret is runtime.secret, or one generated once and kept next to the data.
+func (m *Main) runtimeSecret() (string, error) {
+	if s := m.Config.Runtime.Secret; s != "" {
+		return s, nil
+	}
+	dir := "data"
+	if p, ok := strings.CutPrefix(m.Config.Database.URL, "sqlite:"); ok {
+		dir = filepath.Dir(p)
+	}
+	path := filepath.Join(dir, "runtime.secret")
+	if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) >= 32 {
+		return strings.TrimSpace(string(b)), nil
+	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("runtime.secret: reading %s: %w", path, err)
+	}
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+	secret := hex.EncodeToString(b[:])
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("runtime.secret: %w", err)
+	}
+	if err := os.WriteFile(path, []byte(secret+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("runtime.secret: writing %s: %w", path, err)
+	}
+	m.Logger.Info("generated a runtime secret; set runtime.secret to share one between replicas", zap.String("file", path))
+	return secret, nil
+}
