@@ -37,6 +37,8 @@ type scriptRuntime struct {
 	promptFunc func(ctx context.Context, sb sandbox.Sandbox, sid string, p runtime.Prompt, emit func(runtime.Event)) (runtime.Result, error)
 	// ensureErrs are returned by successive Ensure calls.
 	ensureErrs []error
+	// ensureFunc, when set, runs on every Ensure.
+	ensureFunc func(ctx context.Context) error
 	// sessionGone makes Session report the previous id as gone once.
 	sessionGone bool
 	aborted     int
@@ -47,6 +49,12 @@ var _ runtime.Runtime = (*scriptRuntime)(nil)
 func (r *scriptRuntime) Name() string { return "script" }
 
 func (r *scriptRuntime) Ensure(ctx context.Context, sb sandbox.Sandbox) error {
+	r.mu.Lock()
+	f := r.ensureFunc
+	r.mu.Unlock()
+	if f != nil {
+		return f(ctx)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.ensureErrs) > 0 {

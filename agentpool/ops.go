@@ -13,7 +13,7 @@ import (
 // store lock: admin actions never race a turn, in this process or another.
 func (p *Pool) onThread(ctx context.Context, threadKey string, f func(ctx context.Context, cur db.Session) error) error {
 	done := make(chan error, 1)
-	_, err := p.q.add(threadKey, func(qctx context.Context) {
+	_, err := p.q.add(threadKey, 0, func(qctx context.Context) {
 		// The job runs under the caller's deadline, but a pool shutdown cancels it too.
 		jctx, cancel := context.WithCancel(ctx)
 		defer cancel()
@@ -31,7 +31,7 @@ func (p *Pool) onThread(ctx context.Context, threadKey string, f func(ctx contex
 			return
 		}
 		done <- f(jctx, cur)
-	}, func() { done <- ErrClosed })
+	}, func(reason error) { done <- reason })
 	if err != nil {
 		return err
 	}
@@ -47,6 +47,8 @@ func (p *Pool) onThread(ctx context.Context, threadKey string, f func(ctx contex
 // message starts fresh: no history is replayed into the new sandbox. The turns stay in the database
 // as the record.
 func (p *Pool) Reset(ctx context.Context, threadKey string) error {
+	// Queued turns would only run in a sandbox about to be destroyed: drop them, stop the running one.
+	p.q.clear(threadKey, ErrReset)
 	err := p.onThread(ctx, threadKey, func(ctx context.Context, cur db.Session) error {
 		if err := p.destroyLocked(ctx, cur); err != nil {
 			return err
@@ -158,7 +160,7 @@ func (o Ops) Depth(k string) int { return o.Pool.Depth(k) }
 
 // Drain implements bot.AdminOps: no new turns; wait for the queued and running ones.
 func (o Ops) Drain(ctx context.Context) error {
-	o.Pool.q.close(true)
+	o.Pool.q.close(true, ErrClosed)
 	return o.Pool.q.wait(ctx)
 }
 

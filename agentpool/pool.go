@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -163,9 +164,9 @@ func (p *Pool) Submit(ctx context.Context, req Request) (Ticket, error) {
 	if err != nil {
 		return Ticket{}, fmt.Errorf("agentpool: submit: %w", err)
 	}
-	ahead, err := p.q.add(req.ThreadKey,
+	ahead, err := p.q.add(req.ThreadKey, t.ID,
 		func(ctx context.Context) { p.runTurn(ctx, req, t.ID) },
-		func() { p.dropTurn(req, t.ID) },
+		func(reason error) { p.dropTurn(req, t.ID, reason) },
 	)
 	if err != nil {
 		p.finishQuietly(t.ID, db.TurnResult{Status: db.TurnCancelled, Error: err.Error()})
@@ -182,32 +183,55 @@ func (p *Pool) Busy() int { return p.q.activeKeys() }
 
 // Cancel stops the thread's running turn (turns queued behind it still run). It reports whether a turn
 // was running.
-func (p *Pool) Cancel(threadKey string) bool { return p.q.cancelRunning(threadKey) }
+func (p *Pool) Cancel(threadKey string) bool { return p.q.cancelRunning(threadKey, 0, ErrCancelled) }
+
+// CancelTurn stops one turn, if it is the one running on its thread in this process, with cause (the
+// watchdog passes ErrStuck). It never touches another turn of the thread.
+func (p *Pool) CancelTurn(threadKey string, turnID int64, cause error) bool {
+	return p.q.cancelRunning(threadKey, turnID, cause)
+}
+
+// Draining reports whether the pool has stopped taking turns (admin drain, or shutdown).
+func (p *Pool) Draining() bool { return p.q.isClosed() }
 
 // Shutdown stops taking turns and lets the running and queued ones finish until ctx ends; then it
 // cancels what is left and waits for it to wind down. It never destroys sandboxes: they are paused by
 // the idle loop or picked up again by the next pool.
 func (p *Pool) Shutdown(ctx context.Context) error {
-	p.q.close(true)
+	p.q.close(true, ErrClosed)
 	err := p.q.wait(ctx)
 	if err != nil {
-		p.q.close(false)
+		// Grace is over: cancel what runs, and tell the queued turns' users, all at once and bounded,
+		// so a slow chat API cannot hold the process past its termination grace.
+		drops := p.q.close(false, ErrClosed)
 		p.stop()
-		// The cancelled turns still record themselves; give them a bounded moment.
-		wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		wctx, cancel := context.WithTimeout(context.Background(), dropTimeout)
 		defer cancel()
-		_ = p.q.wait(wctx)
+		var wg sync.WaitGroup
+		for _, d := range drops {
+			wg.Go(d)
+		}
+		doneDrops := make(chan struct{})
+		go func() { wg.Wait(); close(doneDrops) }()
+		select {
+		case <-doneDrops:
+		case <-wctx.Done():
+		}
+		_ = p.q.wait(wctx) // the cancelled turns record themselves
 	}
 	p.stop()
 	return err
 }
 
-// dropTurn reports a queued turn discarded by Shutdown.
-func (p *Pool) dropTurn(req Request, turnID int64) {
-	p.finishQuietly(turnID, db.TurnResult{Status: db.TurnCancelled, Error: "bot shutting down"})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+// dropTimeout bounds the wind-down after the grace: recording and reporting cancelled turns.
+const dropTimeout = 10 * time.Second
+
+// dropTurn reports a queued turn discarded unrun (shutdown, or a reset of its thread).
+func (p *Pool) dropTurn(req Request, turnID int64, reason error) {
+	p.finishQuietly(turnID, db.TurnResult{Status: db.TurnCancelled, Error: reason.Error()})
+	ctx, cancel := context.WithTimeout(context.Background(), dropTimeout)
 	defer cancel()
-	_, _ = req.Sink.Deliver(ctx, Outcome{TurnID: turnID, Cancelled: true, Err: ErrClosed})
+	_, _ = req.Sink.Deliver(ctx, Outcome{TurnID: turnID, Cancelled: true, Err: reason})
 }
 
 // finishQuietly records a turn's end when nothing else can be done about a failure to record it.

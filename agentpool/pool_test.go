@@ -294,3 +294,105 @@ func TestResetStartsFreshWithoutHistory(t *testing.T) {
 	require.Contains(t, h, "after reset")
 	require.NotContains(t, h, "before reset")
 }
+
+func TestCancelTurnTargetsOnlyThatTurn(t *testing.T) {
+	rt := &scriptRuntime{}
+	started := make(chan struct{}, 1)
+	rt.promptFunc = func(ctx context.Context, sb sandbox.Sandbox, sid string, p runtime.Prompt, emit func(runtime.Event)) (runtime.Result, error) {
+		started <- struct{}{}
+		<-ctx.Done()
+		return runtime.Result{}, ctx.Err()
+	}
+	f := newFixture(t, newSQLiteStore(t), sandboxfake.New(), rt)
+	sink := newCollector()
+	tk := submit(t, f.pool, "web:ct", "e1", "x", sink)
+	<-started
+	require.False(t, f.pool.CancelTurn("web:ct", tk.TurnID+100, ErrStuck), "a stale turn id cancels nothing")
+	require.True(t, f.pool.CancelTurn("web:ct", tk.TurnID, ErrStuck))
+	out := sink.wait(t, 1)[0]
+	require.ErrorIs(t, out.Err, ErrStuck, "reported as stuck, not as stopped by the user")
+	require.False(t, out.Cancelled)
+}
+
+func TestCancelDuringEnsureIsNotASessionFailure(t *testing.T) {
+	rt := &scriptRuntime{}
+	f := newFixture(t, newSQLiteStore(t), sandboxfake.New(), rt)
+	sink := newCollector()
+	submit(t, f.pool, "web:ce", "e0", "first", sink)
+	require.NoError(t, sink.wait(t, 1)[0].Err)
+	inEnsure := make(chan struct{})
+	rt.mu.Lock()
+	rt.ensureFunc = func(ctx context.Context) error { close(inEnsure); <-ctx.Done(); return ctx.Err() }
+	rt.mu.Unlock()
+	submit(t, f.pool, "web:ce", "e1", "second", sink)
+	<-inEnsure
+	require.True(t, f.pool.Cancel("web:ce"))
+	out := sink.wait(t, 1)[0]
+	require.True(t, out.Cancelled)
+	sess, err := f.store.SessionGet(context.Background(), "web:ce")
+	require.NoError(t, err)
+	require.Equal(t, db.SessionActive, sess.Status, "a runtime that failed by cancellation leaves the session as it was")
+	require.Zero(t, sess.ResumeFailCount)
+}
+
+func TestRuntimeFailureStopsTheSandbox(t *testing.T) {
+	rt := &scriptRuntime{ensureErrs: []error{errors.New("health: 500"), errors.New("health: 500")}}
+	prov := sandboxfake.New()
+	f := newFixture(t, newSQLiteStore(t), prov, rt)
+	sink := newCollector()
+	submit(t, f.pool, "web:rf", "e1", "x", sink)
+	require.ErrorContains(t, sink.wait(t, 1)[0].Err, "health: 500")
+	sess, err := f.store.SessionGet(context.Background(), "web:rf")
+	require.NoError(t, err)
+	require.Equal(t, db.SessionError, sess.Status)
+	require.Equal(t, 1, sess.ResumeFailCount)
+	require.Equal(t, sandbox.StateStopped, prov.Box(sess.SandboxID).State, "nothing keeps running while the session is in error")
+	// The next message resumes it and tries the runtime again.
+	submit(t, f.pool, "web:rf", "e2", "y", sink)
+	out := sink.wait(t, 1)[0]
+	require.NoError(t, out.Err)
+	require.Equal(t, "echo: y", out.Answer)
+}
+
+func TestTurnTimeoutAbortsTheRuntime(t *testing.T) {
+	rt := &scriptRuntime{}
+	rt.promptFunc = func(ctx context.Context, sb sandbox.Sandbox, sid string, p runtime.Prompt, emit func(runtime.Event)) (runtime.Result, error) {
+		<-ctx.Done()
+		return runtime.Result{}, ctx.Err()
+	}
+	f := newFixture(t, newSQLiteStore(t), sandboxfake.New(), rt, func(c *Config) { c.TurnTimeout = 50 * time.Millisecond })
+	sink := newCollector()
+	submit(t, f.pool, "web:to", "e1", "x", sink)
+	out := sink.wait(t, 1)[0]
+	require.ErrorIs(t, out.Err, context.DeadlineExceeded)
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	require.Equal(t, 1, rt.aborted, "the runtime is told to stop a timed-out turn")
+}
+
+func TestResetDropsQueuedTurns(t *testing.T) {
+	rt := &scriptRuntime{}
+	started := make(chan struct{}, 1)
+	rt.promptFunc = func(ctx context.Context, sb sandbox.Sandbox, sid string, p runtime.Prompt, emit func(runtime.Event)) (runtime.Result, error) {
+		if p.Text == "long" {
+			started <- struct{}{}
+			<-ctx.Done()
+			return runtime.Result{}, ctx.Err()
+		}
+		return runtime.Result{Answer: "ran " + p.Text}, nil
+	}
+	f := newFixture(t, newSQLiteStore(t), sandboxfake.New(), rt)
+	sink := newCollector()
+	submit(t, f.pool, "web:rs", "e1", "long", sink)
+	queued := submit(t, f.pool, "web:rs", "e2", "queued", sink)
+	<-started
+	require.NoError(t, f.pool.Reset(context.Background(), "web:rs"))
+	outs := sink.wait(t, 2)
+	for _, o := range outs {
+		require.True(t, o.Cancelled)
+		require.ErrorIs(t, o.Err, ErrReset)
+	}
+	turn, err := f.store.TurnGet(context.Background(), queued.TurnID)
+	require.NoError(t, err)
+	require.Equal(t, db.TurnCancelled, turn.Status, "the queued turn never ran")
+}

@@ -32,17 +32,20 @@ type keyQueue struct {
 }
 
 type job struct {
+	// id names the turn the job runs (0 for other work), so a cancel can target one turn.
+	id     int64
 	run    func(ctx context.Context)
-	drop   func() // called instead of run when the job is discarded unrun
-	cancel context.CancelFunc
+	drop   func(reason error) // called instead of run when the job is discarded unrun
+	cancel context.CancelCauseFunc
 }
 
 func newQueues(base context.Context) *queues {
 	return &queues{base: base, byKey: map[string]*keyQueue{}, idle: make(chan struct{})}
 }
 
-// add queues run under key and returns how many jobs are ahead of it (0: it starts now).
-func (q *queues) add(key string, run func(context.Context), drop func()) (ahead int, err error) {
+// add queues run under key and returns how many jobs are ahead of it (0: it starts now). id names the
+// turn (0 for other work).
+func (q *queues) add(key string, id int64, run func(context.Context), drop func(reason error)) (ahead int, err error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
@@ -57,7 +60,7 @@ func (q *queues) add(key string, run func(context.Context), drop func()) (ahead 
 	if kq.running != nil {
 		ahead++
 	}
-	kq.pending = append(kq.pending, &job{run: run, drop: drop})
+	kq.pending = append(kq.pending, &job{id: id, run: run, drop: drop})
 	if ahead == 0 {
 		q.busy++
 		go q.drain(key, kq)
@@ -83,13 +86,13 @@ func (q *queues) drain(key string, kq *keyQueue) {
 		j := kq.pending[0]
 		kq.pending[0] = nil
 		kq.pending = kq.pending[1:]
-		ctx, cancel := context.WithCancel(q.base)
+		ctx, cancel := context.WithCancelCause(q.base)
 		j.cancel = cancel
 		kq.running = j
 		q.mu.Unlock()
 
 		j.run(ctx)
-		cancel()
+		cancel(nil)
 	}
 }
 
@@ -108,20 +111,43 @@ func (q *queues) depth(key string) int {
 	return n
 }
 
-// cancelRunning cancels key's running job, if any, and reports whether there was one.
-func (q *queues) cancelRunning(key string) bool {
+// cancelRunning cancels key's running job with cause, if any, and reports whether there was one. With
+// id non-zero it cancels only the job for that turn.
+func (q *queues) cancelRunning(key string, id int64, cause error) bool {
 	q.mu.Lock()
 	kq := q.byKey[key]
-	var cancel context.CancelFunc
-	if kq != nil && kq.running != nil {
+	var cancel context.CancelCauseFunc
+	if kq != nil && kq.running != nil && (id == 0 || kq.running.id == id) {
 		cancel = kq.running.cancel
 	}
 	q.mu.Unlock()
 	if cancel == nil {
 		return false
 	}
-	cancel()
+	cancel(cause)
 	return true
+}
+
+// clear discards key's queued jobs (their drop runs with reason) and cancels the running one.
+func (q *queues) clear(key string, reason error) {
+	q.mu.Lock()
+	var drops []*job
+	var cancel context.CancelCauseFunc
+	if kq := q.byKey[key]; kq != nil {
+		drops, kq.pending = kq.pending, nil
+		if kq.running != nil {
+			cancel = kq.running.cancel
+		}
+	}
+	q.mu.Unlock()
+	if cancel != nil {
+		cancel(reason)
+	}
+	for _, j := range drops {
+		if j.drop != nil {
+			j.drop(reason)
+		}
+	}
 }
 
 // activeKeys reports how many keys have work (each has one goroutine).
@@ -131,17 +157,19 @@ func (q *queues) activeKeys() int {
 	return q.busy
 }
 
-// close stops intake. With drain false it also discards queued jobs and cancels running ones.
-func (q *queues) close(drain bool) {
+// close stops intake. With drain false it also discards queued jobs and cancels running ones; the
+// discarded jobs' drop callbacks are returned for the caller to run (they may be slow: each tells a
+// user), so it can run them concurrently under its own deadline.
+func (q *queues) close(drain bool, reason error) []func() {
 	q.mu.Lock()
 	q.closed = true
 	var drops []func()
-	var cancels []context.CancelFunc
+	var cancels []context.CancelCauseFunc
 	if !drain {
 		for _, kq := range q.byKey {
 			for _, j := range kq.pending {
 				if j.drop != nil {
-					drops = append(drops, j.drop)
+					drops = append(drops, func() { j.drop(reason) })
 				}
 			}
 			kq.pending = nil
@@ -153,11 +181,16 @@ func (q *queues) close(drain bool) {
 	q.mu.Unlock()
 	// Callbacks run outside the lock: they may call back into the pool.
 	for _, c := range cancels {
-		c()
+		c(reason)
 	}
-	for _, d := range drops {
-		d()
-	}
+	return drops
+}
+
+// isClosed reports whether intake has stopped (drain or shutdown).
+func (q *queues) isClosed() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.closed
 }
 
 // wait blocks until no key has work, or ctx ends.

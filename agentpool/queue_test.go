@@ -20,7 +20,7 @@ func TestQueueRunsEachKeyInOrderAndKeysInParallel(t *testing.T) {
 		release := make(chan struct{})
 		for i := range 50 {
 			for _, k := range []string{"a", "b"} {
-				_, err := q.add(k, func(context.Context) {
+				_, err := q.add(k, 0, func(context.Context) {
 					<-release
 					mu.Lock()
 					got[k] = append(got[k], i)
@@ -51,7 +51,7 @@ func TestQueueAheadCount(t *testing.T) {
 		q := newQueues(context.Background())
 		block := make(chan struct{})
 		for i := range 3 {
-			ahead, err := q.add("k", func(context.Context) { <-block }, nil)
+			ahead, err := q.add("k", 0, func(context.Context) { <-block }, nil)
 			require.NoError(t, err)
 			require.Equal(t, i, ahead)
 		}
@@ -65,17 +65,19 @@ func TestQueueCancelRunningAndCloseWithoutDrain(t *testing.T) {
 		q := newQueues(context.Background())
 		started := make(chan struct{})
 		var cancelled, dropped bool
-		_, err := q.add("k", func(ctx context.Context) { close(started); <-ctx.Done(); cancelled = true }, nil)
+		_, err := q.add("k", 0, func(ctx context.Context) { close(started); <-ctx.Done(); cancelled = true }, nil)
 		require.NoError(t, err)
-		_, err = q.add("k", func(context.Context) { t.Error("discarded job ran") }, func() { dropped = true })
+		_, err = q.add("k", 0, func(context.Context) { t.Error("discarded job ran") }, func(error) { dropped = true })
 		require.NoError(t, err)
 		<-started
-		require.False(t, q.cancelRunning("other"))
-		q.close(false)
+		require.False(t, q.cancelRunning("other", 0, nil))
+		for _, d := range q.close(false, ErrClosed) {
+			d()
+		}
 		require.NoError(t, q.wait(context.Background()))
 		require.True(t, cancelled)
 		require.True(t, dropped)
-		_, err = q.add("k", func(context.Context) {}, nil)
+		_, err = q.add("k", 0, func(context.Context) {}, nil)
 		require.ErrorIs(t, err, ErrClosed)
 	})
 }
@@ -85,10 +87,10 @@ func TestQueueCancelRunningOnly(t *testing.T) {
 		q := newQueues(context.Background())
 		started := make(chan struct{})
 		var second bool
-		_, _ = q.add("k", func(ctx context.Context) { close(started); <-ctx.Done() }, nil)
-		_, _ = q.add("k", func(ctx context.Context) { second = ctx.Err() == nil }, nil)
+		_, _ = q.add("k", 0, func(ctx context.Context) { close(started); <-ctx.Done() }, nil)
+		_, _ = q.add("k", 0, func(ctx context.Context) { second = ctx.Err() == nil }, nil)
 		<-started
-		require.True(t, q.cancelRunning("k"))
+		require.True(t, q.cancelRunning("k", 0, ErrCancelled))
 		require.NoError(t, q.wait(context.Background()))
 		require.True(t, second, "cancel stops the running turn, not the ones queued behind it")
 	})
@@ -98,7 +100,7 @@ func TestQueueIdleKeysHoldNoGoroutine(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := newQueues(context.Background())
 		for i := range 1000 {
-			_, err := q.add(fmt.Sprint("thread-", i), func(context.Context) {}, nil)
+			_, err := q.add(fmt.Sprint("thread-", i), 0, func(context.Context) {}, nil)
 			require.NoError(t, err)
 		}
 		require.NoError(t, q.wait(context.Background()))

@@ -127,7 +127,10 @@ func (p *Pool) createSandbox(ctx context.Context, sess db.Session) (resolved, er
 	}
 	if err != nil {
 		// Anything the failed create may have left behind carries our labels; the reaper removes it.
-		p.failSession(sess.ThreadKey, db.SessionCreating, fmt.Sprintf("create sandbox: %v", err), false)
+		// A cancelled turn is no failure of the session: it stays creating and the next turn creates.
+		if ctx.Err() == nil {
+			p.failSession(sess.ThreadKey, db.SessionCreating, fmt.Sprintf("create sandbox: %v", err), false)
+		}
 		return resolved{}, fmt.Errorf("create sandbox: %w", err)
 	}
 	raw, err := json.Marshal(h)
@@ -158,10 +161,13 @@ func (p *Pool) resumeSandbox(ctx context.Context, sess db.Session, h sandbox.Han
 		if errors.Is(err, sandbox.ErrNotFound) {
 			return p.recreate(ctx, s, "sandbox gone while resuming")
 		}
-		p.failSession(sess.ThreadKey, db.SessionResuming, fmt.Sprintf("resume sandbox: %v", err), true)
+		if ctx.Err() == nil {
+			p.failSession(sess.ThreadKey, db.SessionResuming, fmt.Sprintf("resume sandbox: %v", err), true)
+		}
 		return resolved{}, fmt.Errorf("resume sandbox: %w", err)
 	}
-	s, err = p.store.SessionTransition(ctx, sess.ThreadKey, db.Transition{
+	// Recorded even if the turn was cancelled meanwhile: the sandbox is running now.
+	s, err = p.store.SessionTransition(context.WithoutCancel(ctx), sess.ThreadKey, db.Transition{
 		From: []db.SessionStatus{db.SessionResuming}, To: db.SessionActive, ResumeFail: db.ResumeFailReset,
 	})
 	if err != nil {

@@ -34,7 +34,9 @@ type Outcome struct {
 	// create the sandbox again (the history was replayed).
 	Generation int64
 	Recreated  bool
-	Usage      runtime.Usage
+	// Replayed is true when the conversation so far was replayed to a new sandbox or agent session.
+	Replayed bool
+	Usage    runtime.Usage
 }
 
 // NopSink discards everything.

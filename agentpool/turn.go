@@ -22,6 +22,9 @@ var ErrStuck = errors.New("no progress from the agent")
 // ErrCancelled is the cancel cause of a turn stopped by Cancel.
 var ErrCancelled = errors.New("stopped")
 
+// ErrReset is why queued turns of a thread that was reset did not run.
+var ErrReset = errors.New("the thread was reset before this message ran")
+
 // deliverTimeout bounds posting an outcome, which happens even when the turn was cancelled.
 const deliverTimeout = 2 * time.Minute
 
@@ -45,9 +48,12 @@ func (p *Pool) runTurn(ctx context.Context, req Request, turnID int64) {
 	if out.Err != nil && cause != nil {
 		switch {
 		case errors.Is(cause, ErrStuck):
+			// Our own watchdog, or the leader's (it cancels with ErrStuck through CancelTurn).
 			out.Err = fmt.Errorf("%w for %s; aborted", ErrStuck, p.cfg.StuckAfter)
+		case errors.Is(cause, ErrClosed), errors.Is(cause, ErrReset):
+			out.Cancelled, out.Err = true, cause
 		case ctx.Err() != nil:
-			out.Cancelled = true
+			out.Cancelled, out.Err = true, cause
 		}
 	}
 	p.endTurn(req, turnID, out)
@@ -130,7 +136,11 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 		res, err = p.rt.Prompt(tctx, r.sb, sid, runtime.Prompt{
 			Text: req.Text, System: p.cfg.SystemPrompt, History: history, Env: p.cfg.RuntimeEnv, Timeout: p.cfg.TurnTimeout,
 		}, emit.emit)
+		// Stopped by us (cancel, watchdog, shutdown) or by the turn timeout: a server runtime would
+		// keep working unless told.
+		interrupted := tctx.Err() != nil
 		cancel()
+		out.Replayed = out.Replayed || history != ""
 		// Late events from this attempt's goroutines must not reach the user once it is over.
 		emit.retire()
 		switch runtime.Classify(err) {
@@ -141,7 +151,7 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 		case runtime.ClassSandboxDown:
 			lastRecoverErr = err
 		default:
-			if ctx.Err() != nil {
+			if interrupted {
 				p.abort(r, sid)
 			}
 			out.Err = err
@@ -183,8 +193,15 @@ func (p *Pool) ensureRuntime(ctx context.Context, r resolved) error {
 			break
 		}
 	}
-	if runtime.Classify(err) != runtime.ClassSandboxDown {
+	if ctx.Err() == nil && runtime.Classify(err) != runtime.ClassSandboxDown {
 		p.failSession(r.sess.ThreadKey, db.SessionActive, fmt.Sprintf("runtime %s unhealthy: %v", p.rt.Name(), err), true)
+		// Nothing pauses a session in error: stop the sandbox now rather than leave it running (and
+		// billing) until the next message, which resumes it and tries the runtime again.
+		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if serr := p.prov.Stop(sctx, r.sb.Handle()); serr != nil {
+			p.log.Warn("stopping a sandbox whose runtime failed", zap.String("thread", r.sess.ThreadKey), zap.Error(serr))
+		}
+		cancel()
 	}
 	return fmt.Errorf("runtime %s: %w", p.rt.Name(), err)
 }

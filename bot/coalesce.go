@@ -116,17 +116,27 @@ func (c *Coalescer) Flush(ctx context.Context) error {
 	}
 	text, has := c.pending, c.has
 	c.has = false
-	c.mu.Unlock()
 	if !has {
+		c.mu.Unlock()
 		return nil
 	}
+	// Marked as sending, so an Update racing the flush waits its turn instead of overtaking it.
+	c.sending = true
+	c.mu.Unlock()
 	err := c.send(ctx, text)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sending = false
 	if err == nil {
-		c.mu.Lock()
 		c.sent++
 		c.lastSent = text
-		c.mu.Unlock()
 	}
+	c.nextOK = time.Now().Add(c.interval)
+	if c.idle != nil {
+		close(c.idle)
+		c.idle = nil
+	}
+	c.scheduleLocked()
 	return err
 }
 

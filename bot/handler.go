@@ -84,7 +84,7 @@ func (h *Handler) Handle(ctx context.Context, msg Message, r Replier) error {
 		}
 		return r.Post(ctx, "Nothing is running.")
 	case word == CmdReset:
-		h.turns.Cancel(msg.Thread.String())
+		// Reset stops the running turn and drops the queued ones itself.
 		if err := h.turns.Reset(ctx, msg.Thread.String()); err != nil {
 			return r.Post(ctx, "Reset failed: "+UserError(err))
 		}
@@ -179,6 +179,8 @@ func UserError(err error) string {
 		return "the bot is shutting down; try again in a minute."
 	case errors.Is(err, agentpool.ErrStuck):
 		return err.Error()
+	case errors.Is(err, agentpool.ErrReset):
+		return "the thread was reset before it ran."
 	case errors.Is(err, context.Canceled):
 		return "stopped."
 	case errors.Is(err, context.DeadlineExceeded):

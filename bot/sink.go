@@ -2,6 +2,7 @@ package bot
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -26,10 +27,13 @@ type replySink struct {
 	start time.Time
 
 	// mu protects the following.
-	mu     sync.Mutex
-	status string
-	tail   []string
-	tools  int
+	mu sync.Mutex
+	// delivering: the outcome is being posted; late progress (a queued note, a straggling event) is
+	// dropped so it cannot overwrite the final state.
+	delivering bool
+	status     string
+	tail       []string
+	tools      int
 }
 
 var _ agentpool.Sink = (*replySink)(nil)
@@ -43,6 +47,10 @@ func newReplySink(ctx context.Context, r Replier, interval time.Duration, log *z
 // setStatus sets the progress headline.
 func (s *replySink) setStatus(text string) {
 	s.mu.Lock()
+	if s.delivering {
+		s.mu.Unlock()
+		return
+	}
 	s.status = text
 	out := s.renderLocked()
 	s.mu.Unlock()
@@ -52,6 +60,10 @@ func (s *replySink) setStatus(text string) {
 // Progress implements agentpool.Sink.
 func (s *replySink) Progress(ev runtime.Event) {
 	s.mu.Lock()
+	if s.delivering {
+		s.mu.Unlock()
+		return
+	}
 	switch ev.Kind {
 	case runtime.EventTool:
 		s.tools++
@@ -92,7 +104,7 @@ func (s *replySink) Deliver(ctx context.Context, out agentpool.Outcome) ([]strin
 		final = "failed"
 	}
 	s.mu.Lock()
-	s.status, s.tail = final, nil
+	s.status, s.tail, s.delivering = final, nil, true
 	s.mu.Unlock()
 	s.co.Update(final)
 	if err := s.co.Flush(ctx); err != nil {
@@ -106,14 +118,16 @@ func (s *replySink) Deliver(ctx context.Context, out agentpool.Outcome) ([]strin
 		}
 	}
 	switch {
+	case out.Cancelled && (errors.Is(out.Err, agentpool.ErrClosed) || errors.Is(out.Err, agentpool.ErrReset)):
+		post("Not run: " + UserError(out.Err))
 	case out.Cancelled:
 		post("Stopped.")
 	case out.Err != nil:
 		post("Sorry, that failed: " + UserError(out.Err))
 	}
 	if out.Err == nil || out.Answer != "" {
-		if out.Recreated && out.Generation > 1 {
-			post(fmt.Sprintf("(The sandbox had to be recreated, generation %d; I replayed the conversation so far.)", out.Generation))
+		if out.Replayed {
+			post(fmt.Sprintf("(This thread's sandbox or agent session was new, generation %d: I replayed the conversation so far to it.)", out.Generation))
 		}
 		lay := LayoutAnswer(out.Answer, s.r.Limits())
 		for _, c := range lay.Chunks {

@@ -34,6 +34,11 @@ func (m *Main) runServe(ctx context.Context) error {
 			http.Error(w, "database: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
+		if a.pool.Draining() {
+			// After `admin drain` this replica takes no turns: take it out of rotation.
+			http.Error(w, "draining: not taking new turns", http.StatusServiceUnavailable)
+			return
+		}
 		_, _ = w.Write([]byte("ready\n"))
 	})
 	ln, err := net.Listen("tcp", m.Config.HTTP.Addr)

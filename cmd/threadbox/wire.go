@@ -80,7 +80,7 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 		ReapGrace: cfg.Lifecycle.ReapGrace, StuckAfter: cfg.Lifecycle.StuckAfter,
 	}, agentpool.MaintainerDeps{
 		Store: st, Provider: a.prov, Deployment: cfg.Deployment, Logger: m.Logger,
-		OnStuck: func(_ context.Context, t db.Turn) { a.pool.Cancel(t.ThreadKey) },
+		OnStuck: func(_ context.Context, t db.Turn) { a.pool.CancelTurn(t.ThreadKey, t.ID, agentpool.ErrStuck) },
 	})
 	if err != nil {
 		return nil, err
