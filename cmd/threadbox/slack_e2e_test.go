@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"net/http"
 	"fmt"
 	"strings"
 	"testing"
@@ -42,6 +44,7 @@ func TestServeAnswersASlackMention(t *testing.T) {
 		"THREADBOX_SLACK_SIGNING_SECRET=" + opts.SigningSecret,
 		"THREADBOX_SLACK_API_URL=" + fake.APIURL(),
 		"THREADBOX_LIFECYCLE_SHUTDOWN_GRACE=1s",
+		"THREADBOX_ADMIN_USERS=web:local",
 	}
 	var stdout, stderr bytes.Buffer
 	m := NewMain(&stdout, &stderr, env)
@@ -87,6 +90,23 @@ func TestServeAnswersASlackMention(t *testing.T) {
 	require.Equal(t, "hi.txt", files[0].Name)
 	require.Equal(t, "hi\n", string(files[0].Data), "the artifact's bytes were shared")
 	require.Equal(t, ev.TS, files[0].ThreadTS, "into the thread")
+
+	// The operator CLI (another process on the same PostgreSQL) lists what the web ops view lists.
+	resp, err := http.Get("http://" + addr + "/api/admin/sessions")
+	require.NoError(t, err)
+	var web struct {
+		Sessions []struct {
+			ThreadKey string `json:"thread_key"`
+			Status    string `json:"status"`
+		} `json:"sessions"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&web))
+	resp.Body.Close()
+	require.Len(t, web.Sessions, 1)
+	cli, _, err := runMain(t, env, "admin", "sessions")
+	require.NoError(t, err)
+	require.Contains(t, cli, web.Sessions[0].ThreadKey+"  "+web.Sessions[0].Status)
+	require.Len(t, strings.Split(strings.TrimSpace(cli), "\n"), 2, "a header and the one session: %s", cli)
 
 	cancel()
 	require.NoError(t, <-done)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/threadbox/threadbox/agentpool/runtime"
+	"github.com/threadbox/threadbox/agentpool/runtime/internal/sandboxhttp"
 	"github.com/threadbox/threadbox/prompts"
 	"github.com/threadbox/threadbox/sandbox"
 )
@@ -43,7 +44,7 @@ type Config struct {
 // a cache of connections per sandbox.
 type Runtime struct {
 	cfg     Config
-	clients clients
+	clients *sandboxhttp.Clients
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -62,7 +63,11 @@ func New(cfg Config) (*Runtime, error) {
 	if cfg.Port == 0 {
 		cfg.Port = DefaultPort
 	}
-	return &Runtime{cfg: cfg, clients: clients{m: map[string]*http.Client{}}}, nil
+	return &Runtime{cfg: cfg, clients: &sandboxhttp.Clients{
+		Port: cfg.Port,
+		// The event stream is read for as long as a turn runs; only the headers are bounded.
+		ResponseHeaderTimeout: 2 * time.Minute,
+	}}, nil
 }
 
 // Name implements runtime.Runtime.

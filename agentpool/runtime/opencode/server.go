@@ -1,19 +1,15 @@
 package opencode
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/threadbox/threadbox/agentpool/runtime"
+	"github.com/threadbox/threadbox/agentpool/runtime/internal/sandboxhttp"
 	"github.com/threadbox/threadbox/sandbox"
 )
 
@@ -24,95 +20,22 @@ var (
 	errNoAnswer = errors.New("no answer")
 )
 
-// clients keeps one HTTP client per sandbox. Each connection is a tunnel through the provider (an exec
-// in the sandbox for Docker), so reusing idle ones saves that setup on every call of a turn.
-type clients struct {
-	mu sync.Mutex // protects m
-	m  map[string]*http.Client
-}
-
-// maxClients bounds the cache; past it, the idle connections of all sandboxes are dropped.
-const maxClients = 256
-
-func (c *clients) get(sb sandbox.Sandbox, port int) *http.Client {
-	id := sb.Handle().ID
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if hc, ok := c.m[id]; ok {
-		return hc
-	}
-	if len(c.m) >= maxClients {
-		for _, hc := range c.m {
-			hc.CloseIdleConnections()
-		}
-		clear(c.m)
-	}
-	hc := &http.Client{Transport: &http.Transport{
-		DialContext:         func(ctx context.Context, _, _ string) (net.Conn, error) { return sb.Dial(ctx, port) },
-		MaxIdleConnsPerHost: 4,
-		IdleConnTimeout:     time.Minute,
-		// The event stream is read for as long as a turn runs; only the headers are bounded.
-		ResponseHeaderTimeout: 2 * time.Minute,
-	}}
-	c.m[id] = hc
-	return hc
-}
-
-// reset drops a sandbox's idle connections, after a failure or a restart of its server.
-func (c *clients) reset(sb sandbox.Sandbox) {
-	c.mu.Lock()
-	hc := c.m[sb.Handle().ID]
-	c.mu.Unlock()
-	if hc != nil {
-		hc.CloseIdleConnections()
-	}
-}
-
 // request sends one call to the server in sb and decodes a 2xx JSON answer into out. Failures are
-// classified: no answer at all or a 5xx is runtime.ErrSandboxDown (the pool re-resolves), 401 is
-// errUnauthorized; the status is returned for the caller's own cases (404).
+// classified as in sandboxhttp.Clients.Do, with 401 as errUnauthorized.
 func (r *Runtime) request(ctx context.Context, sb sandbox.Sandbox, method, path string, in, out any) (int, error) {
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return 0, err
-		}
-		body = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://opencode"+path, body)
+	req, err := sandboxhttp.NewRequest(ctx, method, "http://opencode"+path, in)
 	if err != nil {
 		return 0, err
 	}
 	req.SetBasicAuth(username, Password(r.cfg.Secret, sb.Handle().ID))
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
+	status, err := r.clients.Do(sb, req, out)
+	if errors.Is(err, sandboxhttp.ErrUnauthorized) {
+		err = errUnauthorized
 	}
-	resp, err := r.clients.get(sb, r.cfg.Port).Do(req)
 	if err != nil {
-		r.clients.reset(sb)
-		if ctx.Err() != nil {
-			return 0, fmt.Errorf("opencode %s %s: %w", method, path, context.Cause(ctx))
-		}
-		return 0, fmt.Errorf("opencode %s %s: %w: %w", method, path, runtime.ErrSandboxDown, err)
+		return status, fmt.Errorf("opencode %s %s: %w", method, path, err)
 	}
-	defer resp.Body.Close()
-	switch {
-	case resp.StatusCode == http.StatusUnauthorized:
-		return resp.StatusCode, fmt.Errorf("opencode %s %s: %w", method, path, errUnauthorized)
-	case resp.StatusCode >= 500:
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
-		return resp.StatusCode, fmt.Errorf("opencode %s %s: %w: %s: %s", method, path, runtime.ErrSandboxDown, resp.Status, bytes.TrimSpace(msg))
-	case resp.StatusCode/100 != 2:
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
-		return resp.StatusCode, fmt.Errorf("opencode %s %s: %s: %s", method, path, resp.Status, bytes.TrimSpace(msg))
-	}
-	if out != nil && resp.StatusCode != http.StatusNoContent {
-		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-			return resp.StatusCode, fmt.Errorf("opencode %s %s: decoding the answer: %w", method, path, err)
-		}
-	}
-	return resp.StatusCode, nil
+	return status, nil
 }
 
 // healthy asks the server once. The attempt is bounded on its own: opencode accepts connections a
@@ -126,7 +49,7 @@ func (r *Runtime) healthy(ctx context.Context, sb sandbox.Sandbox, attempt time.
 	_, err := r.request(actx, sb, http.MethodGet, "/global/health", nil, &h)
 	if err != nil {
 		if ctx.Err() == nil && actx.Err() != nil {
-			r.clients.reset(sb)
+			r.clients.Reset(sb)
 			return fmt.Errorf("opencode health: %w within %s", errNoAnswer, attempt)
 		}
 		return err
@@ -168,7 +91,7 @@ func (r *Runtime) launch(ctx context.Context, sb sandbox.Sandbox, restart bool) 
 		Stdout:  &out,
 		Timeout: 30 * time.Second,
 	})
-	r.clients.reset(sb)
+	r.clients.Reset(sb)
 	switch {
 	case err != nil:
 		return false, fmt.Errorf("opencode: launching the server: %w", sandboxDown(err))

@@ -32,10 +32,10 @@ func (r *Runtime) subscribe(ctx context.Context, sb sandbox.Sandbox) (*events, e
 	}
 	req.SetBasicAuth(username, Password(r.cfg.Secret, sb.Handle().ID))
 	req.Header.Set("Accept", "text/event-stream")
-	resp, err := r.clients.get(sb, r.cfg.Port).Do(req)
+	resp, err := r.clients.Get(sb).Do(req)
 	if err != nil {
 		cancel()
-		r.clients.reset(sb)
+		r.clients.Reset(sb)
 		return nil, fmt.Errorf("opencode: subscribing to events: %w: %w", runtime.ErrSandboxDown, err)
 	}
 	if resp.StatusCode != http.StatusOK {

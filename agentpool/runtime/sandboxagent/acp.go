@@ -135,10 +135,10 @@ func (r *Runtime) subscribe(ctx context.Context, sb sandbox.Sandbox, lastID stri
 	if lastID != "" {
 		req.Header.Set("Last-Event-ID", lastID)
 	}
-	resp, err := r.clients.get(sb, r.cfg.Port).Do(req)
+	resp, err := r.clients.Get(sb).Do(req)
 	if err != nil {
 		cancel()
-		r.clients.reset(sb)
+		r.clients.Reset(sb)
 		return nil, fmt.Errorf("sandbox-agent: subscribing to events: %w: %w", runtime.ErrSandboxDown, err)
 	}
 	if resp.StatusCode != http.StatusOK {

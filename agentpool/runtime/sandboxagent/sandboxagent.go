@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/threadbox/threadbox/agentpool/runtime"
+	"github.com/threadbox/threadbox/agentpool/runtime/internal/sandboxhttp"
 	"github.com/threadbox/threadbox/agentpool/runtime/opencode"
 	"github.com/threadbox/threadbox/prompts"
 	"github.com/threadbox/threadbox/sandbox"
@@ -52,7 +53,7 @@ type Config struct {
 // Runtime implements runtime.Runtime for sandbox-agent. It is safe for concurrent use.
 type Runtime struct {
 	cfg     Config
-	clients clients
+	clients *sandboxhttp.Clients
 	state   states
 }
 
@@ -81,7 +82,10 @@ func New(cfg Config) (*Runtime, error) {
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = DefaultRequestTimeout
 	}
-	return &Runtime{cfg: cfg, clients: clients{m: map[string]*http.Client{}}, state: states{m: map[string]*sbState{}}}, nil
+	// No header timeout: a session/prompt call answers only when the turn is over. A 202 answer is not
+	// decoded.
+	clients := &sandboxhttp.Clients{Port: cfg.Port, AcceptedIsEmpty: true}
+	return &Runtime{cfg: cfg, clients: clients, state: states{m: map[string]*sbState{}}}, nil
 }
 
 // Name implements runtime.Runtime.

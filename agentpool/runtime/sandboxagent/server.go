@@ -1,22 +1,18 @@
 package sandboxagent
 
 import (
-	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/threadbox/threadbox/agentpool/runtime"
+	"github.com/threadbox/threadbox/agentpool/runtime/internal/sandboxhttp"
 	"github.com/threadbox/threadbox/agentpool/runtime/opencode"
 	"github.com/threadbox/threadbox/sandbox"
 )
@@ -36,91 +32,22 @@ func Token(secret, sandboxID string) string {
 	return hex.EncodeToString(mac.Sum(nil))
 }
 
-// clients keeps one HTTP client per sandbox; each connection is a tunnel through the provider (an
-// exec in the sandbox for Docker), so idle ones are worth reusing.
-type clients struct {
-	mu sync.Mutex // protects m
-	m  map[string]*http.Client
-}
-
-const maxClients = 256
-
-func (c *clients) get(sb sandbox.Sandbox, port int) *http.Client {
-	id := sb.Handle().ID
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if hc, ok := c.m[id]; ok {
-		return hc
-	}
-	if len(c.m) >= maxClients {
-		for _, hc := range c.m {
-			hc.CloseIdleConnections()
-		}
-		clear(c.m)
-	}
-	// No header timeout: a session/prompt call answers only when the turn is over.
-	hc := &http.Client{Transport: &http.Transport{
-		DialContext:         func(ctx context.Context, _, _ string) (net.Conn, error) { return sb.Dial(ctx, port) },
-		MaxIdleConnsPerHost: 4,
-		IdleConnTimeout:     time.Minute,
-	}}
-	c.m[id] = hc
-	return hc
-}
-
-func (c *clients) reset(sb sandbox.Sandbox) {
-	c.mu.Lock()
-	hc := c.m[sb.Handle().ID]
-	c.mu.Unlock()
-	if hc != nil {
-		hc.CloseIdleConnections()
-	}
-}
-
-// request sends one call and decodes a 2xx JSON answer into out. No answer at all or a 5xx is
-// runtime.ErrSandboxDown; 401 is errUnauthorized; the status is returned for the caller's own cases.
+// request sends one call and decodes a 2xx JSON answer into out. Failures are classified as in
+// sandboxhttp.Clients.Do, with 401 as errUnauthorized.
 func (r *Runtime) request(ctx context.Context, sb sandbox.Sandbox, method, path string, in, out any) (int, error) {
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return 0, err
-		}
-		body = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://sandbox-agent"+path, body)
+	req, err := sandboxhttp.NewRequest(ctx, method, "http://sandbox-agent"+path, in)
 	if err != nil {
 		return 0, err
 	}
 	req.Header.Set("Authorization", "Bearer "+Token(r.cfg.Secret, sb.Handle().ID))
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
+	status, err := r.clients.Do(sb, req, out)
+	if errors.Is(err, sandboxhttp.ErrUnauthorized) {
+		err = errUnauthorized
 	}
-	resp, err := r.clients.get(sb, r.cfg.Port).Do(req)
 	if err != nil {
-		r.clients.reset(sb)
-		if ctx.Err() != nil {
-			return 0, fmt.Errorf("sandbox-agent %s %s: %w", method, path, context.Cause(ctx))
-		}
-		return 0, fmt.Errorf("sandbox-agent %s %s: %w: %w", method, path, runtime.ErrSandboxDown, err)
+		return status, fmt.Errorf("sandbox-agent %s %s: %w", method, path, err)
 	}
-	defer resp.Body.Close()
-	switch {
-	case resp.StatusCode == http.StatusUnauthorized:
-		return resp.StatusCode, fmt.Errorf("sandbox-agent %s %s: %w", method, path, errUnauthorized)
-	case resp.StatusCode >= 500:
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
-		return resp.StatusCode, fmt.Errorf("sandbox-agent %s %s: %w: %s: %s", method, path, runtime.ErrSandboxDown, resp.Status, bytes.TrimSpace(msg))
-	case resp.StatusCode/100 != 2:
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
-		return resp.StatusCode, fmt.Errorf("sandbox-agent %s %s: %s: %s", method, path, resp.Status, bytes.TrimSpace(msg))
-	}
-	if out != nil && resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusAccepted {
-		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-			return resp.StatusCode, fmt.Errorf("sandbox-agent %s %s: decoding the answer: %w", method, path, err)
-		}
-	}
-	return resp.StatusCode, nil
+	return status, nil
 }
 
 // healthy asks the server once, within attempt.
@@ -129,7 +56,7 @@ func (r *Runtime) healthy(ctx context.Context, sb sandbox.Sandbox, attempt time.
 	defer cancel()
 	_, err := r.request(actx, sb, http.MethodGet, "/v1/health", nil, nil)
 	if err != nil && ctx.Err() == nil && actx.Err() != nil {
-		r.clients.reset(sb)
+		r.clients.Reset(sb)
 		return fmt.Errorf("sandbox-agent health: %w within %s", errNoAnswer, attempt)
 	}
 	return err
@@ -173,7 +100,7 @@ func (r *Runtime) launch(ctx context.Context, sb sandbox.Sandbox, restart bool) 
 		Stdout:  &out,
 		Timeout: 30 * time.Second,
 	})
-	r.clients.reset(sb)
+	r.clients.Reset(sb)
 	lines := strings.Fields(out.String())
 	switch {
 	case err != nil:

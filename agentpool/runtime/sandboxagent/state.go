@@ -3,6 +3,7 @@ package sandboxagent
 import (
 	"sync"
 
+	"github.com/threadbox/threadbox/agentpool/runtime/internal/sandboxhttp"
 	"github.com/threadbox/threadbox/sandbox"
 )
 
@@ -37,7 +38,7 @@ func (s *states) with(sb sandbox.Sandbox, f func(st *sbState)) {
 	id := sb.Handle().ID
 	st, ok := s.m[id]
 	if !ok {
-		if len(s.m) >= maxClients {
+		if len(s.m) >= sandboxhttp.MaxClients {
 			// Keep only sandboxes with a turn in flight; the others rebuild what they need.
 			for k, v := range s.m {
 				if len(v.running) == 0 {

@@ -1,0 +1,130 @@
+// Package sandboxhttp is the HTTP side shared by the runtimes whose agent serves HTTP inside the
+// sandbox (opencode, sandbox-agent): a cache of clients that dial through the provider, and JSON calls
+// whose failures are classified the way the pool expects.
+package sandboxhttp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/threadbox/threadbox/agentpool/runtime"
+	"github.com/threadbox/threadbox/sandbox"
+)
+
+// ErrUnauthorized is a 401 answer; callers report it as their own error.
+var ErrUnauthorized = errors.New("unauthorized")
+
+// MaxClients bounds the cache; past it, the idle connections of all sandboxes are dropped.
+const MaxClients = 256
+
+// Clients keeps one HTTP client per sandbox. Each connection is a tunnel through the provider (an exec
+// in the sandbox for Docker), so reusing idle ones saves that setup on every call of a turn.
+type Clients struct {
+	// Port is the server's port on the sandbox's loopback.
+	Port int
+	// ResponseHeaderTimeout bounds the wait for an answer's headers; zero leaves it to the context.
+	ResponseHeaderTimeout time.Duration
+	// AcceptedIsEmpty: a 202 answer has no body to decode.
+	AcceptedIsEmpty bool
+
+	mu sync.Mutex // protects m
+	m  map[string]*http.Client
+}
+
+// Get returns the client of sb.
+func (c *Clients) Get(sb sandbox.Sandbox) *http.Client {
+	id := sb.Handle().ID
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if hc, ok := c.m[id]; ok {
+		return hc
+	}
+	if c.m == nil {
+		c.m = map[string]*http.Client{}
+	}
+	if len(c.m) >= MaxClients {
+		for _, hc := range c.m {
+			hc.CloseIdleConnections()
+		}
+		clear(c.m)
+	}
+	port := c.Port
+	hc := &http.Client{Transport: &http.Transport{
+		DialContext:           func(ctx context.Context, _, _ string) (net.Conn, error) { return sb.Dial(ctx, port) },
+		MaxIdleConnsPerHost:   4,
+		IdleConnTimeout:       time.Minute,
+		ResponseHeaderTimeout: c.ResponseHeaderTimeout,
+	}}
+	c.m[id] = hc
+	return hc
+}
+
+// Reset drops a sandbox's idle connections, after a failure or a restart of its server.
+func (c *Clients) Reset(sb sandbox.Sandbox) {
+	c.mu.Lock()
+	hc := c.m[sb.Handle().ID]
+	c.mu.Unlock()
+	if hc != nil {
+		hc.CloseIdleConnections()
+	}
+}
+
+// NewRequest builds a call with in (when not nil) as its JSON body.
+func NewRequest(ctx context.Context, method, url string, in any) (*http.Request, error) {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return nil, err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, body)
+	if err != nil {
+		return nil, err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	return req, nil
+}
+
+// Do sends req to the server in sb and decodes a 2xx JSON answer into out. Failures are classified:
+// no answer at all or a 5xx is runtime.ErrSandboxDown (the pool re-resolves), 401 is ErrUnauthorized;
+// the status is returned for the caller's own cases (404).
+func (c *Clients) Do(sb sandbox.Sandbox, req *http.Request, out any) (int, error) {
+	ctx := req.Context()
+	resp, err := c.Get(sb).Do(req)
+	if err != nil {
+		c.Reset(sb)
+		if ctx.Err() != nil {
+			return 0, context.Cause(ctx)
+		}
+		return 0, fmt.Errorf("%w: %w", runtime.ErrSandboxDown, err)
+	}
+	defer resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusUnauthorized:
+		return resp.StatusCode, ErrUnauthorized
+	case resp.StatusCode >= 500:
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
+		return resp.StatusCode, fmt.Errorf("%w: %s: %s", runtime.ErrSandboxDown, resp.Status, bytes.TrimSpace(msg))
+	case resp.StatusCode/100 != 2:
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
+		return resp.StatusCode, fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(msg))
+	}
+	if out != nil && resp.StatusCode != http.StatusNoContent && !(c.AcceptedIsEmpty && resp.StatusCode == http.StatusAccepted) {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			return resp.StatusCode, fmt.Errorf("decoding the answer: %w", err)
+		}
+	}
+	return resp.StatusCode, nil
+}
