@@ -144,20 +144,8 @@ func TestServeHealthAndGracefulShutdown(t *testing.T) {
 	env := baseEnv(t, "THREADBOX_HTTP_ADDR=127.0.0.1:0", "THREADBOX_SANDBOX_PROVIDER=local",
 		"THREADBOX_SANDBOX_LOCAL_I_UNDERSTAND_NO_ISOLATION=true",
 		"THREADBOX_SANDBOX_LOCAL_DIR="+t.TempDir())
-	var stdout, stderr bytes.Buffer
-	m := NewMain(&stdout, &stderr, env)
-	addrc := make(chan string, 1)
-	m.OnListen = func(a string) { addrc <- a }
-	require.NoError(t, m.ParseFlags([]string{"serve"}))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
-	var addr string
-	select {
-	case addr = <-addrc:
-	case err := <-done:
-		t.Fatalf("serve exited early: %v\n%s", err, stderr.String())
-	}
+	sv := serveInProcess(t, env)
+	addr, cancel, done, m, stderr := sv.addr, sv.cancel, sv.done, sv.m, sv.stderr
 	for _, path := range []string{"/healthz", "/readyz"} {
 		resp, err := http.Get("http://" + addr + path)
 		require.NoError(t, err)
@@ -214,4 +202,33 @@ func TestDoctorWarnsWhenTheModelIsUnreachable(t *testing.T) {
 
 	out, _, _ = runMain(t, baseEnv(t, "THREADBOX_RUNTIME_NAME=opencode"), "doctor")
 	require.Contains(t, findLine(out, "PROBLEM runtime:"), "needs ANTHROPIC_API_KEY")
+}
+
+// inProcessServe is `threadbox serve` running in this process through Main, as the binary runs it.
+type inProcessServe struct {
+	m      *Main
+	addr   string
+	cancel context.CancelFunc // what SIGTERM does through signal.NotifyContext
+	done   chan error
+	stderr *bytes.Buffer
+}
+
+// serveInProcess starts serve with env and returns once it listens.
+func serveInProcess(t *testing.T, env []string) inProcessServe {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	m := NewMain(&stdout, &stderr, env)
+	addrc := make(chan string, 1)
+	m.OnListen = func(a string) { addrc <- a }
+	require.NoError(t, m.ParseFlags([]string{"serve"}))
+	ctx, cancel := context.WithCancel(context.Background())
+	sv := inProcessServe{m: m, cancel: cancel, done: make(chan error, 1), stderr: &stderr}
+	go func() { sv.done <- m.Run(ctx) }()
+	select {
+	case sv.addr = <-addrc:
+	case err := <-sv.done:
+		cancel()
+		t.Fatalf("serve exited early: %v\n%s", err, stderr.String())
+	}
+	return sv
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -46,20 +45,8 @@ func TestServeAnswersASlackMention(t *testing.T) {
 		"THREADBOX_LIFECYCLE_SHUTDOWN_GRACE=1s",
 		"THREADBOX_ADMIN_USERS=web:local",
 	}
-	var stdout, stderr bytes.Buffer
-	m := NewMain(&stdout, &stderr, env)
-	addrc := make(chan string, 1)
-	m.OnListen = func(a string) { addrc <- a }
-	require.NoError(t, m.ParseFlags([]string{"serve"}))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
-	var addr string
-	select {
-	case addr = <-addrc:
-	case err := <-done:
-		t.Fatalf("serve exited: %v\n%s", err, stderr.String())
-	}
+	sv := serveInProcess(t, env)
+	addr, cancel, done, m := sv.addr, sv.cancel, sv.done, sv.m
 	events := "http://" + addr + "/slack/events"
 
 	ev := fake.Mention("C1", "U1", "echo hi > output/display/hi.txt && echo answered")
