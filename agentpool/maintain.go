@@ -98,6 +98,9 @@ type MaintainerDeps struct {
 	// OnStuck, if set, is called by the watchdog before it fails a stuck turn, so that the pool can
 	// cancel the turn if it is running it. It must not block for long: it runs inside the pass.
 	OnStuck func(ctx context.Context, t db.Turn)
+	// Recover, if set, runs first in every round: it takes over the unfinished turns of dead
+	// processes (Pool.RecoverPass).
+	Recover func(ctx context.Context) (RecoverReport, error)
 }
 
 // Maintainer runs the leader-only loops: idle-pause, cleanup, the orphan reaper and the stuck-turn
@@ -113,6 +116,7 @@ type Maintainer struct {
 	log        *zap.Logger
 	now        func() time.Time
 	onStuck    func(context.Context, db.Turn)
+	recover    func(context.Context) (RecoverReport, error)
 
 	// lockWait is how long a pass waits for a thread's lock before it counts the thread as busy: a
 	// turn holds the lock for its whole run, and waiting for it would stall the pass behind it.
@@ -146,6 +150,7 @@ func NewMaintainer(cfg MaintainerConfig, deps MaintainerDeps) (*Maintainer, erro
 		log:           cmp.Or(deps.Logger, zap.NewNop()).Named("maintainer"),
 		now:           deps.Now,
 		onStuck:       deps.OnStuck,
+		recover:       deps.Recover,
 		lockWait:      250 * time.Millisecond,
 		settleTimeout: 10 * time.Second,
 	}
@@ -164,6 +169,7 @@ const (
 	passIdle     = "idle-pause"
 	passCleanup  = "cleanup"
 	passReaper   = "reaper"
+	passRecover  = "recover"
 )
 
 // Run runs the loops until ctx ends. It asks for leadership every Interval; while it leads, it runs
@@ -257,7 +263,14 @@ type maintPass struct {
 }
 
 func (m *Maintainer) passes() []maintPass {
-	return []maintPass{
+	var ps []maintPass
+	if m.recover != nil {
+		ps = append(ps, maintPass{passRecover, func(ctx context.Context) (PassReport, error) {
+			r, err := m.recover(ctx)
+			return PassReport{Found: r.Requeued + r.Interrupted + r.Failed, Done: r.Requeued + r.Interrupted, Failed: r.Failed}, err
+		}})
+	}
+	return append(ps, []maintPass{
 		{passWatchdog, m.WatchdogPass},
 		{passIdle, m.IdlePass},
 		{passCleanup, m.CleanupPass},
@@ -265,7 +278,7 @@ func (m *Maintainer) passes() []maintPass {
 			r, err := m.ReapPass(ctx, m.cfg.ReapDryRun)
 			return r.passReport(), err
 		}},
-	}
+	}...)
 }
 
 // passState remembers whether a pass was failing, so that a persistent error is logged when it

@@ -378,7 +378,7 @@ func TestWatchdogPass(t *testing.T) {
 		startTurn := func(event string) db.Turn {
 			tr, err := st.TurnInsert(ctx, db.NewTurn{ThreadKey: "web:w", PlatformEventID: event, Prompt: "p"})
 			require.NoError(t, err)
-			tr, err = st.TurnStart(ctx, tr.ID)
+			tr, err = st.TurnStart(ctx, tr.ID, "")
 			require.NoError(t, err)
 			return tr
 		}

@@ -3,8 +3,10 @@ package agentpool
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
@@ -41,12 +43,16 @@ type Config struct {
 	EnsureTimeout time.Duration
 	// StuckAfter aborts a turn that has had no runtime event for this long (default 10m).
 	StuckAfter time.Duration
+	// MaxQueued caps the turns of one thread that run or wait in this process (default 50); Submit
+	// refuses more with ErrQueueFull.
+	MaxQueued int
 }
 
 func (c Config) withDefaults() Config {
 	c.TurnTimeout = cmp.Or(c.TurnTimeout, c.Resources.ExecTimeout, time.Hour)
 	c.EnsureTimeout = cmp.Or(c.EnsureTimeout, 2*time.Minute)
 	c.StuckAfter = cmp.Or(c.StuckAfter, 10*time.Minute)
+	c.MaxQueued = cmp.Or(c.MaxQueued, DefaultMaxQueued)
 	c.Transcript.MaxTurns = cmp.Or(c.Transcript.MaxTurns, 20)
 	c.Transcript.MaxChars = cmp.Or(c.Transcript.MaxChars, 12000)
 	c.Artifacts = c.Artifacts.withDefaults()
@@ -64,6 +70,8 @@ func (c Config) validate() error {
 		return errors.New("agentpool: Image is required")
 	case c.TurnTimeout < 0, c.EnsureTimeout < 0, c.StuckAfter < 0:
 		return errors.New("agentpool: timeouts must not be negative")
+	case c.MaxQueued < 0:
+		return errors.New("agentpool: MaxQueued must not be negative")
 	}
 	return c.Artifacts.validate()
 }
@@ -76,6 +84,12 @@ type Deps struct {
 	Logger   *zap.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Instance names this process in the turns it owns (default: random). Another process takes over
+	// its unfinished turns once it is no longer alive (db.Locker.InstanceAlive).
+	Instance string
+	// Restore rebuilds a recorded turn's request, sink included, from its Delivery, so that a turn
+	// taken over from a dead process can be answered. Without it such turns fail with a log line.
+	Restore func(ctx context.Context, t db.Turn) (Request, error)
 }
 
 // Pool runs turns, one at a time per thread.
@@ -90,6 +104,13 @@ type Pool struct {
 	// stop cancels every running turn; it is the queues' base context.
 	stop context.CancelFunc
 	q    *queues
+
+	instance string
+	restore  func(ctx context.Context, t db.Turn) (Request, error)
+
+	// instMu protects the following.
+	instMu   sync.Mutex
+	instHold db.Hold
 
 	// hooks are test seams; nil in production.
 	hooks hooks
@@ -113,7 +134,10 @@ func New(cfg Config, deps Deps) (*Pool, error) {
 	p := &Pool{
 		cfg: cfg, store: deps.Store, prov: deps.Provider, rt: deps.Runtime,
 		log: cmp.Or(deps.Logger, zap.NewNop()).Named("agentpool"), now: deps.Now,
-		stop: stop, q: newQueues(base),
+		stop: stop, q: newQueues(base), instance: deps.Instance, restore: deps.Restore,
+	}
+	if p.instance == "" {
+		p.instance = newInstanceID()
 	}
 	if p.now == nil {
 		p.now = time.Now
@@ -134,13 +158,22 @@ type Request struct {
 	// Files are attachments, copied into the sandbox's input/ before the prompt.
 	Files []InboundFile
 	Sink  Sink
+	// Delivery is where the reply goes, recorded with the turn (opaque JSON from the bot) so another
+	// process can answer it if this one dies.
+	Delivery json.RawMessage
 }
 
-// InboundFile is an attachment from the user.
+// InboundFile is an attachment from the user. Its bytes are read only when the turn runs (from a
+// spool file, or the platform), so queued turns hold no attachment in memory.
 type InboundFile struct {
 	Name string
-	Data []byte
+	// Size is the announced size; Open's reader is cut (and the copy refused) past MaxInboundFile.
+	Size int64
+	Open func(ctx context.Context) (io.ReadCloser, error)
 }
+
+// MaxInboundFile caps one attachment copied into a sandbox.
+const MaxInboundFile = 256 << 20
 
 // Ticket says where a submitted turn stands.
 type Ticket struct {
@@ -158,21 +191,47 @@ func (p *Pool) Submit(ctx context.Context, req Request) (Ticket, error) {
 	if req.Sink == nil {
 		req.Sink = NopSink{}
 	}
+	if p.q.depth(req.ThreadKey) >= p.cfg.MaxQueued {
+		return Ticket{}, fmt.Errorf("agentpool: submit: %w (%d)", ErrQueueFull, p.cfg.MaxQueued)
+	}
+	if p.q.isClosed() {
+		return Ticket{}, ErrClosed
+	}
+	if err := p.holdInstance(ctx); err != nil {
+		return Ticket{}, fmt.Errorf("agentpool: submit: %w", err)
+	}
 	t, err := p.store.TurnInsert(ctx, db.NewTurn{
 		ThreadKey: req.ThreadKey, PlatformEventID: req.EventID, UserID: req.UserID, Prompt: req.Text,
+		Delivery: req.Delivery, Owner: p.instance,
 	})
 	if err != nil {
 		return Ticket{}, fmt.Errorf("agentpool: submit: %w", err)
 	}
-	ahead, err := p.q.add(req.ThreadKey, t.ID,
-		func(ctx context.Context) { p.runTurn(ctx, req, t.ID) },
-		func(reason error) { p.dropTurn(req, t.ID, reason) },
-	)
+	ahead, err := p.enqueueTurn(req, t.ID)
 	if err != nil {
+		// Closed between the check above and here: the caller tells the user.
 		p.finishQuietly(t.ID, db.TurnResult{Status: db.TurnCancelled, Error: err.Error()})
 		return Ticket{}, err
 	}
 	return Ticket{TurnID: t.ID, Ahead: ahead}, nil
+}
+
+// enqueueTurn queues a recorded turn on its thread.
+func (p *Pool) enqueueTurn(req Request, turnID int64) (int, error) {
+	return p.q.add(req.ThreadKey, turnID,
+		func(ctx context.Context) { p.runTurn(ctx, req, turnID) },
+		func(reason error) { p.dropTurn(req, turnID, reason) },
+	)
+}
+
+// Do runs f on the thread's queue, after the work queued before it, so commands keep their order
+// among a thread's messages. drop is called instead if the queue is cleared or closed first.
+func (p *Pool) Do(threadKey string, f func(ctx context.Context), drop func(reason error)) error {
+	if drop == nil {
+		drop = func(error) {}
+	}
+	_, err := p.q.add(threadKey, 0, f, drop)
+	return err
 }
 
 // Depth is how many turns of the thread are running or queued.
@@ -220,14 +279,20 @@ func (p *Pool) Shutdown(ctx context.Context) error {
 		_ = p.q.wait(wctx) // the cancelled turns record themselves
 	}
 	p.stop()
+	p.releaseInstance()
 	return err
 }
 
 // dropTimeout bounds the wind-down after the grace: recording and reporting cancelled turns.
 const dropTimeout = 10 * time.Second
 
-// dropTurn reports a queued turn discarded unrun (shutdown, or a reset of its thread).
+// dropTurn reports a queued turn discarded unrun (shutdown, or a reset of its thread). At shutdown
+// the turn is left queued, and owned by this instance: once this process has gone, the next one (or
+// a live replica) takes it over and answers it, so a restart loses no message.
 func (p *Pool) dropTurn(req Request, turnID int64, reason error) {
+	if errors.Is(reason, ErrClosed) {
+		return
+	}
 	p.finishQuietly(turnID, db.TurnResult{Status: db.TurnCancelled, Error: reason.Error()})
 	ctx, cancel := context.WithTimeout(context.Background(), dropTimeout)
 	defer cancel()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"path"
 	"sync"
 	"sync/atomic"
@@ -22,6 +23,9 @@ var ErrStuck = errors.New("no progress from the agent")
 // ErrCancelled is the cancel cause of a turn stopped by Cancel.
 var ErrCancelled = errors.New("stopped")
 
+// ErrLockLost cancels a turn whose thread lock was lost (the database connection holding it died).
+var ErrLockLost = errors.New("lost the thread's lock to a database failure; stopped so it cannot run twice")
+
 // ErrReset is why queued turns of a thread that was reset did not run.
 var ErrReset = errors.New("the thread was reset before this message ran")
 
@@ -31,13 +35,24 @@ const deliverTimeout = 2 * time.Minute
 // runTurn is one turn, start to end, on the thread's queue goroutine. It never returns an error:
 // every failure becomes an Outcome for the sink and a turn row.
 func (p *Pool) runTurn(ctx context.Context, req Request, turnID int64) {
-	unlock, err := p.store.LockThread(ctx, req.ThreadKey)
+	hold, err := p.store.HoldThread(ctx, req.ThreadKey)
 	if err != nil {
 		p.endTurn(req, turnID, Outcome{TurnID: turnID, Err: fmt.Errorf("waiting for the thread lock: %w", err), Cancelled: ctx.Err() != nil})
 		return
 	}
-	defer unlock()
-	if _, err := p.store.TurnStart(ctx, turnID); err != nil {
+	defer hold.Release()
+	// Losing the thread lock (its connection died) means another process may take the thread: stop
+	// at once rather than run beside it.
+	ctx, cancelLost := context.WithCancelCause(ctx)
+	defer cancelLost(nil)
+	stopLost := context.AfterFunc(hold.Context(), func() { cancelLost(ErrLockLost) })
+	defer stopLost()
+	if _, err := p.store.TurnStart(ctx, turnID, p.instance); err != nil {
+		if errors.Is(err, db.ErrConflict) {
+			// Another process claimed it (this one was thought dead) and answers it: say nothing.
+			p.log.Info("turn taken over by another process; not running it here", zap.Int64("turn", turnID))
+			return
+		}
 		p.endTurn(req, turnID, Outcome{TurnID: turnID, Err: fmt.Errorf("starting turn: %w", err)})
 		return
 	}
@@ -50,7 +65,7 @@ func (p *Pool) runTurn(ctx context.Context, req Request, turnID int64) {
 		case errors.Is(cause, ErrStuck):
 			// Our own watchdog, or the leader's (it cancels with ErrStuck through CancelTurn).
 			out.Err = fmt.Errorf("%w for %s; aborted", ErrStuck, p.cfg.StuckAfter)
-		case errors.Is(cause, ErrClosed), errors.Is(cause, ErrReset):
+		case errors.Is(cause, ErrClosed), errors.Is(cause, ErrReset), errors.Is(cause, ErrLockLost):
 			out.Cancelled, out.Err = true, cause
 		case ctx.Err() != nil:
 			out.Cancelled, out.Err = true, cause
@@ -206,16 +221,40 @@ func (p *Pool) ensureRuntime(ctx context.Context, r resolved) error {
 	return fmt.Errorf("runtime %s: %w", p.rt.Name(), err)
 }
 
-// copyInbound puts the user's attachments into input/.
+// copyInbound puts the user's attachments into input/, reading each only now and at most
+// MaxInboundFile bytes of it.
 func (p *Pool) copyInbound(ctx context.Context, r resolved, files []InboundFile) error {
 	used := map[string]int{}
 	for _, f := range files {
 		name := uniqueName(SanitizeName(f.Name), used)
-		if err := r.sb.WriteFile(ctx, path.Join("input", name), f.Data, 0o644); err != nil {
+		data, err := readInbound(ctx, f)
+		if err != nil {
+			return fmt.Errorf("reading attachment %s: %w", name, err)
+		}
+		if err := r.sb.WriteFile(ctx, path.Join("input", name), data, 0o644); err != nil {
 			return fmt.Errorf("copying attachment %s into the sandbox: %w", name, err)
 		}
 	}
 	return nil
+}
+
+func readInbound(ctx context.Context, f InboundFile) ([]byte, error) {
+	if f.Open == nil {
+		return nil, errors.New("no content")
+	}
+	rc, err := f.Open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(io.LimitReader(rc, MaxInboundFile+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > MaxInboundFile {
+		return nil, fmt.Errorf("over the %s limit", HumanSize(MaxInboundFile))
+	}
+	return data, nil
 }
 
 // abort asks the runtime to stop a cancelled turn, with its own short deadline.

@@ -8,7 +8,9 @@ package bot
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 )
 
@@ -101,10 +103,16 @@ type User struct {
 // Qualified is the platform:id form used in admin.users.
 func (u User) Qualified(platform string) string { return platform + ":" + u.ID }
 
-// File is an attachment.
+// File is an attachment. Its bytes are fetched only when its turn runs, through Open (or, for a turn
+// taken over from a process that died, through the adapter's Platform.OpenFile with Ref), so queued
+// messages hold no attachment in memory.
 type File struct {
 	Name string
-	Data []byte
+	// Size is the size the platform announced.
+	Size int64
+	// Ref is the adapter's durable reference (a download URL, a spool file) for Platform.OpenFile.
+	Ref  string
+	Open func(ctx context.Context) (io.ReadCloser, error)
 }
 
 // Message is one incoming message, already verified and deduplicated by its adapter.
@@ -117,6 +125,11 @@ type Message struct {
 	Files     []File
 	// EventID is the platform's unique id for the event (the turn's dedupe key).
 	EventID string
+	// Reply is the adapter's encoding of where replies go, recorded with the turn so that another
+	// process can answer it (Platform.Restore reads it back).
+	Reply json.RawMessage
+	// Notes are the adapter's remarks for the reply (attachments it could not use).
+	Notes []string
 }
 
 // Limits are a platform's sizes.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -19,7 +20,21 @@ type Turns interface {
 	Cancel(threadKey string) bool
 	Depth(threadKey string) int
 	Reset(ctx context.Context, threadKey string) error
+	// Do runs f on the thread's queue, after the thread's earlier messages (commands keep their
+	// order without blocking the adapter).
+	Do(threadKey string, f func(ctx context.Context), drop func(reason error)) error
 }
+
+// Store is what the handler reads.
+type Store interface {
+	db.SessionStore
+	TurnLastFailedWith(ctx context.Context, threadKey, errText string) (db.Turn, error)
+}
+
+// ErrNotAccepted wraps Handle's error when a message was not taken (nothing recorded, nothing will
+// answer it): the adapter must not acknowledge it, so the platform delivers it again (to another
+// replica, or after the outage).
+var ErrNotAccepted = errors.New("message not accepted")
 
 // HandlerConfig tunes the handler.
 type HandlerConfig struct {
@@ -33,13 +48,16 @@ type HandlerConfig struct {
 type Handler struct {
 	cfg   HandlerConfig
 	turns Turns
-	store db.SessionStore
+	store Store
 	admin *Admin
 	log   *zap.Logger
+	plat  platforms
+	// bg tracks replies to commands, which run off the adapter's call.
+	bg sync.WaitGroup
 }
 
 // NewHandler builds a handler. admin may be nil (admin commands are then refused).
-func NewHandler(cfg HandlerConfig, turns Turns, store db.SessionStore, admin *Admin, log *zap.Logger) *Handler {
+func NewHandler(cfg HandlerConfig, turns Turns, store Store, admin *Admin, log *zap.Logger) *Handler {
 	if cfg.ProgressInterval <= 0 {
 		cfg.ProgressInterval = 2 * time.Second
 	}
@@ -56,6 +74,7 @@ const (
 	CmdStatus = "status"
 	CmdStop   = "stop"
 	CmdReset  = "reset"
+	CmdRetry  = "retry"
 	CmdAdmin  = "admin"
 )
 
@@ -65,66 +84,160 @@ Commands (alone in a message):
 • status: the sandbox, its generation, queued turns and the last error
 • stop: cancel the running turn
 • reset: destroy this thread's sandbox and start fresh
+• retry: run again the message a restart interrupted
 • admin <command>: operator commands (admins only; "admin help" lists them)
 Files the agent writes to output/display/ are posted here.`
 
-// Handle processes one message. Errors are reported into the thread; the returned error is only for
-// the adapter's logs.
+// Handle takes one message. It returns as soon as the message is durably taken (a turn recorded and
+// queued, or a command started) and never waits for the agent, so adapters call it before they
+// acknowledge the platform. Replies come later, through r. A non-nil error wrapping ErrNotAccepted
+// means nothing was taken and the message must not be acknowledged; any other error is only for
+// the adapter's log (the user was told).
 func (h *Handler) Handle(ctx context.Context, msg Message, r Replier) error {
 	text := strings.TrimSpace(msg.Text)
 	word := strings.ToLower(text)
+	key := msg.Thread.String()
 	switch {
 	case word == CmdHelp:
-		return r.Post(ctx, HelpText)
+		h.reply(ctx, r, func(context.Context) string { return HelpText })
+		return nil
 	case word == CmdStatus:
-		return r.Post(ctx, h.status(ctx, msg.Thread))
+		h.reply(ctx, r, func(ctx context.Context) string { return h.status(ctx, msg.Thread) })
+		return nil
 	case word == CmdStop:
-		if h.turns.Cancel(msg.Thread.String()) {
-			return r.Post(ctx, "Stopping the running turn.")
-		}
-		return r.Post(ctx, "Nothing is running.")
+		stopped := h.turns.Cancel(key)
+		h.reply(ctx, r, func(context.Context) string {
+			if stopped {
+				return "Stopping the running turn."
+			}
+			return "Nothing is running."
+		})
+		return nil
 	case word == CmdReset:
 		// Reset stops the running turn and drops the queued ones itself.
-		if err := h.turns.Reset(ctx, msg.Thread.String()); err != nil {
-			return r.Post(ctx, "Reset failed: "+UserError(err))
-		}
-		return r.Post(ctx, "Reset: this thread's sandbox is gone; the next message starts a fresh one.")
+		h.reply(ctx, r, func(ctx context.Context) string {
+			if err := h.turns.Reset(ctx, key); err != nil {
+				return "Reset failed: " + UserError(err)
+			}
+			return "Reset: this thread's sandbox is gone; the next message starts a fresh one."
+		})
+		return nil
+	case word == CmdRetry:
+		return h.retry(ctx, msg, r)
 	case word == CmdAdmin || strings.HasPrefix(word, CmdAdmin+" "):
-		out, _ := h.admin.Run(ctx, msg.User.Qualified(msg.Thread.Platform), strings.Fields(text)[1:])
-		return r.Post(ctx, out)
+		actor, argv := msg.User.Qualified(msg.Thread.Platform), strings.Fields(text)[1:]
+		run := func(ctx context.Context) {
+			out, _ := h.admin.Run(ctx, actor, argv)
+			if err := r.Post(ctx, out); err != nil {
+				h.log.Warn("posting an admin reply", zap.Error(err))
+			}
+		}
+		if err := h.turns.Do(key, run, func(error) {}); err != nil {
+			return fmt.Errorf("%w: %w", ErrNotAccepted, err)
+		}
+		return nil
 	}
 	return h.turn(ctx, msg, r)
 }
 
+// reply answers a command off the adapter's call: the answer may need the database or the chat API.
+func (h *Handler) reply(ctx context.Context, r Replier, answer func(ctx context.Context) string) {
+	ctx = context.WithoutCancel(ctx)
+	h.bg.Go(func() {
+		ctx, cancel := context.WithTimeout(ctx, commandTimeout)
+		defer cancel()
+		if err := r.Post(ctx, answer(ctx)); err != nil {
+			h.log.Warn("posting a command reply", zap.Error(err))
+		}
+	})
+}
+
+// commandTimeout bounds one command's work and reply.
+const commandTimeout = 5 * time.Minute
+
+// Wait blocks until the command replies in flight are done, or ctx ends (shutdown).
+func (h *Handler) Wait(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { h.bg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// retry submits again the thread's last prompt that a restart interrupted. The retry's event id
+// names the interrupted turn, so a second retry of it is a duplicate.
+func (h *Handler) retry(ctx context.Context, msg Message, r Replier) error {
+	t, err := h.store.TurnLastFailedWith(ctx, msg.Thread.String(), agentpool.InterruptedText)
+	switch {
+	case errors.Is(err, db.ErrNotFound):
+		h.reply(ctx, r, func(context.Context) string { return "Nothing to retry: no message of this thread was interrupted." })
+		return nil
+	case err != nil:
+		return fmt.Errorf("%w: %w", ErrNotAccepted, err)
+	}
+	again := msg
+	again.Text, again.Files, again.EventID = t.Prompt, nil, fmt.Sprintf("retry:%d", t.ID)
+	return h.turn(ctx, again, r)
+}
+
 func (h *Handler) turn(ctx context.Context, msg Message, r Replier) error {
 	if strings.TrimSpace(msg.Text) == "" && len(msg.Files) == 0 {
-		return r.Post(ctx, "Send me something to do (or \"help\").")
+		h.reply(ctx, r, func(context.Context) string { return "Send me something to do (or \"help\")." })
+		return nil
 	}
 	if strings.ContainsRune(msg.Text, 0) {
 		// NUL cannot be stored (PostgreSQL text) nor passed to a command line: say so plainly.
-		err := r.Post(ctx, "Your message contains NUL bytes (\\0), which I cannot pass on. Remove them and send it again.")
-		_ = r.React(ctx, ReactError) // last, as at the end of a turn: it marks the message as answered
-		return err
+		h.bg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commandTimeout)
+			defer cancel()
+			_ = r.Post(ctx, "Your message contains NUL bytes (\\0), which I cannot pass on. Remove them and send it again.")
+			_ = r.React(ctx, ReactError) // last, as at the end of a turn: it marks the message as answered
+		})
+		return nil
 	}
-	_ = r.React(ctx, ReactSeen)
+	dl, err := encodeDelivery(msg)
+	if err != nil {
+		h.reply(ctx, r, func(context.Context) string { return "I could not take that: " + err.Error() })
+		return nil
+	}
 	sink := newReplySink(context.WithoutCancel(ctx), r, h.cfg.ProgressInterval, h.log)
+	sink.notes = msg.Notes
 	files := make([]agentpool.InboundFile, len(msg.Files))
 	for i, f := range msg.Files {
-		files[i] = agentpool.InboundFile{Name: f.Name, Data: f.Data}
+		files[i] = agentpool.InboundFile{Name: f.Name, Size: f.Size, Open: f.Open}
 	}
 	tk, err := h.turns.Submit(ctx, agentpool.Request{
 		ThreadKey: msg.Thread.String(), Platform: msg.Thread.Platform, ChannelID: msg.ChannelID,
-		UserID: msg.User.ID, EventID: msg.EventID, Text: msg.Text, Files: files, Sink: sink,
+		UserID: msg.User.ID, EventID: msg.EventID, Text: msg.Text, Files: files, Sink: sink, Delivery: dl,
 	})
 	switch {
 	case errors.Is(err, db.ErrDuplicate):
 		h.log.Debug("duplicate event ignored", zap.String("event", msg.EventID))
+		if strings.HasPrefix(msg.EventID, "retry:") {
+			h.reply(ctx, r, func(context.Context) string { return "That message was already retried." })
+		}
+		return nil
+	case errors.Is(err, agentpool.ErrQueueFull):
+		h.bg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commandTimeout)
+			defer cancel()
+			_ = r.Post(ctx, "Too many messages are already waiting in this thread; I did not take this one. Send it again once the queue has moved (\"status\" shows it).")
+			_ = r.React(ctx, ReactError)
+		})
 		return nil
 	case err != nil:
-		perr := r.Post(ctx, "I could not take that: "+UserError(err))
-		_ = r.React(ctx, ReactError)
-		return perr
-	case tk.Ahead > 0:
+		// Not recorded: the platform must deliver it again (closing, or the database is down).
+		return fmt.Errorf("%w: %w", ErrNotAccepted, err)
+	}
+	h.bg.Go(func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commandTimeout)
+		defer cancel()
+		_ = r.React(ctx, ReactSeen)
+	})
+	if tk.Ahead > 0 {
 		sink.setStatus(fmt.Sprintf("queued behind %d turn(s)…", tk.Ahead))
 	}
 	return nil
@@ -181,6 +294,10 @@ func UserError(err error) string {
 		return err.Error()
 	case errors.Is(err, agentpool.ErrReset):
 		return "the thread was reset before it ran."
+	case errors.Is(err, agentpool.ErrInterrupted):
+		return "this message was interrupted by a restart before it finished. I did not run it again on my own, since it may have done part of its work: send \"retry\" to run it again."
+	case errors.Is(err, agentpool.ErrLockLost):
+		return "the bot lost its database lock on this thread and stopped the turn so it cannot run twice; send it again."
 	case errors.Is(err, context.Canceled):
 		return "stopped."
 	case errors.Is(err, context.DeadlineExceeded):

@@ -25,6 +25,8 @@ type replySink struct {
 	co    *Coalescer
 	log   *zap.Logger
 	start time.Time
+	// notes are the adapter's remarks (attachments not used), posted with the outcome.
+	notes []string
 
 	// mu protects the following.
 	mu sync.Mutex
@@ -140,7 +142,7 @@ func (s *replySink) Deliver(ctx context.Context, out agentpool.Outcome) ([]strin
 		}
 	}
 	ids := make([]string, len(out.Artifacts))
-	var notes []string
+	notes := append([]string(nil), s.notes...)
 	for _, sk := range out.Skipped {
 		notes = append(notes, sk.String())
 	}

@@ -24,4 +24,6 @@ const (
 	lockKindThread  = "thread"
 	lockKindLeader  = "leader"
 	lockKindMigrate = "migrate"
+	// lockKindInstance is a process instance's liveness lock.
+	lockKindInstance = "instance"
 )

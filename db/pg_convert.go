@@ -57,6 +57,8 @@ func fromPGTurn(r pgsqlc.Turn) Turn {
 		Answer:          r.Answer,
 		Error:           r.Error,
 		Usage:           rawJSON(r.Usage),
+		Delivery:        rawJSON(r.Delivery),
+		Owner:           r.Owner,
 		CreatedAt:       fromPGTime(r.CreatedAt),
 		StartedAt:       fromPGTime(r.StartedAt),
 		LastEventAt:     fromPGTime(r.LastEventAt),

@@ -158,12 +158,13 @@ func discard(conn *pgxpool.Conn) {
 	_ = c.Close(ctx)
 }
 
-// pgLeader is leadership: the leader advisory lock, plus a goroutine that notices when the
-// connection holding it dies.
+// pgLeader is a watched hold (leadership, a thread, an instance): the advisory lock, plus a goroutine
+// that notices when the connection holding it dies.
 type pgLeader struct {
-	hold     *pgHold
-	lost     chan struct{}
-	lostOnce sync.Once
+	hold *pgHold
+	// lost is cancelled when the hold ends; Lost is its Done channel.
+	lost     context.Context
+	markLost context.CancelFunc
 	done     chan struct{} // closed when the watcher returns
 }
 
@@ -182,7 +183,76 @@ func (s *pgStore) TryLeader(ctx context.Context) (Leader, bool, error) {
 		conn.Release()
 		return nil, false, nil
 	}
-	l := &pgLeader{lost: make(chan struct{}), done: make(chan struct{})}
+	l, err := s.watched(conn, key)
+	if err != nil {
+		return nil, false, fmt.Errorf("db: try leader: %w", err)
+	}
+	return l, true, nil
+}
+
+func (s *pgStore) HoldThread(ctx context.Context, threadKey string) (Hold, error) {
+	if err := checkThreadKey(threadKey); err != nil {
+		return nil, err
+	}
+	h, err := s.holdWatched(ctx, lockKey(s.ns, lockKindThread, threadKey))
+	if err != nil {
+		return nil, fmt.Errorf("db: lock thread %s: %w", threadKey, err)
+	}
+	return h, nil
+}
+
+func (s *pgStore) HoldInstance(ctx context.Context, instance string) (Hold, error) {
+	if instance == "" {
+		return nil, invalidf("empty instance id")
+	}
+	h, err := s.holdWatched(ctx, lockKey(s.ns, lockKindInstance, instance))
+	if err != nil {
+		return nil, fmt.Errorf("db: hold instance %s: %w", instance, err)
+	}
+	return h, nil
+}
+
+// InstanceAlive tries the instance's lock on a connection of its own: if it can be had, nobody holds
+// it, and it is given back at once.
+func (s *pgStore) InstanceAlive(ctx context.Context, instance string) (bool, error) {
+	if instance == "" {
+		return false, nil
+	}
+	key := lockKey(s.ns, lockKindInstance, instance)
+	conn, err := s.acquireConn(ctx)
+	if err != nil {
+		return false, fmt.Errorf("db: instance %s alive: %w", instance, err)
+	}
+	got, err := s.q.LockTryAcquire(ctx, conn, key)
+	if err != nil {
+		discard(conn)
+		return false, fmt.Errorf("db: instance %s alive: %w", instance, err)
+	}
+	if !got {
+		conn.Release()
+		return true, nil
+	}
+	(&pgHold{s: s, conn: conn, key: key}).release()
+	return false, nil
+}
+
+// holdWatched blocks until it holds key, then watches the connection so the hold reports its loss.
+func (s *pgStore) holdWatched(ctx context.Context, key int64) (*pgLeader, error) {
+	conn, err := s.acquireConn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.waitLock(ctx, conn, key); err != nil {
+		discard(conn)
+		return nil, err
+	}
+	return s.watched(conn, key)
+}
+
+// watched wraps a connection that holds key in a hold whose Lost closes when the connection dies.
+func (s *pgStore) watched(conn *pgxpool.Conn, key int64) (*pgLeader, error) {
+	lost, markLost := context.WithCancel(context.Background())
+	l := &pgLeader{lost: lost, markLost: markLost, done: make(chan struct{})}
 	wctx, stop := context.WithCancel(context.Background())
 	l.hold = &pgHold{
 		s: s, conn: conn, key: key,
@@ -191,9 +261,9 @@ func (s *pgStore) TryLeader(ctx context.Context) (Leader, bool, error) {
 	}
 	go l.watch(wctx, conn.Conn().PgConn())
 	if err := s.register(l.hold); err != nil {
-		return nil, false, fmt.Errorf("db: try leader: %w", err)
+		return nil, err
 	}
-	return l, true, nil
+	return l, nil
 }
 
 // watch blocks reading the idle connection. The read returns only when ctx ends (Release) or the
@@ -213,6 +283,6 @@ func (l *pgLeader) watch(ctx context.Context, pgc *pgconn.PgConn) {
 	}
 }
 
-func (l *pgLeader) markLost()             { l.lostOnce.Do(func() { close(l.lost) }) }
-func (l *pgLeader) Lost() <-chan struct{} { return l.lost }
-func (l *pgLeader) Release()              { l.hold.release() }
+func (l *pgLeader) Lost() <-chan struct{}    { return l.lost.Done() }
+func (l *pgLeader) Context() context.Context { return l.lost }
+func (l *pgLeader) Release()                 { l.hold.release() }

@@ -21,6 +21,8 @@ func (s *pgStore) TurnInsert(ctx context.Context, t NewTurn) (Turn, error) {
 		UserID:          t.UserID,
 		Prompt:          t.Prompt,
 		Now:             pgTime(s.clock()),
+		Delivery:        t.Delivery,
+		Owner:           t.Owner,
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Turn{}, fmt.Errorf("db: insert turn for event %s: %w", t.PlatformEventID, ErrDuplicate)
@@ -39,8 +41,8 @@ func (s *pgStore) TurnGet(ctx context.Context, id int64) (Turn, error) {
 	return fromPGTurn(r), nil
 }
 
-func (s *pgStore) TurnStart(ctx context.Context, id int64) (Turn, error) {
-	r, err := s.q.TurnStart(ctx, s.dbtx, pgsqlc.TurnStartParams{Now: pgTime(s.clock()), ID: id})
+func (s *pgStore) TurnStart(ctx context.Context, id int64, owner string) (Turn, error) {
+	r, err := s.q.TurnStart(ctx, s.dbtx, pgsqlc.TurnStartParams{Now: pgTime(s.clock()), ID: id, Owner: owner})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Turn{}, s.turnTransitionFailed(ctx, id, TurnRunning, TurnQueued)
 	}
@@ -165,4 +167,31 @@ func (s *pgStore) AuditList(ctx context.Context, q AuditQuery) ([]AuditEntry, er
 		out[i] = fromPGAudit(r)
 	}
 	return out, nil
+}
+
+func (s *pgStore) TurnsPending(ctx context.Context, afterID int64, limit int) ([]Turn, error) {
+	rows, err := s.q.TurnListPending(ctx, s.dbtx, pgsqlc.TurnListPendingParams{AfterID: afterID, MaxRows: int32(batchLimit(limit))})
+	if err != nil {
+		return nil, pgErr("list pending turns", err)
+	}
+	return fromPGTurns(rows), nil
+}
+
+func (s *pgStore) TurnClaim(ctx context.Context, id int64, from, to string) (Turn, error) {
+	r, err := s.q.TurnClaim(ctx, s.dbtx, pgsqlc.TurnClaimParams{ID: id, FromOwner: from, ToOwner: to})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Turn{}, claimFailed(id, from)
+	}
+	if err != nil {
+		return Turn{}, pgErr("claim turn "+turnKey(id), err)
+	}
+	return fromPGTurn(r), nil
+}
+
+func (s *pgStore) TurnLastFailedWith(ctx context.Context, threadKey, errText string) (Turn, error) {
+	r, err := s.q.TurnLastFailedWith(ctx, s.dbtx, pgsqlc.TurnLastFailedWithParams{ThreadKey: threadKey, Error: errText})
+	if err != nil {
+		return Turn{}, pgErr("last failed turn of "+threadKey, err)
+	}
+	return fromPGTurn(r), nil
 }

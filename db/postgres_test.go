@@ -318,3 +318,34 @@ func TestPostgresLockConnSettings(t *testing.T) {
 		require.Equal(t, want, got, name)
 	}
 }
+
+// TestPostgresThreadHoldLost: a thread hold notices at once when its connection is killed
+// (pg_terminate_backend), and an instance whose liveness connection died is no longer alive.
+func TestPostgresThreadHoldLost(t *testing.T) {
+	t.Parallel()
+	a, b := twoReplicas(t)
+	admin := pgAdmin(t)
+	ctx := pgCtx(t)
+
+	h, err := a.HoldThread(ctx, "slack:T:C:9")
+	require.NoError(t, err)
+	holders := lockHolders(t, admin, db.ThreadLockKey(a, "slack:T:C:9"), true)
+	require.Len(t, holders, 1)
+	terminate(t, admin, holders[0])
+	select {
+	case <-h.Lost():
+	case <-ctx.Done():
+		t.Fatal("thread hold did not notice that its connection died")
+	}
+	h.Release()
+
+	inst, err := a.HoldInstance(ctx, "replica-a")
+	require.NoError(t, err)
+	alive, err := b.InstanceAlive(ctx, "replica-a")
+	require.NoError(t, err)
+	require.True(t, alive, "another replica sees a live instance")
+	inst.Release()
+	alive, err = b.InstanceAlive(ctx, "replica-a")
+	require.NoError(t, err)
+	require.False(t, alive)
+}

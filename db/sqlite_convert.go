@@ -62,6 +62,8 @@ func fromSQLiteTurn(r sqlitesqlc.Turn) (Turn, error) {
 		Answer:          r.Answer,
 		Error:           r.Error,
 		Usage:           nullJSON(r.Usage),
+		Delivery:        nullJSON(r.Delivery),
+		Owner:           r.Owner,
 		CreatedAt:       p.parse("turns.created_at", r.CreatedAt),
 		StartedAt:       p.null("turns.started_at", r.StartedAt),
 		LastEventAt:     p.null("turns.last_event_at", r.LastEventAt),

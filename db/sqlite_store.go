@@ -36,7 +36,9 @@ type sqliteStore struct {
 
 	mu      sync.Mutex // protects the following
 	leaders map[*localLeader]struct{}
-	closed  bool
+	// instances counts the holds of each live process instance (HoldInstance).
+	instances map[string]int
+	closed    bool
 }
 
 var _ Store = (*sqliteStore)(nil)

@@ -20,6 +20,8 @@ func (s *sqliteStore) TurnInsert(ctx context.Context, t NewTurn) (Turn, error) {
 		UserID:          t.UserID,
 		Prompt:          t.Prompt,
 		Now:             s.clock(),
+		Delivery:        sqliteJSON(t.Delivery),
+		Owner:           t.Owner,
 	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return Turn{}, fmt.Errorf("db: insert turn for event %s: %w", t.PlatformEventID, ErrDuplicate)
@@ -38,8 +40,8 @@ func (s *sqliteStore) TurnGet(ctx context.Context, id int64) (Turn, error) {
 	return fromSQLiteTurn(r)
 }
 
-func (s *sqliteStore) TurnStart(ctx context.Context, id int64) (Turn, error) {
-	r, err := s.q.TurnStart(ctx, s.dbtx, sqlitesqlc.TurnStartParams{Now: sqliteNullTime(s.now()), ID: id})
+func (s *sqliteStore) TurnStart(ctx context.Context, id int64, owner string) (Turn, error) {
+	r, err := s.q.TurnStart(ctx, s.dbtx, sqlitesqlc.TurnStartParams{Now: sqliteNullTime(s.now()), ID: id, Owner: owner})
 	if errors.Is(err, sql.ErrNoRows) {
 		return Turn{}, s.turnTransitionFailed(ctx, id, TurnRunning, TurnQueued)
 	}
@@ -170,4 +172,31 @@ func (s *sqliteStore) AuditList(ctx context.Context, q AuditQuery) ([]AuditEntry
 		}
 	}
 	return out, nil
+}
+
+func (s *sqliteStore) TurnsPending(ctx context.Context, afterID int64, limit int) ([]Turn, error) {
+	rows, err := s.q.TurnListPending(ctx, s.dbtx, sqlitesqlc.TurnListPendingParams{AfterID: afterID, MaxRows: int64(batchLimit(limit))})
+	if err != nil {
+		return nil, sqliteErr("list pending turns", err)
+	}
+	return fromSQLiteTurns(rows)
+}
+
+func (s *sqliteStore) TurnClaim(ctx context.Context, id int64, from, to string) (Turn, error) {
+	r, err := s.q.TurnClaim(ctx, s.dbtx, sqlitesqlc.TurnClaimParams{ID: id, FromOwner: from, ToOwner: to})
+	if errors.Is(err, sql.ErrNoRows) {
+		return Turn{}, claimFailed(id, from)
+	}
+	if err != nil {
+		return Turn{}, sqliteErr("claim turn "+turnKey(id), err)
+	}
+	return fromSQLiteTurn(r)
+}
+
+func (s *sqliteStore) TurnLastFailedWith(ctx context.Context, threadKey, errText string) (Turn, error) {
+	r, err := s.q.TurnLastFailedWith(ctx, s.dbtx, sqlitesqlc.TurnLastFailedWithParams{ThreadKey: threadKey, Error: errText})
+	if err != nil {
+		return Turn{}, sqliteErr("last failed turn of "+threadKey, err)
+	}
+	return fromSQLiteTurn(r)
 }

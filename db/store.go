@@ -68,8 +68,10 @@ type TurnStore interface {
 	TurnInsert(ctx context.Context, t NewTurn) (Turn, error)
 	// TurnGet returns a turn by id, or ErrNotFound.
 	TurnGet(ctx context.Context, id int64) (Turn, error)
-	// TurnStart moves a queued turn to running and sets StartedAt and LastEventAt.
-	TurnStart(ctx context.Context, id int64) (Turn, error)
+	// TurnStart moves a queued turn owned by owner to running and sets StartedAt and LastEventAt. A
+	// turn another owner claimed meanwhile is a conflict (errors.Is(err, ErrConflict)): it is not ours
+	// to run.
+	TurnStart(ctx context.Context, id int64, owner string) (Turn, error)
 	// TurnTouch records that the runtime sent an event for a running turn (the watchdog's clock).
 	TurnTouch(ctx context.Context, id int64) error
 	// TurnFinish moves a queued or running turn to a final status.
@@ -79,6 +81,13 @@ type TurnStore interface {
 	TurnTranscript(ctx context.Context, threadKey string, limit TranscriptLimit) ([]Turn, error)
 	// TurnsStuck returns running turns whose last runtime event is before cutoff, oldest first.
 	TurnsStuck(ctx context.Context, cutoff time.Time, limit int) ([]Turn, error)
+	// TurnsPending pages through queued and running turns in id order, starting after afterID.
+	TurnsPending(ctx context.Context, afterID int64, limit int) ([]Turn, error)
+	// TurnClaim makes to the owner of an unfinished turn if from still owns it; else ErrConflict.
+	TurnClaim(ctx context.Context, id int64, from, to string) (Turn, error)
+	// TurnLastFailedWith returns the thread's newest failed turn whose error is exactly errText, or
+	// ErrNotFound (retry finds the interrupted turn this way).
+	TurnLastFailedWith(ctx context.Context, threadKey, errText string) (Turn, error)
 }
 
 // ArtifactStore remembers uploaded files so a turn uploads only new or changed ones.
@@ -105,6 +114,27 @@ type Locker interface {
 	// TryLeader takes leadership if nobody holds it. ok is false, with a nil Leader, if another
 	// process leads.
 	TryLeader(ctx context.Context) (l Leader, ok bool, err error)
+	// HoldThread is LockThread with notice of loss: the hold's Lost is closed when the lock ends
+	// without Release (on Postgres, when the connection holding it dies: another process may then
+	// take the thread, so the holder must stop its work).
+	HoldThread(ctx context.Context, threadKey string) (Hold, error)
+	// HoldInstance marks a process instance as alive for as long as the hold lasts. Turns are owned
+	// by instances; another process claims a turn only when its owner is not alive.
+	HoldInstance(ctx context.Context, instance string) (Hold, error)
+	// InstanceAlive reports whether instance holds its liveness lock. The empty instance is never
+	// alive.
+	InstanceAlive(ctx context.Context, instance string) (bool, error)
+}
+
+// Hold is a held lock that can be lost.
+type Hold interface {
+	// Lost is closed when the hold ends: on Release, on Store.Close, or when it is lost.
+	Lost() <-chan struct{}
+	// Context is cancelled when Lost closes, so a holder can tie work to the hold with
+	// context.AfterFunc instead of a goroutine per hold.
+	Context() context.Context
+	// Release gives the lock up. It is idempotent.
+	Release()
 }
 
 // Leader is held leadership.

@@ -153,6 +153,11 @@ type Turn struct {
 	Error           string
 	// Usage is the runtime's token accounting, opaque JSON; nil if none was reported.
 	Usage json.RawMessage
+	// Delivery says where the reply goes (opaque JSON the bot encodes), so that any process can answer
+	// the turn; nil for turns recorded without one.
+	Delivery json.RawMessage
+	// Owner is the process instance that runs or will run the turn (see Locker.HoldInstance).
+	Owner string
 
 	CreatedAt   time.Time
 	StartedAt   time.Time
@@ -167,6 +172,10 @@ type NewTurn struct {
 	PlatformEventID string
 	UserID          string
 	Prompt          string
+	// Delivery is where the reply goes (opaque, valid JSON or nil).
+	Delivery json.RawMessage
+	// Owner is the inserting process's instance id.
+	Owner string
 }
 
 // TurnResult finishes a turn.

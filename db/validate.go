@@ -98,6 +98,9 @@ func (t NewTurn) check() error {
 	if t.PlatformEventID == "" {
 		return invalidf("turn for %s has no platform event id", t.ThreadKey)
 	}
+	if t.Delivery != nil && !json.Valid(t.Delivery) {
+		return invalidf("turn delivery is not valid JSON")
+	}
 	return nil
 }
 
@@ -201,4 +204,10 @@ func nonEmpty(ids []string) []string {
 
 func sortSessionsByKey(ss []Session) {
 	slices.SortFunc(ss, func(a, b Session) int { return strings.Compare(a.ThreadKey, b.ThreadKey) })
+}
+
+// claimFailed is the conflict of a claim whose expected owner no longer owns the turn (another process
+// claimed it first, or it finished).
+func claimFailed(id int64, from string) error {
+	return fmt.Errorf("db: claim turn %s from %q: %w", turnKey(id), from, ErrConflict)
 }

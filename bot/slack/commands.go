@@ -69,7 +69,7 @@ func (a *Adapter) runCommand(ctx context.Context, cmd slack.SlashCommand) string
 	done := make(chan string, 1)
 	// The command runs on the adapter's context, not the request's: it must not be cut off when the
 	// HTTP response goes out.
-	if !a.queue.add("cmd:"+cmd.TriggerID+cmd.UserID, func() {
+	if !a.queue.add(func() {
 		out, _ := a.opts.Admin.Run(a.base, actor, argv)
 		done <- formatCommandOutput(out)
 	}) {
@@ -86,7 +86,7 @@ func (a *Adapter) runCommand(ctx context.Context, cmd slack.SlashCommand) string
 	if cmd.ResponseURL == "" {
 		return "Working on it; the result will be in the bot's log."
 	}
-	a.queue.add("cmd-late:"+cmd.TriggerID+cmd.UserID, func() {
+	a.queue.add(func() {
 		out := <-done
 		pctx, cancel := context.WithTimeout(context.Background(), postTimeout)
 		defer cancel()

@@ -63,18 +63,30 @@ func (a *Adapter) serveEvents(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
-// accept is the part of event handling that runs before the ack (HTTP or Socket Mode): classify with
-// what is known without I/O, mark the event id seen, and queue the work on its thread. Whatever
-// cannot be used is logged and acknowledged, so Slack does not retry it forever. It reports false
-// only when the adapter is closing: then the event must not be acknowledged, and its dedupe mark is
-// withdrawn so that the redelivery (to another replica) is taken.
+// accept takes one event before the ack (HTTP or Socket Mode): classify it, deduplicate it, apply the
+// rate limits, and hand it to the bot, which records it durably and queues it on its thread; only
+// then is it acknowledged. Nothing here waits on Slack's Web API: attachments are fetched when the
+// turn runs. Whatever cannot be used is logged and acknowledged, so Slack does not retry it forever.
+// It reports false only when the event was not taken (the adapter is closing, or the bot could not
+// record it): then it must not be acknowledged, and its dedupe marks are withdrawn so that the
+// redelivery (to another replica) is taken.
 func (a *Adapter) accept(ctx context.Context, env envelope) bool {
 	ev, err := parseEvent(env.Event)
 	if err != nil {
 		a.log.Warn("ignored an event that could not be read", zap.String("event", env.EventID), zap.Error(err))
 		return true
 	}
-	k, why := classify(ev, a.knownBotUserID())
+	id := a.knownIdentity()
+	if id.UserID == "" {
+		// Learn who the bot is for the next events, without holding this ack; bot_id still filters
+		// the bot's own posts meanwhile.
+		a.queue.add(func() {
+			if _, err := a.identity(a.base); err != nil {
+				a.log.Warn("bot identity unknown", zap.Error(err))
+			}
+		})
+	}
+	k, why := classify(ev, id.UserID)
 	if k == kindFollowUp && !a.opts.FollowUps {
 		k, why = kindIgnore, "follow-ups are off (slack.follow_ups)"
 	}
@@ -82,16 +94,50 @@ func (a *Adapter) accept(ctx context.Context, env envelope) bool {
 		a.log.Debug("ignored event", zap.String("event", env.EventID), zap.String("type", ev.Type), zap.String("why", why))
 		return true
 	}
-	if !a.seen.first(ctx, "ev:"+env.EventID) {
-		a.log.Debug("duplicate event ignored", zap.String("event", env.EventID))
+	team := a.teamOf(env, ev)
+	key, replyTS := threadOf(team, ev, k)
+	log := a.log.With(zap.String("event", env.EventID), zap.String("channel", ev.Channel), zap.String("ts", ev.TS))
+	if k == kindFollowUp && !a.serves(ctx, key) {
 		return true
 	}
-	team := a.teamOf(env, ev)
-	key, _ := threadOf(team, ev, k)
-	received := a.now()
-	if !a.queue.add(key.String(), func() { a.process(env.EventID, team, ev, received) }) {
+	if !a.seen.first(ctx, "ev:"+env.EventID) {
+		log.Debug("duplicate event ignored")
+		return true
+	}
+	msgKey := messageKey(team, ev)
+	if !a.seen.first(ctx, "msg:"+msgKey) {
+		log.Debug("message already handled under another event id")
+		return true
+	}
+	forget := func() {
 		a.seen.forget(context.WithoutCancel(ctx), "ev:"+env.EventID)
+		a.seen.forget(context.WithoutCancel(ctx), "msg:"+msgKey)
+	}
+	if a.queue.isClosed() {
+		forget()
 		return false
+	}
+	r := a.newReplier(ev.Channel, replyTS, ev.TS)
+	text := plainText(ev.Text, id.UserID, k == kindMention)
+	if !exempt(text) && !a.withinLimits(ctx, r, team, ev) {
+		return true
+	}
+	files, notes := a.inbound(ev)
+	name, _ := a.users.get(ev.User)
+	if name == "" {
+		a.queue.add(func() { a.userName(a.base, ev.User) }) // warm the cache for the next message
+	}
+	msg := bot.Message{
+		Thread: key, ChannelID: ev.Channel, User: bot.User{ID: ev.User, Name: name},
+		Text: text, Files: files, Notes: notes, EventID: msgKey, Reply: r.dest(),
+	}
+	log.Debug("handling", zap.String("thread", key.String()), zap.String("kind", k.String()))
+	if err := a.handler.Handle(ctx, msg, r); err != nil {
+		log.Warn("handling message", zap.String("thread", key.String()), zap.Error(err))
+		if errors.Is(err, bot.ErrNotAccepted) {
+			forget()
+			return false
+		}
 	}
 	return true
 }
@@ -108,57 +154,6 @@ func (a *Adapter) teamOf(env envelope, ev event) string {
 		return ev.Team
 	}
 	return a.knownIdentity().TeamID
-}
-
-// process is the work after the ack, on the thread's queue: who is the bot, is this for us, was the
-// message seen under another event id, is the sender within the limits; then the attachments, and
-// the handler.
-func (a *Adapter) process(eventID, team string, ev event, received time.Time) {
-	ctx := a.base
-	log := a.log.With(zap.String("event", eventID), zap.String("channel", ev.Channel), zap.String("ts", ev.TS))
-	id, err := a.identity(ctx)
-	if err != nil {
-		// Without the identity the bot can still answer: bot_id filters its own posts.
-		log.Warn("bot identity unknown", zap.Error(err))
-	}
-	k, why := classify(ev, id.UserID)
-	if k == kindIgnore {
-		log.Debug("ignored event", zap.String("why", why))
-		return
-	}
-	key, replyTS := threadOf(team, ev, k)
-	if k == kindFollowUp && !a.serves(ctx, key) {
-		return
-	}
-	msgKey := messageKey(team, ev)
-	if !a.seen.first(ctx, "msg:"+msgKey) {
-		log.Debug("message already handled under another event id")
-		return
-	}
-	r := a.newReplier(ev.Channel, replyTS, ev.TS)
-	text := plainText(ev.Text, id.UserID, k == kindMention)
-	if !exempt(text) && !a.withinLimits(ctx, r, team, ev) {
-		return
-	}
-	if fs, _ := ev.files(); len(fs) > 0 {
-		// Downloads can take a while: show the message was seen before they start.
-		_ = r.React(ctx, bot.ReactSeen)
-	}
-	files, notes := a.download(ctx, ev)
-	if len(notes) > 0 {
-		if err := r.Post(ctx, strings.Join(notes, "\n")); err != nil {
-			log.Warn("posting attachment notes", zap.Error(err))
-		}
-	}
-	msg := bot.Message{
-		Thread: key, ChannelID: ev.Channel, User: bot.User{ID: ev.User, Name: a.userName(ctx, ev.User)},
-		Text: text, Files: files, EventID: msgKey,
-	}
-	log.Debug("handling", zap.String("thread", key.String()), zap.String("kind", k.String()),
-		zap.Duration("queued", a.now().Sub(received)))
-	if err := a.handler.Handle(ctx, msg, r); err != nil {
-		log.Warn("handling message", zap.String("thread", key.String()), zap.Error(err))
-	}
 }
 
 // serves reports whether the thread already has a session: only then does a follow-up without a
@@ -208,9 +203,12 @@ func (a *Adapter) withinLimits(ctx context.Context, r *replier, team string, ev 
 		if v.notify {
 			text := fmt.Sprintf("%s, so I am skipping messages for the next %s. Please send it again after that (I will only say this once).",
 				c.say, spell(v.resetIn.Round(time.Second)))
-			if err := r.postRaw(ctx, text); err != nil {
-				a.log.Warn("posting the rate-limit notice", zap.Error(err))
-			}
+			// Posted off the ack path: a call to Slack must not hold up the acknowledgement.
+			a.queue.add(func() {
+				if err := r.postRaw(a.base, text); err != nil {
+					a.log.Warn("posting the rate-limit notice", zap.Error(err))
+				}
+			})
 		}
 		return false
 	}

@@ -1,10 +1,11 @@
 package slack
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"time"
 
 	"go.uber.org/zap"
@@ -18,24 +19,10 @@ const maxInboundFiles = 20
 
 var errTooBig = errors.New("over the size limit")
 
-// capWriter collects up to max bytes and fails past them, so a file that is larger than it claimed
-// cannot fill memory.
-type capWriter struct {
-	buf bytes.Buffer
-	max int64
-}
-
-func (w *capWriter) Write(p []byte) (int, error) {
-	if int64(w.buf.Len()+len(p)) > w.max {
-		return 0, errTooBig
-	}
-	return w.buf.Write(p)
-}
-
-// download fetches the message's attachments with the bot token (url_private), within the per-file
-// and per-message caps. Whatever cannot be fetched is described in notes for the thread, never
-// silently dropped.
-func (a *Adapter) download(ctx context.Context, ev event) (files []bot.File, notes []string) {
+// inbound lists the message's attachments within the per-file and per-message caps, as files fetched
+// (with the bot token, from url_private) only when the turn runs. Whatever cannot be used is
+// described in notes for the reply, never silently dropped. It does no I/O: it runs before the ack.
+func (a *Adapter) inbound(ev event) (files []bot.File, notes []string) {
 	list, err := ev.files()
 	if err != nil {
 		a.log.Warn("attachments could not be read", zap.String("ts", ev.TS), zap.Error(err))
@@ -70,23 +57,64 @@ func (a *Adapter) download(ctx context.Context, ev event) (files []bot.File, not
 			skip(fmt.Sprintf("the attachments together are over the %s limit", agentpool.HumanSize(a.opts.MaxInboundBytes)))
 			continue
 		}
-		w := &capWriter{max: min(a.opts.MaxInboundFileBytes, a.opts.MaxInboundBytes-total)}
-		dctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		// GetFileContext sends the token only to https Slack hosts or to slack.api_url's host, and
-		// reports a redirect to the sign-in page instead of handing back its HTML.
-		err := a.api.GetFileContext(dctx, url, w)
-		cancel()
-		if err != nil {
-			a.log.Warn("downloading an attachment", zap.String("file", f.ID), zap.Error(err))
-			if errors.Is(err, errTooBig) {
-				skip("larger than Slack said, and over the limit")
-			} else {
-				skip("download failed: " + bot.UserError(err))
-			}
-			continue
-		}
-		total += int64(w.buf.Len())
-		files = append(files, bot.File{Name: name, Data: w.buf.Bytes()})
+		total += f.Size
+		ref := url
+		files = append(files, bot.File{Name: name, Size: f.Size, Ref: ref, Open: func(ctx context.Context) (io.ReadCloser, error) {
+			return a.OpenFile(ctx, ref)
+		}})
 	}
 	return files, notes
+}
+
+// OpenFile implements bot.Platform: it downloads an attachment into a spool file (never into memory)
+// within the per-file cap, and returns it open; closing it removes the spool file.
+func (a *Adapter) OpenFile(ctx context.Context, ref string) (io.ReadCloser, error) {
+	f, err := os.CreateTemp("", "threadbox-slack-*")
+	if err != nil {
+		return nil, fmt.Errorf("spooling an attachment: %w", err)
+	}
+	sp := &spoolFile{File: f}
+	w := &capFileWriter{f: f, max: a.opts.MaxInboundFileBytes}
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	// GetFileContext sends the token only to https Slack hosts or to slack.api_url's host, and
+	// reports a redirect to the sign-in page instead of handing back its HTML.
+	err = a.api.GetFileContext(dctx, ref, w)
+	cancel()
+	if err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		_ = sp.Close()
+		if errors.Is(err, errTooBig) {
+			return nil, fmt.Errorf("larger than Slack said, and over the %s limit", agentpool.HumanSize(a.opts.MaxInboundFileBytes))
+		}
+		return nil, fmt.Errorf("download failed: %w", err)
+	}
+	return sp, nil
+}
+
+// capFileWriter writes up to max bytes and fails past them, so a file larger than it claimed
+// cannot fill the disk.
+type capFileWriter struct {
+	f   *os.File
+	n   int64
+	max int64
+}
+
+func (w *capFileWriter) Write(p []byte) (int, error) {
+	if w.n+int64(len(p)) > w.max {
+		return 0, errTooBig
+	}
+	n, err := w.f.Write(p)
+	w.n += int64(n)
+	return n, err
+}
+
+// spoolFile removes itself when closed.
+type spoolFile struct{ *os.File }
+
+func (s *spoolFile) Close() error {
+	err := s.File.Close()
+	_ = os.Remove(s.Name())
+	return err
 }

@@ -2,6 +2,7 @@ package slack
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -113,6 +114,17 @@ func (h *harness) drain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
 	defer cancel()
 	require.NoError(t, h.ad.queue.wait(ctx))
+}
+
+// readFile reads an attachment the way a turn does.
+func readFile(t *testing.T, f bot.File) []byte {
+	t.Helper()
+	rc, err := f.Open(t.Context())
+	require.NoError(t, err)
+	defer rc.Close()
+	data, err := io.ReadAll(rc)
+	require.NoError(t, err)
+	return data
 }
 
 // waitFake waits until cond holds on the fake, failing with what after waitTimeout.

@@ -5,95 +5,51 @@ import (
 	"sync"
 )
 
-// queues runs accepted work after the ack: one serial queue per thread, so that messages of one
-// thread reach the handler (and so the agent pool) in the order Slack delivered them, while
-// different threads proceed in parallel. A key holds a goroutine only while it has work.
-type queues struct {
+// tasks tracks the adapter's own background work (slash commands that outlive their budget, notices
+// that must not hold up an ack), so Close can refuse new work and wait for what runs. Messages are
+// not queued here: the bot owns their ordered intake.
+type tasks struct {
 	// mu protects the following.
-	mu      sync.Mutex
-	pending map[string][]func()
-	closed  bool
-	active  int
-	idle    chan struct{} // closed when active drops to zero; nil while nobody waits
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
 }
 
-func newQueues() *queues { return &queues{pending: map[string][]func(){}} }
+func newTasks() *tasks { return &tasks{} }
 
-// add queues f behind key's earlier work. It reports false once close has been called.
-func (q *queues) add(key string, f func()) bool {
+// add runs f in the background. It reports false once close has been called.
+func (q *tasks) add(f func()) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
 		return false
 	}
-	list, running := q.pending[key]
-	q.pending[key] = append(list, f)
-	if !running {
-		q.active++
-		go q.run(key)
-	}
+	q.wg.Go(f)
 	return true
 }
 
-func (q *queues) run(key string) {
-	for {
-		q.mu.Lock()
-		list := q.pending[key]
-		if len(list) == 0 {
-			delete(q.pending, key)
-			q.active--
-			if q.active == 0 && q.idle != nil {
-				close(q.idle)
-				q.idle = nil
-			}
-			q.mu.Unlock()
-			return
-		}
-		f := list[0]
-		list[0] = nil
-		q.pending[key] = list[1:]
-		q.mu.Unlock()
-		f()
-	}
-}
-
-// closed reports whether close has been called.
-func (q *queues) isClosed() bool {
+// isClosed reports whether close has been called.
+func (q *tasks) isClosed() bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.closed
 }
 
-// close refuses new work; queued work still runs.
-func (q *queues) close() {
+// close refuses new work; running work goes on.
+func (q *tasks) close() {
 	q.mu.Lock()
 	q.closed = true
 	q.mu.Unlock()
 }
 
-// wait blocks until no work is queued or running, or ctx ends.
-func (q *queues) wait(ctx context.Context) error {
-	q.mu.Lock()
-	if q.active == 0 {
-		q.mu.Unlock()
-		return nil
-	}
-	if q.idle == nil {
-		q.idle = make(chan struct{})
-	}
-	idle := q.idle
-	q.mu.Unlock()
+// wait blocks until no work runs, or ctx ends.
+func (q *tasks) wait(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { q.wg.Wait(); close(done) }()
 	select {
-	case <-idle:
+	case <-done:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-// depth is how many keys have work (for tests and the benchmark).
-func (q *queues) depth() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.active
 }

@@ -3,6 +3,7 @@ package slack
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -42,6 +43,35 @@ var _ bot.Replier = (*replier)(nil)
 
 func (a *Adapter) newReplier(channel, threadTS, msgTS string) *replier {
 	return &replier{a: a, channel: channel, threadTS: threadTS, msgTS: msgTS}
+}
+
+// replyDest is a replier's durable form (bot.Message.Reply).
+type replyDest struct {
+	Channel  string `json:"channel"`
+	ThreadTS string `json:"thread_ts,omitempty"`
+	MsgTS    string `json:"ts,omitempty"`
+}
+
+func (r *replier) dest() json.RawMessage {
+	b, _ := json.Marshal(replyDest{Channel: r.channel, ThreadTS: r.threadTS, MsgTS: r.msgTS})
+	return b
+}
+
+var _ bot.Platform = (*Adapter)(nil)
+
+// Name implements bot.Platform.
+func (a *Adapter) Name() string { return "slack" }
+
+// Restore implements bot.Platform.
+func (a *Adapter) Restore(reply json.RawMessage) (bot.Replier, error) {
+	var d replyDest
+	if err := json.Unmarshal(reply, &d); err != nil {
+		return nil, fmt.Errorf("slack reply address: %w", err)
+	}
+	if d.Channel == "" {
+		return nil, errors.New("slack reply address without a channel")
+	}
+	return a.newReplier(d.Channel, d.ThreadTS, d.MsgTS), nil
 }
 
 // msgOptions are shared by every post. Unfurls are off: an agent's answer full of links would

@@ -170,7 +170,7 @@ type Adapter struct {
 	now     func() time.Time
 	seen    *deduper
 	limits  *limiter
-	queue   *queues
+	queue   *tasks
 	handler Handler
 
 	// base bounds the work done after an ack; Close cancels it once the drain is over.
@@ -215,7 +215,7 @@ func New(opts Options) (*Adapter, error) {
 		handler: opts.Handler, base: base, cancel: cancel,
 		seen:   newDeduper(opts.Redis, opts.KeyPrefix, opts.DedupeTTL, opts.Now, log),
 		limits: newLimiter(opts.Redis, opts.KeyPrefix, opts.RateLimit.Window, opts.Now, log),
-		queue:  newQueues(),
+		queue:  newTasks(),
 		users:  newTTLCache(10000, time.Hour, opts.Now),
 	}
 	return a, nil

@@ -52,8 +52,10 @@ func (a *Adapter) onSocketEvent(ctx context.Context, sm *socketmode.Client, evt 
 			a.log.Info("event left unacknowledged: shutting down", zap.String("envelope", evt.Request.EnvelopeID))
 			return
 		}
-		a.ack(ctx, sm, evt.Request.EnvelopeID, nil)
-		a.acceptPayload(ctx, evt.Request.Payload, evt.Request.RetryAttempt)
+		// Taken (recorded) first, acknowledged after: acknowledged means answered.
+		if a.acceptPayload(ctx, evt.Request.Payload, evt.Request.RetryAttempt) {
+			a.ack(ctx, sm, evt.Request.EnvelopeID, nil)
+		}
 	case socketmode.EventTypeErrorBadMessage:
 		// slack-go could not parse the envelope (slackevents is strict about blocks). Ack it so Slack
 		// stops redelivering it, and read it with our own tolerant parser.
@@ -66,10 +68,12 @@ func (a *Adapter) onSocketEvent(ctx context.Context, sm *socketmode.Client, evt 
 			a.log.Warn("unreadable Socket Mode frame", zap.NamedError("cause", bad.Cause))
 			return
 		}
-		a.ack(ctx, sm, req.EnvelopeID, nil)
 		if req.Type == socketmode.RequestTypeEventsAPI {
-			a.acceptPayload(ctx, req.Payload, req.RetryAttempt)
+			if a.acceptPayload(ctx, req.Payload, req.RetryAttempt) {
+				a.ack(ctx, sm, req.EnvelopeID, nil)
+			}
 		} else {
+			a.ack(ctx, sm, req.EnvelopeID, nil)
 			a.log.Warn("unreadable Socket Mode envelope acknowledged and dropped", zap.String("type", req.Type), zap.NamedError("cause", bad.Cause))
 		}
 	case socketmode.EventTypeSlashCommand:
@@ -80,7 +84,7 @@ func (a *Adapter) onSocketEvent(ctx context.Context, sm *socketmode.Client, evt 
 		id := evt.Request.EnvelopeID
 		// The command may take up to CommandBudget before the ack goes out; it must not hold up the
 		// event loop (and so every other envelope's ack) meanwhile.
-		if !a.queue.add("socket-cmd:"+id, func() {
+		if !a.queue.add(func() {
 			a.ack(ctx, sm, id, ephemeral{ResponseType: "ephemeral", Text: a.runCommand(ctx, cmd)})
 		}) {
 			a.log.Info("slash command left unacknowledged: shutting down", zap.String("envelope", id))
@@ -108,20 +112,24 @@ func (a *Adapter) ack(ctx context.Context, sm *socketmode.Client, envelopeID str
 }
 
 // acceptPayload runs an events_api payload through the same path as an HTTP event.
-func (a *Adapter) acceptPayload(ctx context.Context, payload json.RawMessage, retry int) {
+// acceptPayload reports whether the envelope may be acknowledged: false only when the event was not
+// taken (shutting down, or the database is down), so that Slack redelivers it.
+func (a *Adapter) acceptPayload(ctx context.Context, payload json.RawMessage, retry int) bool {
 	env, err := parseEnvelope(payload)
 	if err != nil {
 		a.log.Warn("ignored an unusable Socket Mode payload", zap.Error(err))
-		return
+		return true
 	}
 	if retry > 0 {
 		a.log.Debug("Slack redelivery", zap.String("event", env.EventID), zap.Int("retry", retry))
 	}
 	if env.Type != "event_callback" {
 		a.log.Debug("ignored a Socket Mode payload", zap.String("type", env.Type))
-		return
+		return true
 	}
 	if !a.accept(ctx, env) {
-		a.log.Warn("event acknowledged but dropped: shutting down", zap.String("event", env.EventID))
+		a.log.Warn("event left unacknowledged: not taken", zap.String("event", env.EventID))
+		return false
 	}
+	return true
 }

@@ -285,42 +285,22 @@ func turnEvents(t db.Turn) []Event {
 	return evs
 }
 
-// enqueue hands msg to the bot after the conversation's earlier messages. Handling runs off the
-// request (it may take seconds: reset destroys a sandbox) but in order, so "stop" never overtakes
-// the message it means to stop. The queue holds a goroutine only while it has work.
-func (s *Server) enqueue(c *conversation, msg bot.Message) error {
+// enqueue hands msg to the bot, which records it and queues it on the conversation's thread behind
+// the earlier messages; it returns at once, so "stop" never waits behind the message it means to stop.
+func (s *Server) enqueue(ctx context.Context, c *conversation, msg bot.Message) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
 		return errorf(http.StatusServiceUnavailable, "the bot is shutting down; try again in a minute")
 	}
-	c.mu.Lock()
-	c.pending = append(c.pending, msg)
-	start := !c.running
-	c.running = true
-	c.mu.Unlock()
-	if start {
-		s.intake.Add(1)
-		go s.runIntake(c)
+	r := &replier{s: s, c: c, replyTo: msg.EventID}
+	msg.Reply = r.dest()
+	if err := s.handler.Handle(ctx, msg, r); err != nil {
+		s.log.Warn("handling a message", zap.String("conversation", c.id), zap.String("event", msg.EventID), zap.Error(err))
+		if errors.Is(err, bot.ErrNotAccepted) {
+			return errorf(http.StatusServiceUnavailable, "the bot could not take that message; try again in a minute")
+		}
 	}
 	return nil
-}
-
-func (s *Server) runIntake(c *conversation) {
-	defer s.intake.Done()
-	for {
-		c.mu.Lock()
-		if len(c.pending) == 0 {
-			c.running = false
-			c.mu.Unlock()
-			return
-		}
-		msg := c.pending[0]
-		c.pending = c.pending[1:]
-		c.mu.Unlock()
-		r := &replier{s: s, c: c, replyTo: msg.EventID}
-		if err := s.handler.Handle(s.ctx, msg, r); err != nil {
-			s.log.Warn("handling a message", zap.String("conversation", c.id), zap.String("event", msg.EventID), zap.Error(err))
-		}
-	}
 }

@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-
-	"github.com/threadbox/threadbox/bot"
 )
 
 // Event types, as the page and API clients see them.
@@ -80,9 +78,6 @@ type conversation struct {
 	// missed events.
 	evicted int64
 	subs    map[chan Event]struct{}
-	// pending and running are the intake queue (see Server.enqueue).
-	pending []bot.Message
-	running bool
 }
 
 func newConversation(id string, now time.Time) *conversation {

@@ -60,11 +60,11 @@ func (s *Server) postMessage(w http.ResponseWriter, r *http.Request) {
 	shown, cut := clip(text, displayTextMax)
 	ev := Event{Type: EventMessage, At: s.now().UTC(), EventID: msg.EventID, User: id.actor(), Text: shown, Truncated: cut}
 	for _, f := range files {
-		ev.Files = append(ev.Files, FileRef{Name: f.Name, Size: int64(len(f.Data))})
+		ev.Files = append(ev.Files, FileRef{Name: f.Name, Size: f.Size})
 	}
 	// Published before it is queued, so the message is on every open page before any reply to it.
 	ev = c.publish(ev)
-	if err := s.enqueue(c, msg); err != nil {
+	if err := s.enqueue(r.Context(), c, msg); err != nil {
 		writeErr(w, err)
 		return
 	}
@@ -121,7 +121,11 @@ func (s *Server) readMultipart(w http.ResponseWriter, r *http.Request) (string, 
 			if err != nil {
 				return "", nil, err
 			}
-			files = append(files, bot.File{Name: name, Data: b})
+			f, err := s.spool(name, b)
+			if err != nil {
+				return "", nil, err
+			}
+			files = append(files, f)
 		default:
 			return "", nil, errorf(http.StatusBadRequest, "unknown form field %q: send \"text\" and \"file\" parts", part.FormName())
 		}

@@ -94,7 +94,6 @@ type Server struct {
 	// ctx is the base of message handling; Close cancels it.
 	ctx    context.Context
 	cancel context.CancelFunc
-	intake sync.WaitGroup
 
 	// mu protects the following.
 	mu     sync.Mutex
@@ -191,7 +190,6 @@ func (s *Server) Close() error {
 	for _, c := range convs {
 		c.dropSubscribers()
 	}
-	s.intake.Wait()
 	return nil
 }
 

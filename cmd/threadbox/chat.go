@@ -27,6 +27,7 @@ func (m *Main) mountChat(ctx context.Context, mux *http.ServeMux, a *app, addr n
 		return nil, err
 	}
 	mux.Handle("/", ws)
+	a.handler.RegisterPlatform(ws)
 	closers := []func(){func() { _ = ws.Close() }}
 	if m.Config.Slack.BotToken != "" {
 		stop, err := m.mountSlack(ctx, mux, a)
@@ -71,6 +72,7 @@ func (m *Main) mountSlack(ctx context.Context, mux *http.ServeMux, a *app) (func
 	if err != nil {
 		return nil, err
 	}
+	a.handler.RegisterPlatform(sl)
 	if cfg.SigningSecret != "" {
 		mux.Handle("POST /slack/events", sl.EventsHandler())
 		mux.Handle("POST /slack/commands", sl.CommandsHandler())

@@ -71,7 +71,10 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 		Network: network, ReadOnlyRoot: cfg.Sandbox.ReadOnlyRoot, Env: env, BlockedEnv: cfg.Sandbox.Env.Blocked,
 		StuckAfter:   cfg.Lifecycle.StuckAfter,
 		SystemPrompt: prompts.System(prompts.SystemData{WorkDir: sandbox.DefaultWorkDir}),
-	}, agentpool.Deps{Store: st, Provider: a.prov, Runtime: a.rt, Logger: m.Logger})
+	}, agentpool.Deps{Store: st, Provider: a.prov, Runtime: a.rt, Logger: m.Logger,
+		// The handler is built below; turns are restored only once serve has registered the adapters.
+		Restore: func(ctx context.Context, t db.Turn) (agentpool.Request, error) { return a.handler.Restore(ctx, t) },
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -81,6 +84,7 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 	}, agentpool.MaintainerDeps{
 		Store: st, Provider: a.prov, Deployment: cfg.Deployment, Logger: m.Logger,
 		OnStuck: func(_ context.Context, t db.Turn) { a.pool.CancelTurn(t.ThreadKey, t.ID, agentpool.ErrStuck) },
+		Recover: a.pool.RecoverPass,
 	})
 	if err != nil {
 		return nil, err

@@ -35,7 +35,7 @@ func testTurnLifecycle(t *testing.T, newStore NewStore) {
 	require.Equal(t, turn, got)
 
 	started := clock.Advance(time.Second)
-	turn, err = s.TurnStart(ctx, turn.ID)
+	turn, err = s.TurnStart(ctx, turn.ID, "")
 	require.NoError(t, err)
 	require.Equal(t, db.TurnRunning, turn.Status)
 	require.Equal(t, utcMicro(started), turn.StartedAt)
@@ -85,9 +85,9 @@ func testTurnWrongState(t *testing.T, newStore NewStore) {
 	err = s.TurnTouch(ctx, turn.ID)
 	require.ErrorIs(t, err, db.ErrConflict, "a queued turn has no runtime events")
 
-	_, err = s.TurnStart(ctx, turn.ID)
+	_, err = s.TurnStart(ctx, turn.ID, "")
 	require.NoError(t, err)
-	_, err = s.TurnStart(ctx, turn.ID)
+	_, err = s.TurnStart(ctx, turn.ID, "")
 	var te *db.TransitionError
 	require.True(t, errors.As(err, &te), "got %v", err)
 	require.Equal(t, &db.TransitionError{
@@ -104,7 +104,7 @@ func testTurnWrongState(t *testing.T, newStore NewStore) {
 
 	_, err = s.TurnFinish(ctx, turn.ID, db.TurnResult{Status: db.TurnRunning})
 	require.ErrorIs(t, err, db.ErrInvalid)
-	_, err = s.TurnStart(ctx, 424242)
+	_, err = s.TurnStart(ctx, 424242, "")
 	require.ErrorIs(t, err, db.ErrNotFound)
 	_, err = s.TurnFinish(ctx, 424242, db.TurnResult{Status: db.TurnDone})
 	require.ErrorIs(t, err, db.ErrNotFound)
@@ -195,7 +195,7 @@ func testTurnTranscriptCaps(t *testing.T, newStore NewStore) {
 		if status == db.TurnQueued {
 			return
 		}
-		_, err = s.TurnStart(ctx, turn.ID)
+		_, err = s.TurnStart(ctx, turn.ID, "")
 		require.NoError(t, err)
 		if status != db.TurnRunning {
 			_, err = s.TurnFinish(ctx, turn.ID, db.TurnResult{Status: status, Answer: answer})
@@ -264,7 +264,7 @@ func testTurnsStuck(t *testing.T, newStore NewStore) {
 		defer clock.Set(clock.Set(at))
 		turn, err := s.TurnInsert(ctx, newTurn("k-"+name, name, "p"))
 		require.NoError(t, err)
-		_, err = s.TurnStart(ctx, turn.ID)
+		_, err = s.TurnStart(ctx, turn.ID, "")
 		require.NoError(t, err)
 		ids[name] = turn.ID
 	}

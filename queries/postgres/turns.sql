@@ -1,7 +1,7 @@
 -- ON CONFLICT makes the dedupe atomic: of concurrent inserts of one event exactly one returns a row.
 -- name: TurnInsert :one
-INSERT INTO turns (thread_key, platform_event_id, user_id, prompt, status, created_at)
-VALUES (@thread_key, @platform_event_id, @user_id, @prompt, 'queued', @now::timestamptz)
+INSERT INTO turns (thread_key, platform_event_id, user_id, prompt, status, created_at, delivery, owner)
+VALUES (@thread_key, @platform_event_id, @user_id, @prompt, 'queued', @now::timestamptz, sqlc.narg('delivery')::jsonb, @owner)
 ON CONFLICT (platform_event_id) DO NOTHING
 RETURNING *;
 
@@ -10,7 +10,7 @@ SELECT * FROM turns WHERE id = @id;
 
 -- name: TurnStart :one
 UPDATE turns SET status = 'running', started_at = @now::timestamptz, last_event_at = @now::timestamptz
-WHERE id = @id AND status = 'queued'
+WHERE id = @id AND status = 'queued' AND owner = @owner
 RETURNING *;
 
 -- name: TurnTouch :execrows
@@ -39,3 +39,22 @@ SELECT * FROM turns
 WHERE status = 'running' AND last_event_at < @cutoff::timestamptz
 ORDER BY last_event_at
 LIMIT @max_rows;
+
+-- TurnListPending pages through turns that are not finished, oldest first: recovery's input.
+-- name: TurnListPending :many
+SELECT * FROM turns
+WHERE status IN ('queued', 'running') AND id > @after_id
+ORDER BY id
+LIMIT @max_rows;
+
+-- TurnClaim moves an unfinished turn from a dead owner to a live one, by compare-and-set.
+-- name: TurnClaim :one
+UPDATE turns SET owner = @to_owner
+WHERE id = @id AND owner = @from_owner AND status IN ('queued', 'running')
+RETURNING *;
+
+-- name: TurnLastFailedWith :one
+SELECT * FROM turns
+WHERE thread_key = @thread_key AND status = 'failed' AND error = @error
+ORDER BY id DESC
+LIMIT 1;

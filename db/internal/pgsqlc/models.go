@@ -67,4 +67,6 @@ type Turn struct {
 	StartedAt       pgtype.Timestamptz
 	LastEventAt     pgtype.Timestamptz
 	FinishedAt      pgtype.Timestamptz
+	Delivery        []byte
+	Owner           string
 }

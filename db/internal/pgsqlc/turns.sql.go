@@ -11,6 +11,42 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+const turnClaim = `-- name: TurnClaim :one
+UPDATE turns SET owner = $1
+WHERE id = $2 AND owner = $3 AND status IN ('queued', 'running')
+RETURNING id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner
+`
+
+type TurnClaimParams struct {
+	ToOwner   string
+	ID        int64
+	FromOwner string
+}
+
+// TurnClaim moves an unfinished turn from a dead owner to a live one, by compare-and-set.
+func (q *Queries) TurnClaim(ctx context.Context, db DBTX, arg TurnClaimParams) (Turn, error) {
+	row := db.QueryRow(ctx, turnClaim, arg.ToOwner, arg.ID, arg.FromOwner)
+	var i Turn
+	err := row.Scan(
+		&i.ID,
+		&i.ThreadKey,
+		&i.PlatformEventID,
+		&i.UserID,
+		&i.Prompt,
+		&i.Status,
+		&i.Answer,
+		&i.Error,
+		&i.Usage,
+		&i.CreatedAt,
+		&i.StartedAt,
+		&i.LastEventAt,
+		&i.FinishedAt,
+		&i.Delivery,
+		&i.Owner,
+	)
+	return i, err
+}
+
 const turnFinish = `-- name: TurnFinish :one
 UPDATE turns SET
     status      = $1::text,
@@ -19,7 +55,7 @@ UPDATE turns SET
     usage       = COALESCE($4::jsonb, usage),
     finished_at = $5::timestamptz
 WHERE id = $6 AND status IN ('queued', 'running')
-RETURNING id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at
+RETURNING id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner
 `
 
 type TurnFinishParams struct {
@@ -55,12 +91,14 @@ func (q *Queries) TurnFinish(ctx context.Context, db DBTX, arg TurnFinishParams)
 		&i.StartedAt,
 		&i.LastEventAt,
 		&i.FinishedAt,
+		&i.Delivery,
+		&i.Owner,
 	)
 	return i, err
 }
 
 const turnGet = `-- name: TurnGet :one
-SELECT id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at FROM turns WHERE id = $1
+SELECT id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner FROM turns WHERE id = $1
 `
 
 func (q *Queries) TurnGet(ctx context.Context, db DBTX, id int64) (Turn, error) {
@@ -80,15 +118,17 @@ func (q *Queries) TurnGet(ctx context.Context, db DBTX, id int64) (Turn, error) 
 		&i.StartedAt,
 		&i.LastEventAt,
 		&i.FinishedAt,
+		&i.Delivery,
+		&i.Owner,
 	)
 	return i, err
 }
 
 const turnInsert = `-- name: TurnInsert :one
-INSERT INTO turns (thread_key, platform_event_id, user_id, prompt, status, created_at)
-VALUES ($1, $2, $3, $4, 'queued', $5::timestamptz)
+INSERT INTO turns (thread_key, platform_event_id, user_id, prompt, status, created_at, delivery, owner)
+VALUES ($1, $2, $3, $4, 'queued', $5::timestamptz, $6::jsonb, $7)
 ON CONFLICT (platform_event_id) DO NOTHING
-RETURNING id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at
+RETURNING id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner
 `
 
 type TurnInsertParams struct {
@@ -97,6 +137,8 @@ type TurnInsertParams struct {
 	UserID          string
 	Prompt          string
 	Now             pgtype.Timestamptz
+	Delivery        []byte
+	Owner           string
 }
 
 // ON CONFLICT makes the dedupe atomic: of concurrent inserts of one event exactly one returns a row.
@@ -107,6 +149,8 @@ func (q *Queries) TurnInsert(ctx context.Context, db DBTX, arg TurnInsertParams)
 		arg.UserID,
 		arg.Prompt,
 		arg.Now,
+		arg.Delivery,
+		arg.Owner,
 	)
 	var i Turn
 	err := row.Scan(
@@ -123,12 +167,98 @@ func (q *Queries) TurnInsert(ctx context.Context, db DBTX, arg TurnInsertParams)
 		&i.StartedAt,
 		&i.LastEventAt,
 		&i.FinishedAt,
+		&i.Delivery,
+		&i.Owner,
 	)
 	return i, err
 }
 
+const turnLastFailedWith = `-- name: TurnLastFailedWith :one
+SELECT id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner FROM turns
+WHERE thread_key = $1 AND status = 'failed' AND error = $2
+ORDER BY id DESC
+LIMIT 1
+`
+
+type TurnLastFailedWithParams struct {
+	ThreadKey string
+	Error     string
+}
+
+func (q *Queries) TurnLastFailedWith(ctx context.Context, db DBTX, arg TurnLastFailedWithParams) (Turn, error) {
+	row := db.QueryRow(ctx, turnLastFailedWith, arg.ThreadKey, arg.Error)
+	var i Turn
+	err := row.Scan(
+		&i.ID,
+		&i.ThreadKey,
+		&i.PlatformEventID,
+		&i.UserID,
+		&i.Prompt,
+		&i.Status,
+		&i.Answer,
+		&i.Error,
+		&i.Usage,
+		&i.CreatedAt,
+		&i.StartedAt,
+		&i.LastEventAt,
+		&i.FinishedAt,
+		&i.Delivery,
+		&i.Owner,
+	)
+	return i, err
+}
+
+const turnListPending = `-- name: TurnListPending :many
+SELECT id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner FROM turns
+WHERE status IN ('queued', 'running') AND id > $1
+ORDER BY id
+LIMIT $2
+`
+
+type TurnListPendingParams struct {
+	AfterID int64
+	MaxRows int32
+}
+
+// TurnListPending pages through turns that are not finished, oldest first: recovery's input.
+func (q *Queries) TurnListPending(ctx context.Context, db DBTX, arg TurnListPendingParams) ([]Turn, error) {
+	rows, err := db.Query(ctx, turnListPending, arg.AfterID, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Turn
+	for rows.Next() {
+		var i Turn
+		if err := rows.Scan(
+			&i.ID,
+			&i.ThreadKey,
+			&i.PlatformEventID,
+			&i.UserID,
+			&i.Prompt,
+			&i.Status,
+			&i.Answer,
+			&i.Error,
+			&i.Usage,
+			&i.CreatedAt,
+			&i.StartedAt,
+			&i.LastEventAt,
+			&i.FinishedAt,
+			&i.Delivery,
+			&i.Owner,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const turnListStuck = `-- name: TurnListStuck :many
-SELECT id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at FROM turns
+SELECT id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner FROM turns
 WHERE status = 'running' AND last_event_at < $1::timestamptz
 ORDER BY last_event_at
 LIMIT $2
@@ -162,6 +292,8 @@ func (q *Queries) TurnListStuck(ctx context.Context, db DBTX, arg TurnListStuckP
 			&i.StartedAt,
 			&i.LastEventAt,
 			&i.FinishedAt,
+			&i.Delivery,
+			&i.Owner,
 		); err != nil {
 			return nil, err
 		}
@@ -174,7 +306,7 @@ func (q *Queries) TurnListStuck(ctx context.Context, db DBTX, arg TurnListStuckP
 }
 
 const turnListTranscript = `-- name: TurnListTranscript :many
-SELECT id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at FROM turns
+SELECT id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner FROM turns
 WHERE thread_key = $1 AND status IN ('done', 'failed', 'cancelled') AND id > $2
 ORDER BY id DESC
 LIMIT $3
@@ -210,6 +342,8 @@ func (q *Queries) TurnListTranscript(ctx context.Context, db DBTX, arg TurnListT
 			&i.StartedAt,
 			&i.LastEventAt,
 			&i.FinishedAt,
+			&i.Delivery,
+			&i.Owner,
 		); err != nil {
 			return nil, err
 		}
@@ -223,17 +357,18 @@ func (q *Queries) TurnListTranscript(ctx context.Context, db DBTX, arg TurnListT
 
 const turnStart = `-- name: TurnStart :one
 UPDATE turns SET status = 'running', started_at = $1::timestamptz, last_event_at = $1::timestamptz
-WHERE id = $2 AND status = 'queued'
-RETURNING id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at
+WHERE id = $2 AND status = 'queued' AND owner = $3
+RETURNING id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner
 `
 
 type TurnStartParams struct {
-	Now pgtype.Timestamptz
-	ID  int64
+	Now   pgtype.Timestamptz
+	ID    int64
+	Owner string
 }
 
 func (q *Queries) TurnStart(ctx context.Context, db DBTX, arg TurnStartParams) (Turn, error) {
-	row := db.QueryRow(ctx, turnStart, arg.Now, arg.ID)
+	row := db.QueryRow(ctx, turnStart, arg.Now, arg.ID, arg.Owner)
 	var i Turn
 	err := row.Scan(
 		&i.ID,
@@ -249,6 +384,8 @@ func (q *Queries) TurnStart(ctx context.Context, db DBTX, arg TurnStartParams) (
 		&i.StartedAt,
 		&i.LastEventAt,
 		&i.FinishedAt,
+		&i.Delivery,
+		&i.Owner,
 	)
 	return i, err
 }

@@ -67,4 +67,6 @@ type Turn struct {
 	StartedAt       sql.NullString
 	LastEventAt     sql.NullString
 	FinishedAt      sql.NullString
+	Delivery        sql.NullString
+	Owner           string
 }

@@ -1,0 +1,207 @@
+package agentpool
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/threadbox/threadbox/db"
+)
+
+// Acknowledged means answered (DESIGN §6). Every turn is recorded with where its reply goes and the
+// process instance that owns it. When an owner dies (SIGKILL, OOM, node loss), its instance lock is
+// freed, and the next recovery pass of a live process claims the turns:
+//
+//   - a queued turn runs, in its thread's original order;
+//   - a running turn is never run again on our own (agents have side effects): it is finished as
+//     interrupted and its user told how to run it again (the retry command).
+//
+// Claims are compare-and-set on the owner, and a running turn is claimed only under its thread's
+// lock, which a live runner holds; so two processes never both answer one turn.
+
+// ErrInterrupted is the error of a turn whose process died while it ran.
+var ErrInterrupted = errors.New(InterruptedText)
+
+// InterruptedText is the recorded error of an interrupted turn; retry looks for it.
+const InterruptedText = "interrupted by a restart before it finished"
+
+// ErrQueueFull refuses a turn when its thread already has Config.MaxQueued turns waiting.
+var ErrQueueFull = errors.New("too many messages are waiting in this thread")
+
+// DefaultMaxQueued is Config.MaxQueued's default.
+const DefaultMaxQueued = 50
+
+// recoverLockWait bounds the wait for a running turn's thread lock: a live runner holds it, and then
+// the turn is not ours to take.
+const recoverLockWait = 250 * time.Millisecond
+
+func newInstanceID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Instance is the id this pool records as the owner of its turns.
+func (p *Pool) Instance() string { return p.instance }
+
+// holdInstance takes this process's liveness lock once (again after it was lost).
+func (p *Pool) holdInstance(ctx context.Context) error {
+	p.instMu.Lock()
+	defer p.instMu.Unlock()
+	if p.instHold != nil {
+		select {
+		case <-p.instHold.Lost():
+			p.log.Warn("instance liveness lock was lost; taking it again", zap.String("instance", p.instance))
+		default:
+			return nil
+		}
+	}
+	h, err := p.store.HoldInstance(ctx, p.instance)
+	if err != nil {
+		return fmt.Errorf("holding instance lock: %w", err)
+	}
+	p.instHold = h
+	return nil
+}
+
+// releaseInstance gives the liveness lock up (at shutdown, after the turns are done).
+func (p *Pool) releaseInstance() {
+	p.instMu.Lock()
+	h := p.instHold
+	p.instHold = nil
+	p.instMu.Unlock()
+	if h != nil {
+		h.Release()
+	}
+}
+
+// RecoverReport says what a recovery pass did.
+type RecoverReport struct {
+	// Requeued queued turns now run here; Interrupted running turns were answered as interrupted;
+	// Failed turns could not be restored (no delivery, or an unknown platform).
+	Requeued, Interrupted, Failed int
+}
+
+// RecoverPass takes over the unfinished turns of dead processes. It runs at start and then on the
+// leader's schedule; it is safe to run in several processes at once.
+func (p *Pool) RecoverPass(ctx context.Context) (RecoverReport, error) {
+	var rep RecoverReport
+	if p.q.isClosed() {
+		return rep, nil
+	}
+	if err := p.holdInstance(ctx); err != nil {
+		return rep, err
+	}
+	alive := map[string]bool{p.instance: true}
+	var after int64
+	for {
+		page, err := p.store.TurnsPending(ctx, after, db.DefaultBatch)
+		if err != nil {
+			return rep, fmt.Errorf("recover: %w", err)
+		}
+		for _, t := range page {
+			after = t.ID
+			live, ok := alive[t.Owner]
+			if !ok {
+				if live, err = p.store.InstanceAlive(ctx, t.Owner); err != nil {
+					return rep, fmt.Errorf("recover: %w", err)
+				}
+				alive[t.Owner] = live
+			}
+			if live {
+				continue
+			}
+			if err := p.recoverTurn(ctx, t, &rep); err != nil {
+				if ctx.Err() != nil {
+					return rep, ctx.Err()
+				}
+				p.log.Warn("recovering a turn", zap.Int64("turn", t.ID), zap.String("thread", t.ThreadKey), zap.Error(err))
+			}
+		}
+		if len(page) < db.DefaultBatch {
+			return rep, nil
+		}
+	}
+}
+
+func (p *Pool) recoverTurn(ctx context.Context, t db.Turn, rep *RecoverReport) error {
+	if t.Status == db.TurnRunning {
+		return p.recoverInterrupted(ctx, t, rep)
+	}
+	claimed, err := p.store.TurnClaim(ctx, t.ID, t.Owner, p.instance)
+	if errors.Is(err, db.ErrConflict) {
+		return nil // another process was first
+	}
+	if err != nil {
+		return err
+	}
+	req, err := p.restoreRequest(ctx, claimed)
+	if err != nil {
+		rep.Failed++
+		p.finishQuietly(t.ID, db.TurnResult{Status: db.TurnFailed, Error: "could not be restored after a restart: " + err.Error()})
+		return err
+	}
+	if _, err := p.enqueueTurn(req, t.ID); err != nil {
+		return err // closing: the turn stays ours and queued; the next process takes it over
+	}
+	rep.Requeued++
+	p.log.Info("took over a queued turn", zap.Int64("turn", t.ID), zap.String("thread", t.ThreadKey), zap.String("from", t.Owner))
+	return nil
+}
+
+// recoverInterrupted finishes a turn whose runner died, and tells its user, in the thread's order.
+func (p *Pool) recoverInterrupted(ctx context.Context, t db.Turn, rep *RecoverReport) error {
+	lctx, cancel := context.WithTimeout(ctx, recoverLockWait)
+	hold, err := p.store.HoldThread(lctx, t.ThreadKey)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			return nil // someone runs the thread: maybe this very turn, on a live replica
+		}
+		return err
+	}
+	defer hold.Release()
+	if _, err := p.store.TurnClaim(ctx, t.ID, t.Owner, p.instance); err != nil {
+		if errors.Is(err, db.ErrConflict) {
+			return nil
+		}
+		return err
+	}
+	if _, err := p.store.TurnFinish(ctx, t.ID, db.TurnResult{Status: db.TurnFailed, Error: InterruptedText}); err != nil {
+		return err
+	}
+	rep.Interrupted++
+	p.log.Info("answered an interrupted turn", zap.Int64("turn", t.ID), zap.String("thread", t.ThreadKey), zap.String("from", t.Owner))
+	req, err := p.restoreRequest(ctx, t)
+	if err != nil {
+		rep.Failed++
+		return err
+	}
+	return p.Do(t.ThreadKey, func(context.Context) {
+		dctx, cancel := context.WithTimeout(context.Background(), deliverTimeout)
+		defer cancel()
+		if _, err := req.Sink.Deliver(dctx, Outcome{TurnID: t.ID, Err: ErrInterrupted}); err != nil {
+			p.log.Warn("telling a user their turn was interrupted", zap.Int64("turn", t.ID), zap.Error(err))
+		}
+	}, nil)
+}
+
+func (p *Pool) restoreRequest(ctx context.Context, t db.Turn) (Request, error) {
+	if p.restore == nil {
+		return Request{}, errors.New("no restorer configured")
+	}
+	req, err := p.restore(ctx, t)
+	if err != nil {
+		return Request{}, err
+	}
+	if req.Sink == nil {
+		req.Sink = NopSink{}
+	}
+	req.ThreadKey, req.EventID = t.ThreadKey, t.PlatformEventID
+	return req, nil
+}

@@ -1,0 +1,87 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/threadbox/threadbox/bot"
+)
+
+// Attachments are spooled to files, not kept in memory while their turn waits; a turn reads its
+// files once (closing one removes it). The reference recorded with the turn is the spool file's
+// name, so a turn taken over after a restart finds it again.
+
+// spoolPrefix names this chat's spool files in the system temporary directory.
+const spoolPrefix = "threadbox-web-"
+
+func (s *Server) spool(name string, data []byte) (bot.File, error) {
+	f, err := os.CreateTemp("", spoolPrefix+"*")
+	if err != nil {
+		return bot.File{}, errorf(http.StatusInternalServerError, "could not store the attachment: %s", err.Error())
+	}
+	_, werr := f.Write(data)
+	cerr := f.Close()
+	if err := errors.Join(werr, cerr); err != nil {
+		_ = os.Remove(f.Name())
+		return bot.File{}, errorf(http.StatusInternalServerError, "could not store the attachment: %s", err.Error())
+	}
+	ref := filepath.Base(f.Name())
+	return bot.File{Name: name, Size: int64(len(data)), Ref: ref, Open: func(ctx context.Context) (io.ReadCloser, error) {
+		return s.OpenFile(ctx, ref)
+	}}, nil
+}
+
+var _ bot.Platform = (*Server)(nil)
+
+// Name implements bot.Platform.
+func (s *Server) Name() string { return "web" }
+
+// OpenFile implements bot.Platform: ref is a spool file's base name, never a path.
+func (s *Server) OpenFile(_ context.Context, ref string) (io.ReadCloser, error) {
+	if !strings.HasPrefix(ref, spoolPrefix) || ref != filepath.Base(ref) {
+		return nil, fmt.Errorf("web: bad attachment reference %q", ref)
+	}
+	f, err := os.Open(filepath.Join(os.TempDir(), ref))
+	if err != nil {
+		return nil, fmt.Errorf("web: attachment: %w", err)
+	}
+	return &spoolFile{f}, nil
+}
+
+type spoolFile struct{ *os.File }
+
+func (s *spoolFile) Close() error {
+	err := s.File.Close()
+	_ = os.Remove(s.Name())
+	return err
+}
+
+// replyDest is a replier's durable form (bot.Message.Reply).
+type replyDest struct {
+	Conversation string `json:"conversation"`
+	ReplyTo      string `json:"reply_to"`
+}
+
+func (r *replier) dest() json.RawMessage {
+	b, _ := json.Marshal(replyDest{Conversation: r.c.id, ReplyTo: r.replyTo})
+	return b
+}
+
+// Restore implements bot.Platform.
+func (s *Server) Restore(reply json.RawMessage) (bot.Replier, error) {
+	var d replyDest
+	if err := json.Unmarshal(reply, &d); err != nil {
+		return nil, fmt.Errorf("web reply address: %w", err)
+	}
+	if !idPattern.MatchString(d.Conversation) {
+		return nil, fmt.Errorf("web reply address: bad conversation %q", d.Conversation)
+	}
+	return &replier{s: s, c: s.lookup(d.Conversation, true), replyTo: d.ReplyTo}, nil
+}

@@ -1,0 +1,158 @@
+package dbtest
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/threadbox/threadbox/db"
+)
+
+// testTurnDelivery: a turn keeps where its reply goes and who owns it, and only its owner starts it.
+func testTurnDelivery(t *testing.T, newStore NewStore) {
+	s := newStore(t)
+	ctx := testCtx(t)
+	nt := newTurn("k", "ev1", "hi")
+	nt.Delivery, nt.Owner = json.RawMessage(`{"platform":"slack","channel":"C1"}`), "A"
+	turn, err := s.TurnInsert(ctx, nt)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"platform":"slack","channel":"C1"}`, string(turn.Delivery))
+	require.Equal(t, "A", turn.Owner)
+
+	_, err = s.TurnStart(ctx, turn.ID, "B")
+	require.ErrorIs(t, err, db.ErrConflict, "a turn is started only by its owner")
+	got, err := s.TurnStart(ctx, turn.ID, "A")
+	require.NoError(t, err)
+	require.Equal(t, db.TurnRunning, got.Status)
+	require.JSONEq(t, `{"platform":"slack","channel":"C1"}`, string(got.Delivery))
+
+	_, err = s.TurnInsert(ctx, db.NewTurn{ThreadKey: "k", PlatformEventID: "bad", Prompt: "x", Delivery: json.RawMessage(`{`)})
+	require.ErrorIs(t, err, db.ErrInvalid, "delivery must be JSON")
+}
+
+// testTurnsPendingClaim: recovery pages through unfinished turns in order and claims them by
+// compare-and-set, so two processes never both take one.
+func testTurnsPendingClaim(t *testing.T, newStore NewStore) {
+	s := newStore(t)
+	ctx := testCtx(t)
+	var ids []int64
+	for i, ev := range []string{"e1", "e2", "e3", "e4"} {
+		nt := newTurn("k", ev, "p")
+		nt.Owner = "dead"
+		tr, err := s.TurnInsert(ctx, nt)
+		require.NoError(t, err)
+		ids = append(ids, tr.ID)
+		if i == 0 {
+			_, err = s.TurnFinish(ctx, tr.ID, db.TurnResult{Status: db.TurnDone})
+			require.NoError(t, err)
+		}
+	}
+	_, err := s.TurnStart(ctx, ids[1], "dead")
+	require.NoError(t, err)
+
+	page, err := s.TurnsPending(ctx, 0, 2)
+	require.NoError(t, err)
+	require.Equal(t, []int64{ids[1], ids[2]}, turnIDs(page), "finished turns are not pending; oldest first")
+	page, err = s.TurnsPending(ctx, ids[2], 10)
+	require.NoError(t, err)
+	require.Equal(t, []int64{ids[3]}, turnIDs(page))
+
+	claimed, err := s.TurnClaim(ctx, ids[1], "dead", "me")
+	require.NoError(t, err)
+	require.Equal(t, "me", claimed.Owner)
+	require.Equal(t, db.TurnRunning, claimed.Status)
+	_, err = s.TurnClaim(ctx, ids[1], "dead", "other")
+	require.ErrorIs(t, err, db.ErrConflict, "a second claim from the old owner loses")
+	_, err = s.TurnClaim(ctx, ids[0], "dead", "me")
+	require.ErrorIs(t, err, db.ErrConflict, "finished turns cannot be claimed")
+}
+
+// testTurnLastFailedWith finds the newest failed turn with an exact error text (retry's lookup).
+func testTurnLastFailedWith(t *testing.T, newStore NewStore) {
+	s := newStore(t)
+	ctx := testCtx(t)
+	const marker = "interrupted"
+	_, err := s.TurnLastFailedWith(ctx, "k", marker)
+	require.ErrorIs(t, err, db.ErrNotFound)
+	var want int64
+	for i, res := range []db.TurnResult{
+		{Status: db.TurnFailed, Error: marker},
+		{Status: db.TurnFailed, Error: marker},
+		{Status: db.TurnFailed, Error: "other"},
+		{Status: db.TurnDone},
+	} {
+		tr, err := s.TurnInsert(ctx, newTurn("k", "f"+string(rune('a'+i)), "p"))
+		require.NoError(t, err)
+		_, err = s.TurnFinish(ctx, tr.ID, res)
+		require.NoError(t, err)
+		if i == 1 {
+			want = tr.ID
+		}
+	}
+	got, err := s.TurnLastFailedWith(ctx, "k", marker)
+	require.NoError(t, err)
+	require.Equal(t, want, got.ID)
+	_, err = s.TurnLastFailedWith(ctx, "other-thread", marker)
+	require.ErrorIs(t, err, db.ErrNotFound)
+}
+
+// testInstances: an instance is alive exactly while it holds its liveness lock.
+func testInstances(t *testing.T, newStore NewStore) {
+	s := newStore(t)
+	ctx := testCtx(t)
+	alive, err := s.InstanceAlive(ctx, "")
+	require.NoError(t, err)
+	require.False(t, alive, "the empty owner (turns from before owners existed) is never alive")
+	alive, err = s.InstanceAlive(ctx, "i1")
+	require.NoError(t, err)
+	require.False(t, alive)
+
+	h, err := s.HoldInstance(ctx, "i1")
+	require.NoError(t, err)
+	alive, err = s.InstanceAlive(ctx, "i1")
+	require.NoError(t, err)
+	require.True(t, alive)
+	alive, err = s.InstanceAlive(ctx, "i2")
+	require.NoError(t, err)
+	require.False(t, alive)
+
+	h.Release()
+	h.Release() // idempotent
+	<-h.Lost()
+	alive, err = s.InstanceAlive(ctx, "i1")
+	require.NoError(t, err)
+	require.False(t, alive)
+}
+
+// testHoldThread: a thread hold excludes LockThread like a lock, and its Lost closes on Release.
+func testHoldThread(t *testing.T, newStore NewStore) {
+	s := newStore(t)
+	ctx := testCtx(t)
+	h, err := s.HoldThread(ctx, "k")
+	require.NoError(t, err)
+	select {
+	case <-h.Lost():
+		t.Fatal("a fresh hold is not lost")
+	default:
+	}
+	got := make(chan struct{})
+	go func() {
+		unlock, err := s.LockThread(ctx, "k")
+		if err == nil {
+			unlock()
+		}
+		close(got)
+	}()
+	h.Release()
+	<-h.Lost()
+	<-got
+}
+
+func turnIDs(ts []db.Turn) []int64 {
+	out := make([]int64, len(ts))
+	for i, t := range ts {
+		out[i] = t.ID
+	}
+	return out
+}
