@@ -63,6 +63,10 @@ lint: check-generate ## gofmt, go vet, staticcheck, generated code in sync
 sandbox-image: ## build the sandbox images offline (threadbox/sandbox-test, -base, and threadbox/sandbox with the agent runtimes)
 	deploy/sandbox-image/build.sh full
 
+.PHONY: bot-image
+bot-image: ## build the bot image threadbox/threadbox:latest offline (deploy/Dockerfile's final stage, Go build on the host)
+	deploy/bot-image/build.sh --tag threadbox/threadbox:latest --version $(VERSION)
+
 .PHONY: clean
 clean: ## remove build output and local data (not Docker images or sandboxes)
 	rm -rf bin data
