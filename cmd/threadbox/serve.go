@@ -27,20 +27,7 @@ func (m *Main) runServe(ctx context.Context) error {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		pctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		if err := a.store.Ping(pctx); err != nil {
-			http.Error(w, "database: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		if a.pool.Draining() {
-			// After `admin drain` this replica takes no turns: take it out of rotation.
-			http.Error(w, "draining: not taking new turns", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ready\n"))
-	})
+	mux.Handle("GET /readyz", readyHandler(a.store, a.pool, log))
 	ln, err := net.Listen("tcp", m.Config.HTTP.Addr)
 	if err != nil {
 		return fmt.Errorf("http.addr %s: %w", m.Config.HTTP.Addr, err)
