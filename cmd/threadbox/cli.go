@@ -91,6 +91,7 @@ func (m *Main) ParseFlags(args []string) error {
 	logger, err := logging.New(m.Stderr, logging.Options{
 		Level: loaded.Log.Level, Format: loaded.Log.Format,
 		Secrets: append(loaded.Secrets(), m.getenv(anthropicKeyEnv), m.getenv(openAIKeyEnv)),
+		Public:  loaded.Public(),
 	})
 	if err != nil {
 		return err

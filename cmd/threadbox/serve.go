@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/threadbox/threadbox/cmd/threadbox/config"
 )
 
 // runServe starts the bot: HTTP (health, web chat, webhooks), the agent pool and the leader-only
@@ -21,7 +23,7 @@ func (m *Main) runServe(ctx context.Context) error {
 		return err
 	}
 	log.Info("ready", zap.String("provider", a.prov.Name()), zap.String("runtime", a.rt.Name()),
-		zap.String("database", m.Config.Database.URL), zap.String("deployment", m.Config.Deployment))
+		zap.String("database", config.RedactURL(m.Config.Database.URL)), zap.String("deployment", m.Config.Deployment))
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {

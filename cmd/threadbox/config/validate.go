@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/threadbox/threadbox/cmd/threadbox/logging"
 	"github.com/threadbox/threadbox/sandbox"
 )
 
@@ -192,26 +193,43 @@ func checkURL(name, raw string, schemes []string, optional bool) error {
 	return nil
 }
 
-// RedactURL hides a password embedded in a URL, so errors can quote the value.
-func RedactURL(raw string) string {
+// RedactURL hides the passwords in a URL (user-info and password= parameters, percent-encoded or
+// not), so errors and logs can quote the value.
+func RedactURL(raw string) string { return logging.RedactURLs(raw) }
+
+// urlSecrets returns the passwords a URL carries, each as written and decoded, for redaction by value
+// wherever they appear outside the URL (a driver's error message, say).
+func urlSecrets(raw string) []string {
 	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		if i := strings.Index(raw, "@"); i > 0 {
-			return "…" + raw[i:]
+	if err != nil {
+		return nil
+	}
+	var out []string
+	if p, ok := u.User.Password(); ok {
+		out = append(out, p)
+		if _, rest, ok := strings.Cut(strings.TrimPrefix(raw, u.Scheme+"://"), ":"); ok {
+			if i := strings.LastIndex(rest, "@"); i >= 0 {
+				out = append(out, rest[:i]) // the password as written, percent-encoding and all
+			}
 		}
-		return raw
 	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	for _, kv := range strings.Split(u.RawQuery, "&") {
+		k, v, _ := strings.Cut(kv, "=")
+		if strings.EqualFold(k, "password") || strings.EqualFold(k, "sslpassword") {
+			out = append(out, v)
+			if d, err := url.QueryUnescape(v); err == nil {
+				out = append(out, d)
+			}
+		}
 	}
-	return u.String()
+	return out
 }
 
-func passwordOf(raw string) string {
+// urlPublic returns the user, host and database name of a URL: printed on purpose, never secrets.
+func urlPublic(raw string) []string {
 	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		return ""
+	if err != nil || u.Host == "" {
+		return nil
 	}
-	p, _ := u.User.Password()
-	return p
+	return []string{u.User.Username(), u.Hostname(), strings.TrimPrefix(u.Path, "/")}
 }
