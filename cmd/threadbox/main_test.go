@@ -232,3 +232,42 @@ func serveInProcess(t *testing.T, env []string) inProcessServe {
 	}
 	return sv
 }
+
+func TestServeOnPostgresNeedsASharedRuntimeSecret(t *testing.T) {
+	// The database is not reached: the check comes first, so the message is the whole story.
+	env := []string{"THREADBOX_DATABASE_URL=postgres://threadbox:pw@127.0.0.1:1/nope?sslmode=disable"}
+	_, _, err := runMain(t, env, "serve")
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "runtime.secret: required with a PostgreSQL database.url")
+	require.Contains(t, err.Error(), "every replica")
+	require.NotContains(t, err.Error(), "\n", "one line")
+}
+
+// TestServeOnPostgresStartupLine starts serve on the test PostgreSQL, whose user, password and
+// database name are all threadbox, like the default deployment: the startup line keeps the
+// deployment and the user, and hides only the password.
+func TestServeOnPostgresStartupLine(t *testing.T) {
+	requireServices(t)
+	pg := os.Getenv("THREADBOX_TEST_POSTGRES_URL")
+	if pg == "" {
+		t.Skip("THREADBOX_TEST_POSTGRES_URL unset")
+	}
+	env := []string{"THREADBOX_DATABASE_URL=" + pg, "THREADBOX_RUNTIME_SECRET=" + strings.Repeat("ab", 16),
+		"THREADBOX_HTTP_ADDR=127.0.0.1:0", "THREADBOX_SANDBOX_PROVIDER=local",
+		"THREADBOX_SANDBOX_LOCAL_I_UNDERSTAND_NO_ISOLATION=true", "THREADBOX_SANDBOX_LOCAL_DIR=" + t.TempDir(),
+		"THREADBOX_LOG_FORMAT=json"}
+	sv := serveInProcess(t, env)
+	sv.cancel()
+	require.NoError(t, <-sv.done)
+	require.NoError(t, sv.m.Close())
+	var ready string
+	for _, l := range strings.Split(sv.stderr.String(), "\n") {
+		if strings.Contains(l, `"msg":"ready"`) {
+			ready = l
+		}
+	}
+	t.Log(ready)
+	require.Contains(t, ready, `"deployment":"threadbox"`)
+	require.Contains(t, ready, `"database":"postgres://threadbox:xxxxx@`)
+	require.NotContains(t, ready, "[REDACTED]")
+}

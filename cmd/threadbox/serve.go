@@ -18,6 +18,9 @@ import (
 // loops. It returns when ctx ends (SIGTERM), after a graceful shutdown.
 func (m *Main) runServe(ctx context.Context) error {
 	log := m.Logger
+	if err := m.Config.ValidateServe(); err != nil {
+		return err
+	}
 	a, err := m.buildApp(ctx)
 	if err != nil {
 		return err

@@ -112,6 +112,22 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// ValidateServe checks what only serve needs. With PostgreSQL, several replicas may share the
+// sessions, and each must derive the same per-sandbox runtime passwords: a secret generated per
+// machine (data/runtime.secret) would lock a replica out of the sandboxes another one started.
+func (c Config) ValidateServe() error {
+	if c.Postgres() && c.Runtime.Secret == "" {
+		return fmt.Errorf("runtime.secret: required with a PostgreSQL database.url, and the same on every replica " +
+			"(replicas share sandboxes and must agree on their runtime passwords); set it, for example, to the output of `openssl rand -hex 32`")
+	}
+	return nil
+}
+
+// Postgres reports whether database.url names PostgreSQL.
+func (c Config) Postgres() bool {
+	return strings.HasPrefix(c.Database.URL, "postgres://") || strings.HasPrefix(c.Database.URL, "postgresql://")
+}
+
 func (c Config) validateDatabase() error {
 	u := c.Database.URL
 	switch {
