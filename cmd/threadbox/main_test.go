@@ -168,12 +168,17 @@ func TestAdminCLIIsAuditedAsTheOperator(t *testing.T) {
 	out, _, err = runMain(t, env, "admin", "inspect", "web:nope")
 	require.Equal(t, exitCode(1), err)
 	require.Contains(t, out, "inspect failed")
-
 	out, _, err = runMain(t, env, "admin", "help")
 	require.NoError(t, err)
 	require.Contains(t, out, "reap [--dry-run]")
 
-	// The audit log has both commands, attributed to the operator.
+	// A target with a terminal escape and a forged line is audited escaped, on one line.
+	out, _, err = runMain(t, env, "admin", "inspect", "web:\x1b[2J\nadmin destroy web:x ok")
+	require.Equal(t, exitCode(1), err)
+	require.Contains(t, out, "inspect failed")
+
+	// The audit log has every command, attributed to the operator: "started" before the action, the
+	// outcome after it.
 	var stdout, stderr bytes.Buffer
 	m := NewMain(&stdout, &stderr, env)
 	require.NoError(t, m.ParseFlags([]string{"doctor"}))
@@ -182,11 +187,24 @@ func TestAdminCLIIsAuditedAsTheOperator(t *testing.T) {
 	entries, err := st.AuditList(context.Background(), db.AuditQuery{})
 	require.NoError(t, err)
 	require.NoError(t, m.Close())
-	require.Len(t, entries, 2)
-	require.Equal(t, "admin inspect", entries[0].Action)
-	require.True(t, strings.HasPrefix(entries[0].Actor, "cli:"))
-	require.Equal(t, "admin sessions", entries[1].Action)
-	require.Equal(t, "ok", entries[1].Result)
+	type row struct{ Action, Target, Result string }
+	var got []row
+	for _, e := range entries {
+		require.True(t, strings.HasPrefix(e.Actor, "cli:"), e.Actor)
+		require.NotContains(t, e.Target+e.Result, "\x1b", "no raw control characters")
+		require.NotContains(t, e.Target+e.Result, "\n")
+		result, _, _ := strings.Cut(e.Result, ":") // "error: <why>" → "error"
+		got = append(got, row{e.Action, e.Target, result})
+	}
+	escaped := `web:\x1b[2J\nadmin destroy web:x ok`
+	require.Equal(t, []row{
+		{"admin inspect", escaped, "error"},
+		{"admin inspect", escaped, "started"},
+		{"admin inspect", "web:nope", "error"},
+		{"admin inspect", "web:nope", "started"},
+		{"admin sessions", "", "ok"},
+		{"admin sessions", "", "started"},
+	}, got)
 }
 
 func TestDoctorWarnsWhenTheModelIsUnreachable(t *testing.T) {
