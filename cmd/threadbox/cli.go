@@ -36,6 +36,8 @@ type Main struct {
 
 	// OnListen, when set, is told the HTTP address once serve is listening (tests use :0).
 	OnListen func(addr string)
+	// httpTimeouts replaces defaultHTTPTimeouts where set (tests make them short).
+	httpTimeouts httpTimeouts
 
 	cmd  string
 	args []string

@@ -3,9 +3,13 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
@@ -49,4 +53,78 @@ func TestReadyzHidesTheDatabaseError(t *testing.T) {
 			}
 		})
 	}
+}
+
+// shortTimeouts makes serve's HTTP timeouts short enough to watch them act.
+var shortTimeouts = httpTimeouts{ReadHeader: 300 * time.Millisecond, Read: 600 * time.Millisecond,
+	Write: 600 * time.Millisecond, Idle: 600 * time.Millisecond}
+
+// serveWithTimeouts runs serve in process on the local provider with the given HTTP timeouts.
+func serveWithTimeouts(t *testing.T, to httpTimeouts) *server {
+	t.Helper()
+	env := baseEnv(t, "THREADBOX_HTTP_ADDR=127.0.0.1:0", "THREADBOX_SANDBOX_PROVIDER=local",
+		"THREADBOX_SANDBOX_LOCAL_I_UNDERSTAND_NO_ISOLATION=true", "THREADBOX_SANDBOX_LOCAL_DIR="+t.TempDir())
+	var stdout, stderr strings.Builder
+	m := NewMain(&stdout, &stderr, env)
+	m.httpTimeouts = to
+	addrc := make(chan string, 1)
+	m.OnListen = func(a string) { addrc <- a }
+	require.NoError(t, m.ParseFlags([]string{"serve"}))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+		require.NoError(t, m.Close())
+	})
+	select {
+	case addr := <-addrc:
+		return &server{url: "http://" + addr}
+	case err := <-done:
+		t.Fatalf("serve exited early: %v", err)
+	}
+	return nil
+}
+
+// TestSlowClientsAreCutOff: a client that stalls in its headers, in its body or between requests
+// loses its connection once the timeout passes; the server does not wait for it.
+func TestSlowClientsAreCutOff(t *testing.T) {
+	s := serveWithTimeouts(t, shortTimeouts)
+	conv := s.post(t, "/api/conversations", map[string]any{})["id"].(string)
+	for _, tc := range []struct{ name, send string }{
+		{"headers never end", "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: "},
+		{"body never ends", "POST /api/conversations/" + conv + "/messages HTTP/1.1\r\nHost: x\r\n" +
+			"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"text\": \"ec"},
+		{"idle after a request", "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", strings.TrimPrefix(s.url, "http://"))
+			require.NoError(t, err)
+			defer conn.Close()
+			_, err = io.WriteString(conn, tc.send)
+			require.NoError(t, err)
+			// A bound for the test only: the server must close well before it.
+			require.NoError(t, conn.SetReadDeadline(time.Now().Add(30*time.Second)))
+			start := time.Now()
+			rest, err := io.ReadAll(conn) // whatever the server answers, then EOF when it closes
+			require.NoError(t, err, "the server closed the connection (got %q)", rest)
+			require.Less(t, time.Since(start), 20*time.Second)
+			if tc.name == "idle after a request" {
+				require.Contains(t, string(rest), "200 OK", "the request itself was served")
+			}
+		})
+	}
+}
+
+// TestEventStreamOutlivesTheTimeouts: the web chat's event stream stays open past the read and write
+// timeouts and still delivers the answer of a turn posted after them.
+func TestEventStreamOutlivesTheTimeouts(t *testing.T) {
+	s := serveWithTimeouts(t, shortTimeouts)
+	conv := s.post(t, "/api/conversations", map[string]any{})["id"].(string)
+	ev := s.events(t, conv)
+	// Not synchronization: the point is that the deadlines pass while the stream is open.
+	<-time.After(3 * shortTimeouts.Write)
+	s.post(t, "/api/conversations/"+conv+"/messages", map[string]any{"text": "echo still-streaming"})
+	require.Contains(t, ev.until(t, "post", "still-streaming"), "still-streaming")
 }

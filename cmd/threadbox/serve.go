@@ -42,7 +42,7 @@ func (m *Main) runServe(ctx context.Context) error {
 		_ = ln.Close()
 		return err
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := newHTTPServer(mux, m.httpTimeouts)
 	// Live event streams never go idle, so Shutdown would wait for them: close the adapters with it.
 	srv.RegisterOnShutdown(closeChat)
 	errc := make(chan error, 1)
