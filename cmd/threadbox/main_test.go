@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -288,4 +289,12 @@ func TestServeOnPostgresStartupLine(t *testing.T) {
 	require.Contains(t, ready, `"deployment":"threadbox"`)
 	require.Contains(t, ready, `"database":"postgres://threadbox:xxxxx@`)
 	require.NotContains(t, ready, "[REDACTED]")
+}
+
+func TestFatalErrorsHideURLPasswords(t *testing.T) {
+	var stderr bytes.Buffer
+	m := NewMain(io.Discard, &stderr, nil)
+	code := reportErr(m, errors.New(`open "postgres://tb:p%40ss@db/tb?password=hunter22": refused`))
+	require.Equal(t, 1, code)
+	require.Equal(t, "threadbox: open \"postgres://tb:xxxxx@db/tb?password=xxxxx\": refused\n", stderr.String())
 }
