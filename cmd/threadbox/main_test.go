@@ -298,3 +298,20 @@ func TestFatalErrorsHideURLPasswords(t *testing.T) {
 	require.Equal(t, 1, code)
 	require.Equal(t, "threadbox: open \"postgres://tb:xxxxx@db/tb?password=xxxxx\": refused\n", stderr.String())
 }
+
+func TestDoctorSaysPostgresNeedsARuntimeSecret(t *testing.T) {
+	requireServices(t)
+	pg := os.Getenv("THREADBOX_TEST_POSTGRES_URL")
+	if pg == "" {
+		t.Skip("THREADBOX_TEST_POSTGRES_URL unset")
+	}
+	env := []string{"THREADBOX_DATABASE_URL=" + pg, "THREADBOX_SANDBOX_PROVIDER=local",
+		"THREADBOX_SANDBOX_LOCAL_I_UNDERSTAND_NO_ISOLATION=true", "THREADBOX_SANDBOX_LOCAL_DIR=" + t.TempDir()}
+	out, _, err := runMain(t, env, "doctor")
+	require.Equal(t, exitCode(1), err)
+	require.Contains(t, findLine(out, "PROBLEM database:"), "runtime.secret is empty")
+
+	out, _, err = runMain(t, append(env, "THREADBOX_RUNTIME_SECRET="+strings.Repeat("cd", 16)), "doctor")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "ok      database: reachable")
+}
