@@ -38,8 +38,10 @@ services: ## install (if missing) and start Docker, PostgreSQL and Redis; build 
 	deploy/test-services.sh
 
 .PHONY: test
-test: services lint ## bring up real services, check generated code and lint, run every test with -race
-	$(SERVICES_ENV) && THREADBOX_REQUIRE_SERVICES=1 $(GO) test $(TEST_FLAGS) ./...
+test: services lint ## bring up real services, check generated code and lint, run every test with -race, check for leaks
+	@snap=$$(mktemp) && trap 'rm -f "$$snap"' EXIT && deploy/test-leaks.sh snapshot "$$snap" && \
+	rc=0 && { $(SERVICES_ENV) && THREADBOX_REQUIRE_SERVICES=1 $(GO) test $(TEST_FLAGS) ./...; } || rc=$$?; \
+	deploy/test-leaks.sh check "$$snap" || rc=1; exit $$rc
 
 .PHONY: bench
 bench: services ## run the benchmarks (provider latency vs raw Docker, store loop queries, …)

@@ -91,6 +91,9 @@ func (h *Handler) Handle(ctx context.Context, msg Message, r Replier) error {
 		return r.Post(ctx, "Reset: this thread's sandbox is gone; the next message starts a fresh one.")
 	case word == CmdAdmin || strings.HasPrefix(word, CmdAdmin+" "):
 		out, _ := h.admin.Run(ctx, msg.User.Qualified(msg.Thread.Platform), strings.Fields(text)[1:])
+		if pp, ok := r.(PrivatePoster); ok {
+			return pp.PostPrivate(ctx, msg.User.ID, out) // never falls back to the shared thread
+		}
 		return r.Post(ctx, out)
 	}
 	return h.turn(ctx, msg, r)

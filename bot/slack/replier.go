@@ -61,6 +61,23 @@ func (r *replier) Post(ctx context.Context, text string) error {
 	return r.post(ctx, text, true)
 }
 
+var _ bot.PrivatePoster = (*replier)(nil)
+
+// PostPrivate implements bot.PrivatePoster with chat.postEphemeral, in the thread, formatted like a
+// slash command's reply (escaped, tables fenced).
+func (r *replier) PostPrivate(ctx context.Context, userID, text string) error {
+	opts := []slack.MsgOption{slack.MsgOptionText(formatCommandOutput(text), false)}
+	if r.threadTS != "" {
+		opts = append(opts, slack.MsgOptionTS(r.threadTS))
+	}
+	return withRetry(ctx, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, postTimeout)
+		defer cancel()
+		_, err := r.a.api.PostEphemeralContext(ctx, r.channel, userID, opts...)
+		return err
+	})
+}
+
 // postRaw posts the bot's own text, markup intact (a mention of the user it addresses).
 func (r *replier) postRaw(ctx context.Context, text string) error {
 	return r.post(ctx, text, false)

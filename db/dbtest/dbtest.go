@@ -46,6 +46,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"TurnsStuck", testTurnsStuck},
 		{"Artifacts", testArtifacts},
 		{"Audit", testAudit},
+		{"AuditEscapesControlCharacters", testAuditEscapesControlCharacters},
 		{"MigrateTwice", testMigrateTwice},
 		{"LockSameKeySerial", testLockSameKeySerial},
 		{"LockMutualExclusion", testLockMutualExclusion},
