@@ -58,7 +58,7 @@ func (m *Main) mountSlack(ctx context.Context, mux *http.ServeMux, a *app) (func
 	}
 	sl, err := slack.New(slack.Options{
 		BotToken: cfg.BotToken, SigningSecret: cfg.SigningSecret, AppToken: cfg.AppToken, APIURL: cfg.APIURL,
-		Handler: a.handler, Admin: a.admin, Store: a.store, Redis: rdb, FollowUps: cfg.FollowUps,
+		Handler: a.handler, Admin: a.admin, Sessions: a.dir, Redis: rdb, FollowUps: cfg.FollowUps,
 		RateLimit:    slack.RateLimit{UserMessages: rl.UserMessages, ChannelMessages: rl.ChannelMessages, Window: rl.Window},
 		MaxFileBytes: cfg.MaxFileBytes, MaxInboundFileBytes: cfg.MaxInboundFileBytes, Logger: m.Logger,
 	})
