@@ -20,7 +20,7 @@ import (
 // events it accepted into the pool), then the web chat. Calling it twice waits for the first call.
 func (m *Main) mountChat(ctx context.Context, mux *http.ServeMux, a *app, addr net.Addr) (func(), error) {
 	ws, err := web.New(web.Options{
-		Handler: a.handler, Admin: a.admin, Store: a.store, Token: m.Config.HTTP.Token,
+		Handler: a.handler, Admin: a.admin, Directory: a.dir, Token: m.Config.HTTP.Token,
 		Warning: a.warning, Logger: m.Logger,
 	})
 	if err != nil {
