@@ -174,13 +174,9 @@ var SessionStatuses = []db.SessionStatus{db.SessionActive, db.SessionCreating, d
 const SessionsListMax = 200
 
 func (a *Admin) sessions(ctx context.Context, status string) (string, error) {
-	statuses := SessionStatuses
-	if status != "" {
-		st := db.SessionStatus(status)
-		if !st.Valid() {
-			return "", fmt.Errorf("unknown status %q", status)
-		}
-		statuses = []db.SessionStatus{st}
+	statuses, err := statusFilter(SessionStatus(status))
+	if err != nil {
+		return "", err
 	}
 	all, err := ListSessions(ctx, a.store, statuses, SessionsListMax)
 	if err != nil {

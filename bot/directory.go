@@ -122,18 +122,26 @@ var ErrUnknownStatus = errors.New("unknown status")
 // one status, or in every status when status is "", up to SessionsListMax. truncated reports that
 // the cap was reached.
 func (d *Directory) Sessions(ctx context.Context, status SessionStatus) (list []SessionView, truncated bool, err error) {
-	statuses := SessionStatuses
-	if status != "" {
-		if !status.Valid() {
-			return nil, false, fmt.Errorf("%w %s", ErrUnknownStatus, status)
-		}
-		statuses = []db.SessionStatus{db.SessionStatus(status)}
+	statuses, err := statusFilter(status)
+	if err != nil {
+		return nil, false, err
 	}
 	all, err := ListSessions(ctx, d.store, statuses, SessionsListMax)
 	if err != nil {
 		return nil, false, err
 	}
 	return views(all), len(all) >= SessionsListMax, nil
+}
+
+// statusFilter is the statuses a listing filtered by status covers: all of them for "".
+func statusFilter(status SessionStatus) ([]db.SessionStatus, error) {
+	switch {
+	case status == "":
+		return SessionStatuses, nil
+	case !status.Valid():
+		return nil, fmt.Errorf("%w %s", ErrUnknownStatus, status)
+	}
+	return []db.SessionStatus{db.SessionStatus(status)}, nil
 }
 
 // PlatformSessions lists the sessions of one platform's threads in every status, in the order of
