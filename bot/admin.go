@@ -197,13 +197,9 @@ var SessionStatuses = []db.SessionStatus{db.SessionActive, db.SessionCreating, d
 const SessionsListMax = 200
 
 func (a *Admin) sessions(ctx context.Context, status string) (string, error) {
-	statuses := SessionStatuses
-	if status != "" {
-		st := db.SessionStatus(status)
-		if !st.Valid() {
-			return "", fmt.Errorf("unknown status %q", status)
-		}
-		statuses = []db.SessionStatus{st}
+	statuses, err := statusFilter(SessionStatus(status))
+	if err != nil {
+		return "", err
 	}
 	all, err := ListSessions(ctx, a.store, statuses, SessionsListMax)
 	if err != nil {
@@ -229,8 +225,13 @@ func (a *Admin) sessions(ctx context.Context, status string) (string, error) {
 	return strings.TrimRight(b.String(), "\n"), nil
 }
 
+// SessionLister pages through sessions by status; db.SessionStore implements it.
+type SessionLister interface {
+	SessionsByStatus(ctx context.Context, status db.SessionStatus, afterThreadKey string, limit int) ([]db.Session, error)
+}
+
 // ListSessions lists sessions in the given statuses, up to max, the same way for chat, CLI and web.
-func ListSessions(ctx context.Context, store db.SessionStore, statuses []db.SessionStatus, max int) ([]db.Session, error) {
+func ListSessions(ctx context.Context, store SessionLister, statuses []db.SessionStatus, max int) ([]db.Session, error) {
 	var all []db.Session
 	for _, st := range statuses {
 		after := ""

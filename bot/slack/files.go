@@ -9,7 +9,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/threadbox/threadbox/agentpool"
 	"github.com/threadbox/threadbox/bot"
 )
 
@@ -64,10 +63,10 @@ func (a *Adapter) download(ctx context.Context, ev event) (files []bot.File, not
 			skip("not a file Slack hosts for this bot")
 			continue
 		case f.Size > a.opts.MaxInboundFileBytes:
-			skip(fmt.Sprintf("%s is over the %s limit per file", agentpool.HumanSize(f.Size), agentpool.HumanSize(a.opts.MaxInboundFileBytes)))
+			skip(fmt.Sprintf("%s is over the %s limit per file", bot.HumanSize(f.Size), bot.HumanSize(a.opts.MaxInboundFileBytes)))
 			continue
 		case total+f.Size > a.opts.MaxInboundBytes:
-			skip(fmt.Sprintf("the attachments together are over the %s limit", agentpool.HumanSize(a.opts.MaxInboundBytes)))
+			skip(fmt.Sprintf("the attachments together are over the %s limit", bot.HumanSize(a.opts.MaxInboundBytes)))
 			continue
 		}
 		w := &capWriter{max: min(a.opts.MaxInboundFileBytes, a.opts.MaxInboundBytes-total)}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/slack-go/slack"
 
-	"github.com/threadbox/threadbox/agentpool"
 	"github.com/threadbox/threadbox/bot"
 )
 
@@ -127,7 +126,7 @@ func (r *replier) Upload(ctx context.Context, name string, data []byte) (string,
 	case size == 0:
 		return "", errors.New("empty file (Slack refuses zero-length uploads)")
 	case size > r.a.opts.MaxFileBytes:
-		return "", fmt.Errorf("%s is over Slack's upload limit of %s", agentpool.HumanSize(size), agentpool.HumanSize(r.a.opts.MaxFileBytes))
+		return "", fmt.Errorf("%s is over Slack's upload limit of %s", bot.HumanSize(size), bot.HumanSize(r.a.opts.MaxFileBytes))
 	}
 	var id string
 	err := withRetry(ctx, func(ctx context.Context) error {
