@@ -9,6 +9,12 @@ LDFLAGS       := -X main.version=$(VERSION)
 # Pinned tool versions, fetched through the Go module proxy and cached by the Go build cache.
 SQLC_VERSION        ?= v1.31.1
 STATICCHECK_VERSION ?= v0.8.2
+HELM_VERSION        ?= v3.22.0
+# v2.28.1: later releases' go.mod has exclude directives, which `go run pkg@version` refuses.
+COMPOSE_VERSION     ?= v2.28.1
+HELM          = $(GO) run helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+COMPOSE       = $(GO) run github.com/docker/compose/v2/cmd@$(COMPOSE_VERSION)
+CHART         := deploy/helm/threadbox
 # Generated code that must match `make generate` (checked by `make lint`).
 GENERATED     := db/internal/pgsqlc db/internal/sqlitesqlc
 TEST_FLAGS    ?= -race -timeout 25m
@@ -32,8 +38,10 @@ services: ## install (if missing) and start Docker, PostgreSQL and Redis; build 
 	deploy/test-services.sh
 
 .PHONY: test
-test: services lint ## bring up real services, check generated code and lint, run every test with -race
-	$(SERVICES_ENV) && THREADBOX_REQUIRE_SERVICES=1 $(GO) test $(TEST_FLAGS) ./...
+test: services lint ## bring up real services, check generated code and lint, run every test with -race, check for leaks
+	@snap=$$(mktemp) && trap 'rm -f "$$snap"' EXIT && deploy/test-leaks.sh snapshot "$$snap" && \
+	rc=0 && { $(SERVICES_ENV) && THREADBOX_REQUIRE_SERVICES=1 $(GO) test $(TEST_FLAGS) ./...; } || rc=$$?; \
+	deploy/test-leaks.sh check "$$snap" || rc=1; exit $$rc
 
 .PHONY: bench
 bench: services ## run the benchmarks (provider latency vs raw Docker, store loop queries, …)
@@ -51,17 +59,32 @@ check-generate: ## fail if generated code differs from `make generate`
 	for d in $(GENERATED); do diff -r "$$tmp/$$d" "$$d" || { echo "generated code in $$d is stale: run make generate and commit" >&2; exit 1; }; done
 
 .PHONY: lint
-lint: check-generate ## gofmt, go vet, staticcheck, generated code in sync
+lint: check-generate ## go.mod tidy, gofmt, go vet, staticcheck, generated code in sync, then lint-deploy
+	$(GO) mod tidy -diff
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	@if $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) -version >/dev/null 2>&1; then \
 	  $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...; \
 	else echo "staticcheck not installable here: skipped"; fi
+	$(MAKE) --no-print-directory lint-deploy
+
+.PHONY: lint-deploy
+lint-deploy: ## helm lint --strict + helm template on the chart (each provider); docker compose config -q on compose.yaml
+	@for p in docker daytona deno; do \
+	  echo "helm lint --strict + template: sandbox.provider=$$p"; \
+	  $(HELM) lint --strict --quiet $(CHART) --set sandbox.provider=$$p && \
+	  $(HELM) template threadbox $(CHART) --set sandbox.provider=$$p >/dev/null || exit 1; \
+	done
+	$(COMPOSE) --env-file deploy/compose.env.example -f deploy/compose.yaml config -q
 
 .PHONY: sandbox-image
 sandbox-image: ## build the sandbox images offline (threadbox/sandbox-test, -base, and threadbox/sandbox with the agent runtimes)
 	deploy/sandbox-image/build.sh full
+
+.PHONY: bot-image
+bot-image: ## build the bot image threadbox/threadbox:latest offline (deploy/Dockerfile's final stage, Go build on the host)
+	deploy/bot-image/build.sh --tag threadbox/threadbox:latest --version $(VERSION)
 
 .PHONY: clean
 clean: ## remove build output and local data (not Docker images or sandboxes)

@@ -95,7 +95,10 @@ func (s SkippedArtifact) String() string {
 	return fmt.Sprintf("not uploaded: %s (%s): %s", s.Name, HumanSize(s.Size), s.Reason)
 }
 
-// HumanSize renders a byte count in binary units: 512 B, 1.5 KiB, 10 MiB.
+// HumanSize renders a byte count in binary units: 512 B, 1.5 KiB, 10 MiB. It is the one size
+// formatter: bot re-exports it for the chat adapters, which may not import agentpool. A count just
+// over a round size keeps its ".0" ("1.0 MiB"), so "1.0 MiB of text; the limit is 1 MiB" does not
+// read as equal.
 func HumanSize(n int64) string {
 	if n < 1024 {
 		return strconv.FormatInt(n, 10) + " B"
@@ -110,7 +113,10 @@ func HumanSize(n int64) string {
 		}
 	}
 	s := strconv.FormatFloat(v, 'f', 1, 64)
-	return strings.TrimSuffix(s, ".0") + " " + unit
+	if v == float64(int64(v)) {
+		s = strings.TrimSuffix(s, ".0")
+	}
+	return s + " " + unit
 }
 
 // CollectArtifacts returns the regular files under output/display that are new or changed since the

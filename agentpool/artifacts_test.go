@@ -82,7 +82,7 @@ func TestSkippedArtifactStringAndHumanSize(t *testing.T) {
 
 	for n, want := range map[int64]string{
 		0: "0 B", 1023: "1023 B", 1024: "1 KiB", 1536: "1.5 KiB", 10 << 20: "10 MiB", 50 << 20: "50 MiB",
-		3 << 30: "3 GiB", 5 << 40: "5 TiB",
+		3 << 30: "3 GiB", 5 << 40: "5 TiB", 1<<20 + 1: "1.0 MiB",
 	} {
 		require.Equal(t, want, HumanSize(n), n)
 	}

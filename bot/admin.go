@@ -74,7 +74,20 @@ const AdminHelp = `admin commands:
 // IsAdmin reports whether actor (platform:user_id) may run admin commands.
 func (a *Admin) IsAdmin(actor string) bool { return a != nil && a.admins[actor] }
 
-// Run executes argv for actor and returns the text to show. Every call is audited.
+// Audit results. Every command leaves an append-only trail: AuditStarted is written before the action
+// and the outcome (AuditOK or "error: …") after it, as a second entry rather than an update, so the
+// log is never rewritten. A "started" with no outcome means the process died during the action.
+const (
+	AuditStarted = "started"
+	AuditOK      = "ok"
+	AuditDenied  = "denied"
+)
+
+// ErrAuditUnavailable refuses an admin command whose audit record could not be written.
+var ErrAuditUnavailable = errors.New("the audit log cannot be written, so admin commands are refused until it can")
+
+// Run executes argv for actor and returns the text to show. Every call is audited, and the action runs
+// only once its audit record is written: an admin action that leaves no trace must not happen.
 func (a *Admin) Run(ctx context.Context, actor string, argv []string) (string, error) {
 	if a == nil {
 		return "Admin commands are not configured.", ErrNotAdmin
@@ -87,27 +100,37 @@ func (a *Admin) Run(ctx context.Context, actor string, argv []string) (string, e
 		target = strings.Join(argv[1:], " ")
 	}
 	if !a.admins[actor] {
-		a.audit(ctx, actor, cmd, target, "denied")
+		_ = a.audit(ctx, actor, cmd, target, AuditDenied) // refused either way; a failure is logged
 		a.log.Warn("admin command refused", zap.String("actor", actor), zap.String("command", cmd))
 		return "Sorry: admin commands are limited to the users listed in admin.users. This attempt was logged.", ErrNotAdmin
 	}
+	if err := a.audit(ctx, actor, cmd, target, AuditStarted); err != nil {
+		return fmt.Sprintf("%s refused: %s.", cmd, ErrAuditUnavailable), fmt.Errorf("admin %s: %w: %w", cmd, ErrAuditUnavailable, err)
+	}
 	out, err := a.dispatch(ctx, cmd, argv)
-	result := "ok"
+	result := AuditOK
 	if err != nil {
 		result = "error: " + UserError(err)
 		out = fmt.Sprintf("%s failed: %s", cmd, UserError(err))
 	}
-	a.audit(ctx, actor, cmd, target, result)
+	// The action has happened: failing to record its outcome changes nothing for the caller, and the
+	// "started" entry already says who did what.
+	_ = a.audit(ctx, actor, cmd, target, result)
 	return out, err
 }
 
-func (a *Admin) audit(ctx context.Context, actor, action, target, result string) {
+// audit appends one entry; the store escapes control characters in it. Failures are logged here.
+func (a *Admin) audit(ctx context.Context, actor, action, target, result string) error {
 	// Audited even when the caller's context is gone: the record matters most then.
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := a.store.AuditAppend(actx, db.AuditEntry{Actor: actor, Action: "admin " + action, Target: target, Result: result}); err != nil {
-		a.log.Error("writing the audit log", zap.Error(err))
+	_, err := a.store.AuditAppend(actx, db.AuditEntry{Actor: actor, Action: "admin " + action, Target: target, Result: result})
+	if err != nil {
+		a.log.Error("writing the audit log", zap.String("actor", actor), zap.String("command", action),
+			zap.String("result", result), zap.Error(err))
+		return fmt.Errorf("audit: %w", err)
 	}
+	return nil
 }
 
 func (a *Admin) dispatch(ctx context.Context, cmd string, argv []string) (string, error) {
@@ -174,13 +197,9 @@ var SessionStatuses = []db.SessionStatus{db.SessionActive, db.SessionCreating, d
 const SessionsListMax = 200
 
 func (a *Admin) sessions(ctx context.Context, status string) (string, error) {
-	statuses := SessionStatuses
-	if status != "" {
-		st := db.SessionStatus(status)
-		if !st.Valid() {
-			return "", fmt.Errorf("unknown status %q", status)
-		}
-		statuses = []db.SessionStatus{st}
+	statuses, err := statusFilter(SessionStatus(status))
+	if err != nil {
+		return "", err
 	}
 	all, err := ListSessions(ctx, a.store, statuses, SessionsListMax)
 	if err != nil {
@@ -206,8 +225,13 @@ func (a *Admin) sessions(ctx context.Context, status string) (string, error) {
 	return strings.TrimRight(b.String(), "\n"), nil
 }
 
+// SessionLister pages through sessions by status; db.SessionStore implements it.
+type SessionLister interface {
+	SessionsByStatus(ctx context.Context, status db.SessionStatus, afterThreadKey string, limit int) ([]db.Session, error)
+}
+
 // ListSessions lists sessions in the given statuses, up to max, the same way for chat, CLI and web.
-func ListSessions(ctx context.Context, store db.SessionStore, statuses []db.SessionStatus, max int) ([]db.Session, error) {
+func ListSessions(ctx context.Context, store SessionLister, statuses []db.SessionStatus, max int) ([]db.Session, error) {
 	var all []db.Session
 	for _, st := range statuses {
 		after := ""

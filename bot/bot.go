@@ -163,3 +163,10 @@ type Replier interface {
 	// Limits reports the platform's sizes.
 	Limits() Limits
 }
+
+// PrivatePoster is an optional Replier capability: a message in the thread that only userID sees
+// (Slack's ephemeral messages). Admin replies use it, so session lists and sandbox handles stay out of
+// threads other people read; a Replier without it is already private (the web chat).
+type PrivatePoster interface {
+	PostPrivate(ctx context.Context, userID, text string) error
+}

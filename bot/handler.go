@@ -125,10 +125,16 @@ func (h *Handler) Handle(ctx context.Context, msg Message, r Replier) error {
 	case word == CmdRetry:
 		return h.retry(ctx, msg, r)
 	case word == CmdAdmin || strings.HasPrefix(word, CmdAdmin+" "):
-		actor, argv := msg.User.Qualified(msg.Thread.Platform), strings.Fields(text)[1:]
+		actor, argv, user := msg.User.Qualified(msg.Thread.Platform), strings.Fields(text)[1:], msg.User.ID
 		run := func(ctx context.Context) {
 			out, _ := h.admin.Run(ctx, actor, argv)
-			if err := r.Post(ctx, out); err != nil {
+			var err error
+			if pp, ok := r.(PrivatePoster); ok {
+				err = pp.PostPrivate(ctx, user, out) // never falls back to the shared thread
+			} else {
+				err = r.Post(ctx, out)
+			}
+			if err != nil {
 				h.log.Warn("posting an admin reply", zap.Error(err))
 			}
 		}

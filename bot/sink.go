@@ -154,7 +154,7 @@ func (s *replySink) Deliver(ctx context.Context, out agentpool.Outcome) ([]strin
 		}
 		id, err := s.r.Upload(ctx, a.Name, a.Data)
 		if err != nil {
-			notes = append(notes, fmt.Sprintf("not uploaded: %s (%s): %s", a.Name, agentpool.HumanSize(a.Size), UserError(err)))
+			notes = append(notes, fmt.Sprintf("not uploaded: %s (%s): %s", a.Name, HumanSize(a.Size), UserError(err)))
 			continue
 		}
 		ids[i] = id

@@ -143,7 +143,8 @@ func (s *pgStore) ArtifactLookup(ctx context.Context, threadKey, path, sha256 st
 }
 
 func (s *pgStore) AuditAppend(ctx context.Context, e AuditEntry) (AuditEntry, error) {
-	if err := e.check(); err != nil {
+	e, err := e.normalize()
+	if err != nil {
 		return AuditEntry{}, err
 	}
 	r, err := s.q.AuditInsert(ctx, s.dbtx, pgsqlc.AuditInsertParams{

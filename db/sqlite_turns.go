@@ -146,7 +146,8 @@ func (s *sqliteStore) ArtifactLookup(ctx context.Context, threadKey, path, sha25
 }
 
 func (s *sqliteStore) AuditAppend(ctx context.Context, e AuditEntry) (AuditEntry, error) {
-	if err := e.check(); err != nil {
+	e, err := e.normalize()
+	if err != nil {
 		return AuditEntry{}, err
 	}
 	r, err := s.q.AuditInsert(ctx, s.dbtx, sqlitesqlc.AuditInsertParams{

@@ -100,7 +100,8 @@ type ArtifactStore interface {
 
 // AuditStore is the admin audit log.
 type AuditStore interface {
-	// AuditAppend records an entry; At is set by the store.
+	// AuditAppend records an entry; At is set by the store, and the text is escaped with
+	// EscapeAuditText (control characters, NUL, invalid UTF-8).
 	AuditAppend(ctx context.Context, e AuditEntry) (AuditEntry, error)
 	// AuditList pages through entries, newest first.
 	AuditList(ctx context.Context, q AuditQuery) ([]AuditEntry, error)

@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -153,11 +154,62 @@ func auditBefore(id int64) int64 {
 	return id
 }
 
-func (e AuditEntry) check() error {
+// normalize checks an entry and escapes its text (see EscapeAuditText).
+func (e AuditEntry) normalize() (AuditEntry, error) {
 	if e.Actor == "" || e.Action == "" {
-		return invalidf("audit entry needs an actor and an action")
+		return e, invalidf("audit entry needs an actor and an action")
 	}
-	return nil
+	e.Actor, e.Action, e.Target, e.Result = EscapeAuditText(e.Actor), EscapeAuditText(e.Action),
+		EscapeAuditText(e.Target), EscapeAuditText(e.Result)
+	return e, nil
+}
+
+// EscapeAuditText makes text safe to store and show in the audit log. Targets come from chat users:
+// NUL cannot be stored in PostgreSQL text (the entry, and so the action, would fail), newlines and
+// carriage returns would forge extra lines in a listing, terminal escapes would act on an operator's
+// terminal, and bidirectional overrides would show one thread key while storing another. Control and
+// format characters and invalid UTF-8 become \n, \xNN or \uNNNN; a backslash is doubled, so an
+// escape in the log always means an escaped character.
+func EscapeAuditText(s string) string {
+	if !needsEscape(s) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size <= 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r == '\\':
+			b.WriteString(`\\`)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r < 0x80 && unicode.IsControl(r):
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case unicode.IsControl(r) || unicode.Is(unicode.Cf, r):
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
+}
+
+func needsEscape(s string) bool {
+	if !utf8.ValidString(s) {
+		return true
+	}
+	for _, r := range s {
+		if r == '\\' || unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
+			return true
+		}
+	}
+	return false
 }
 
 func (a NewArtifact) check() error {

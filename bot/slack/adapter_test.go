@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -15,7 +16,6 @@ import (
 
 	"github.com/threadbox/threadbox/bot"
 	"github.com/threadbox/threadbox/bot/slack/slackfake"
-	"github.com/threadbox/threadbox/db"
 )
 
 func randomPrefix(t *testing.T) string {
@@ -51,7 +51,7 @@ func TestIgnoresOwnAndBotMessages(t *testing.T) {
 	h.handleFunc = func(ctx context.Context, msg bot.Message, r bot.Replier) error {
 		return r.Post(ctx, "answer to "+msg.Text)
 	}
-	hs := newHarness(t, nil, h, func(o *Options) { o.FollowUps = true; o.Store = servedStore{} })
+	hs := newHarness(t, nil, h, func(o *Options) { o.FollowUps = true; o.Sessions = sessions{has: true} })
 	root := hs.fake.Mention("C1", "U1", "first")
 	hs.deliver(t, root)
 	h.next(t)
@@ -69,22 +69,20 @@ func TestIgnoresOwnAndBotMessages(t *testing.T) {
 	require.Len(t, h.messages(), 2)
 }
 
-// servedStore says every thread has a session.
-type servedStore struct{}
-
-func (servedStore) SessionGet(context.Context, string) (db.Session, error) { return db.Session{}, nil }
-
-// emptyStore says no thread has a session.
-type emptyStore struct{}
-
-func (emptyStore) SessionGet(context.Context, string) (db.Session, error) {
-	return db.Session{}, fmt.Errorf("session: %w", db.ErrNotFound)
+// sessions is a bot.Sessions with a fixed answer for every thread.
+type sessions struct {
+	has bool
+	err error
 }
+
+var _ bot.Sessions = sessions{}
+
+func (s sessions) HasSession(context.Context, bot.ThreadKey) (bool, error) { return s.has, s.err }
 
 func TestFollowUps(t *testing.T) {
 	t.Run("off by default", func(t *testing.T) {
 		h := newStubHandler()
-		hs := newHarness(t, nil, h, func(o *Options) { o.Store = servedStore{} })
+		hs := newHarness(t, nil, h, func(o *Options) { o.Sessions = sessions{has: true} })
 		root := hs.fake.Mention("C1", "U1", "start")
 		hs.deliver(t, root)
 		h.next(t)
@@ -94,7 +92,7 @@ func TestFollowUps(t *testing.T) {
 	})
 	t.Run("only in threads with a session", func(t *testing.T) {
 		h := newStubHandler()
-		hs := newHarness(t, nil, h, func(o *Options) { o.FollowUps = true; o.Store = emptyStore{} })
+		hs := newHarness(t, nil, h, func(o *Options) { o.FollowUps = true; o.Sessions = sessions{} })
 		root := hs.fake.ChannelMessage("C1", "U1", "chatter")
 		hs.deliver(t, hs.fake.ChannelMessage("C1", "U2", "reply", slackfake.InThread(root.TS)))
 		hs.deliver(t, hs.fake.Mention("C1", "U1", "marker", slackfake.InThread(root.TS)))
@@ -102,7 +100,7 @@ func TestFollowUps(t *testing.T) {
 	})
 	t.Run("on", func(t *testing.T) {
 		h := newStubHandler()
-		hs := newHarness(t, nil, h, func(o *Options) { o.FollowUps = true; o.Store = servedStore{} })
+		hs := newHarness(t, nil, h, func(o *Options) { o.FollowUps = true; o.Sessions = sessions{has: true} })
 		root := hs.fake.Mention("C1", "U1", "start")
 		hs.deliver(t, root)
 		h.next(t)
@@ -112,9 +110,22 @@ func TestFollowUps(t *testing.T) {
 		require.Equal(t, "slack:T0FAKE:C1:"+root.TS, m.Thread.String())
 		require.Equal(t, "U2", m.User.ID)
 	})
-	t.Run("needs a store", func(t *testing.T) {
+	t.Run("a failed lookup counts as no session", func(t *testing.T) {
+		h := newStubHandler()
+		hs := newHarness(t, nil, h, func(o *Options) {
+			o.FollowUps = true
+			o.Sessions = sessions{has: true, err: errors.New("database down")}
+		})
+		root := hs.fake.Mention("C1", "U1", "start")
+		hs.deliver(t, root)
+		h.next(t)
+		hs.deliver(t, hs.fake.ChannelMessage("C1", "U2", "no mention", slackfake.InThread(root.TS)))
+		hs.deliver(t, hs.fake.Mention("C1", "U1", "marker", slackfake.InThread(root.TS)))
+		require.Equal(t, "marker", h.next(t).Text)
+	})
+	t.Run("needs Sessions", func(t *testing.T) {
 		_, err := New(Options{BotToken: "x", Handler: newStubHandler(), FollowUps: true})
-		require.ErrorContains(t, err, "Store")
+		require.ErrorContains(t, err, "Sessions")
 	})
 }
 

@@ -62,7 +62,7 @@ func newStack(t *testing.T, mod ...func(*Options)) *stack {
 	handler := bot.NewHandler(bot.HandlerConfig{ProgressInterval: 100 * time.Millisecond}, pool, st, admin, log)
 	fake := slackfake.New(slackfake.Options{})
 	t.Cleanup(fake.Close)
-	all := append([]func(*Options){func(o *Options) { o.Admin, o.Store = admin, st }}, mod...)
+	all := append([]func(*Options){func(o *Options) { o.Admin, o.Sessions = admin, bot.NewDirectory(st) }}, mod...)
 	hs := newHarness(t, fake, handler, all...)
 	s := &stack{harness: hs, store: st, prov: prov, deployment: dep, pool: pool}
 	t.Cleanup(func() {

@@ -84,8 +84,10 @@ func TestE2EMentionInThread(t *testing.T) {
 	audit, err := s.store.AuditList(t.Context(), db.AuditQuery{})
 	require.NoError(t, err)
 	results := map[string]string{}
-	for _, a := range audit {
-		results[a.Actor+" "+a.Action] = a.Result
+	for _, a := range audit { // newest first: keep each command's outcome, not its "started"
+		if _, seen := results[a.Actor+" "+a.Action]; !seen {
+			results[a.Actor+" "+a.Action] = a.Result
+		}
 	}
 	require.Equal(t, "ok", results["slack:UADMIN admin sessions"])
 	require.Equal(t, "denied", results["slack:U2 admin sessions"])

@@ -11,7 +11,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/threadbox/threadbox/bot"
-	"github.com/threadbox/threadbox/db"
 )
 
 // EventsHandler serves POST /slack/events: verify, parse, deduplicate, ack (200), then work.
@@ -159,17 +158,15 @@ func (a *Adapter) teamOf(env envelope, ev event) string {
 // serves reports whether the thread already has a session: only then does a follow-up without a
 // mention count, so the bot never joins a conversation it was not invited into.
 func (a *Adapter) serves(ctx context.Context, key bot.ThreadKey) bool {
-	if !a.opts.FollowUps || a.opts.Store == nil {
+	if !a.opts.FollowUps || a.opts.Sessions == nil {
 		return false
 	}
-	_, err := a.opts.Store.SessionGet(ctx, key.String())
-	switch {
-	case err == nil:
-		return true
-	case !errors.Is(err, db.ErrNotFound):
+	ok, err := a.opts.Sessions.HasSession(ctx, key)
+	if err != nil {
 		a.log.Warn("follow-up: looking up the thread's session", zap.String("thread", key.String()), zap.Error(err))
+		return false
 	}
-	return false
+	return ok
 }
 
 // exempt lets in-thread control commands through the rate limit: a user who is over it must

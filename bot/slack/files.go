@@ -10,7 +10,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/threadbox/threadbox/agentpool"
 	"github.com/threadbox/threadbox/bot"
 )
 
@@ -51,10 +50,10 @@ func (a *Adapter) inbound(ev event) (files []bot.File, notes []string) {
 			skip("not a file Slack hosts for this bot")
 			continue
 		case f.Size > a.opts.MaxInboundFileBytes:
-			skip(fmt.Sprintf("%s is over the %s limit per file", agentpool.HumanSize(f.Size), agentpool.HumanSize(a.opts.MaxInboundFileBytes)))
+			skip(fmt.Sprintf("%s is over the %s limit per file", bot.HumanSize(f.Size), bot.HumanSize(a.opts.MaxInboundFileBytes)))
 			continue
 		case total+f.Size > a.opts.MaxInboundBytes:
-			skip(fmt.Sprintf("the attachments together are over the %s limit", agentpool.HumanSize(a.opts.MaxInboundBytes)))
+			skip(fmt.Sprintf("the attachments together are over the %s limit", bot.HumanSize(a.opts.MaxInboundBytes)))
 			continue
 		}
 		total += f.Size
@@ -86,7 +85,7 @@ func (a *Adapter) OpenFile(ctx context.Context, ref string) (io.ReadCloser, erro
 	if err != nil {
 		_ = sp.Close()
 		if errors.Is(err, errTooBig) {
-			return nil, fmt.Errorf("larger than Slack said, and over the %s limit", agentpool.HumanSize(a.opts.MaxInboundFileBytes))
+			return nil, fmt.Errorf("larger than Slack said, and over the %s limit", bot.HumanSize(a.opts.MaxInboundFileBytes))
 		}
 		return nil, fmt.Errorf("download failed: %w", err)
 	}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/slack-go/slack"
 
-	"github.com/threadbox/threadbox/agentpool"
 	"github.com/threadbox/threadbox/bot"
 )
 
@@ -91,6 +90,23 @@ func (r *replier) Post(ctx context.Context, text string) error {
 	return r.post(ctx, text, true)
 }
 
+var _ bot.PrivatePoster = (*replier)(nil)
+
+// PostPrivate implements bot.PrivatePoster with chat.postEphemeral, in the thread, formatted like a
+// slash command's reply (escaped, tables fenced).
+func (r *replier) PostPrivate(ctx context.Context, userID, text string) error {
+	opts := []slack.MsgOption{slack.MsgOptionText(formatCommandOutput(text), false)}
+	if r.threadTS != "" {
+		opts = append(opts, slack.MsgOptionTS(r.threadTS))
+	}
+	return withRetry(ctx, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, postTimeout)
+		defer cancel()
+		_, err := r.a.api.PostEphemeralContext(ctx, r.channel, userID, opts...)
+		return err
+	})
+}
+
 // postRaw posts the bot's own text, markup intact (a mention of the user it addresses).
 func (r *replier) postRaw(ctx context.Context, text string) error {
 	return r.post(ctx, text, false)
@@ -140,7 +156,7 @@ func (r *replier) Upload(ctx context.Context, name string, data []byte) (string,
 	case size == 0:
 		return "", errors.New("empty file (Slack refuses zero-length uploads)")
 	case size > r.a.opts.MaxFileBytes:
-		return "", fmt.Errorf("%s is over Slack's upload limit of %s", agentpool.HumanSize(size), agentpool.HumanSize(r.a.opts.MaxFileBytes))
+		return "", fmt.Errorf("%s is over Slack's upload limit of %s", bot.HumanSize(size), bot.HumanSize(r.a.opts.MaxFileBytes))
 	}
 	var id string
 	err := withRetry(ctx, func(ctx context.Context) error {

@@ -26,7 +26,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/threadbox/threadbox/bot"
-	"github.com/threadbox/threadbox/db"
 )
 
 // Handler routes a message; *bot.Handler implements it.
@@ -37,12 +36,6 @@ type Handler interface {
 // Admin runs admin commands; *bot.Admin implements it.
 type Admin interface {
 	Run(ctx context.Context, actor string, argv []string) (string, error)
-}
-
-// Store is what the adapter reads: whether a thread already has a session (follow-ups). db.Store
-// implements it.
-type Store interface {
-	SessionGet(ctx context.Context, threadKey string) (db.Session, error)
 }
 
 // RateLimit bounds how many messages the bot takes per fixed window. A user or channel over the limit
@@ -71,8 +64,9 @@ type Options struct {
 	Handler Handler
 	// Admin runs /threadbox commands; nil answers that admin commands are not configured.
 	Admin Admin
-	// Store answers "does this thread have a session" for follow-ups; required when FollowUps is set.
-	Store Store
+	// Sessions answers "does this thread have a session" for follow-ups (*bot.Directory); required
+	// when FollowUps is set.
+	Sessions bot.Sessions
 	// Redis, when set, holds dedupe marks and rate-limit counters shared by every replica.
 	Redis *redis.Client
 	// KeyPrefix prefixes every Redis key (default "threadbox:slack:").
@@ -152,8 +146,8 @@ func (o Options) validate() error {
 		return errors.New("slack: BotToken (slack.bot_token) is required")
 	case o.Handler == nil:
 		return errors.New("slack: Handler is required")
-	case o.FollowUps && o.Store == nil:
-		return errors.New("slack: Store is required with FollowUps (slack.follow_ups)")
+	case o.FollowUps && o.Sessions == nil:
+		return errors.New("slack: Sessions is required with FollowUps (slack.follow_ups)")
 	case o.RateLimit.Window < time.Second:
 		return fmt.Errorf("slack: RateLimit.Window = %s: must be at least 1s", o.RateLimit.Window)
 	case o.MaxFileBytes < 0, o.MaxInboundFileBytes < 0, o.MaxInboundBytes < 0:

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/threadbox/threadbox/bot"
-	"github.com/threadbox/threadbox/db"
 )
 
 // sessionJSON is a session in the API.
@@ -31,7 +30,7 @@ type sessionJSON struct {
 	UpdatedAt       *time.Time `json:"updated_at,omitempty"`
 }
 
-func sessionOf(s db.Session) *sessionJSON {
+func sessionOf(s bot.SessionView) *sessionJSON {
 	out := &sessionJSON{
 		ThreadKey: s.ThreadKey, Platform: s.Platform, Status: string(s.Status), Provider: s.Provider,
 		SandboxID: s.SandboxID, Generation: s.Generation, Runtime: s.Runtime, ResumeFailCount: s.ResumeFailCount,
@@ -55,23 +54,19 @@ func (s *Server) adminSessions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, out)
 		return
 	}
-	statuses := bot.SessionStatuses
-	if st := r.URL.Query().Get("status"); st != "" {
-		if !db.SessionStatus(st).Valid() {
-			writeError(w, http.StatusBadRequest, "unknown status "+st)
-			return
-		}
-		statuses = []db.SessionStatus{db.SessionStatus(st)}
-	}
-	all, err := bot.ListSessions(r.Context(), s.store, statuses, bot.SessionsListMax)
-	if err != nil {
+	all, truncated, err := s.dir.Sessions(r.Context(), bot.SessionStatus(r.URL.Query().Get("status")))
+	switch {
+	case errors.Is(err, bot.ErrUnknownStatus):
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	case err != nil:
 		writeErr(w, err)
 		return
 	}
 	out := struct {
 		Sessions  []*sessionJSON `json:"sessions"`
 		Truncated bool           `json:"truncated"`
-	}{Sessions: make([]*sessionJSON, 0, len(all)), Truncated: len(all) >= bot.SessionsListMax}
+	}{Sessions: make([]*sessionJSON, 0, len(all)), Truncated: truncated}
 	for _, ss := range all {
 		out.Sessions = append(out.Sessions, sessionOf(ss))
 	}
@@ -115,7 +110,7 @@ func (s *Server) adminCommand(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		argv = append(argv, req.Thread)
-	case cmd == "sessions" && req.Status != "" && !db.SessionStatus(req.Status).Valid():
+	case cmd == "sessions" && req.Status != "" && !bot.SessionStatus(req.Status).Valid():
 		writeError(w, http.StatusBadRequest, "unknown status "+req.Status)
 		return
 	case cmd == "sessions" && req.Status != "":

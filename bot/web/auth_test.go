@@ -49,7 +49,7 @@ func serve(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
 
 func newTestServer(t *testing.T, token string) *Server {
 	t.Helper()
-	srv, err := New(Options{Handler: nopHandler{}, Store: newStore(t), Token: token, Warning: "no isolation <b>here</b>"})
+	srv, err := New(Options{Handler: nopHandler{}, Directory: bot.NewDirectory(newStore(t)), Token: token, Warning: "no isolation <b>here</b>"})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = srv.Close() })
 	return srv

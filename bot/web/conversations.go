@@ -12,7 +12,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/threadbox/threadbox/bot"
-	"github.com/threadbox/threadbox/db"
 )
 
 // Conversations. There is no conversations table: a conversation is a thread key web:<id>. The list
@@ -28,8 +27,11 @@ var idPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 // maxListed bounds the conversation list.
 const maxListed = 500
 
-// historyLimit caps the turns read back from the database for one conversation.
-var historyLimit = db.TranscriptLimit{MaxTurns: 200, MaxChars: 16 << 20}
+// historyTurns and historyChars cap the turns read back from the database for one conversation.
+const (
+	historyTurns = 200
+	historyChars = 16 << 20
+)
 
 // conversationJSON is a conversation in the list and in GET /api/conversations/{id}.
 type conversationJSON struct {
@@ -90,7 +92,7 @@ func (s *Server) createConversation(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, s.describe(c, nil))
 }
 
-func (s *Server) describe(c *conversation, sess *db.Session) conversationJSON {
+func (s *Server) describe(c *conversation, sess *bot.SessionView) conversationJSON {
 	c.mu.Lock()
 	out := conversationJSON{ID: c.id, ThreadKey: bot.WebThread(c.id).String(), Title: c.title,
 		CreatedAt: timePtr(c.created), LastActivityAt: timePtr(c.last)}
@@ -125,19 +127,19 @@ func ptrTime(t *time.Time) time.Time {
 
 // listConversations is GET /api/conversations: newest activity first.
 func (s *Server) listConversations(w http.ResponseWriter, r *http.Request) {
-	sessions, err := s.webSessions(r.Context())
+	sessions, err := s.dir.PlatformSessions(r.Context(), "web", maxListed)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	bySession := map[string]*db.Session{}
+	bySession := map[string]*bot.SessionView{}
 	for i := range sessions {
 		id := strings.TrimPrefix(sessions[i].ThreadKey, "web:")
 		bySession[id] = &sessions[i]
 		if c := s.lookup(id, false); c == nil {
 			// First sight since start: register it, titled by its newest prompt.
 			c = s.lookup(id, true)
-			title := s.lastPrompt(r.Context(), sessions[i].ThreadKey)
+			title := s.lastPrompt(r.Context(), id)
 			c.mu.Lock()
 			if c.title == "" {
 				c.title = title
@@ -169,40 +171,12 @@ func (s *Server) listConversations(w http.ResponseWriter, r *http.Request) {
 	}{out})
 }
 
-func (s *Server) lastPrompt(ctx context.Context, threadKey string) string {
-	turns, err := s.store.TurnTranscript(ctx, threadKey, db.TranscriptLimit{MaxTurns: 1, MaxChars: 16 << 20})
+func (s *Server) lastPrompt(ctx context.Context, id string) string {
+	turns, err := s.dir.History(ctx, bot.WebThread(id), 1, historyChars)
 	if err != nil || len(turns) == 0 {
 		return ""
 	}
 	return titleOf(turns[len(turns)-1].Prompt)
-}
-
-// webSessions reads the web: sessions in every status. Keys sort by thread key, so each status's
-// web: rows are one run that starts after "web:".
-func (s *Server) webSessions(ctx context.Context) ([]db.Session, error) {
-	var out []db.Session
-	for _, st := range bot.SessionStatuses {
-		after := "web:"
-		for len(out) < maxListed {
-			page, err := s.store.SessionsByStatus(ctx, st, after, db.DefaultBatch)
-			if err != nil {
-				return nil, err
-			}
-			done := len(page) < db.DefaultBatch
-			for _, ss := range page {
-				if !strings.HasPrefix(ss.ThreadKey, "web:") {
-					done = true
-					break
-				}
-				out = append(out, ss)
-			}
-			if done || len(page) == 0 {
-				break
-			}
-			after = page[len(page)-1].ThreadKey
-		}
-	}
-	return out, nil
 }
 
 // getConversation is GET /api/conversations/{id}: its session, its history and a cursor for its
@@ -214,16 +188,16 @@ func (s *Server) getConversation(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad conversation id: want 1 to 64 of A-Z a-z 0-9 _ -")
 		return
 	}
-	key := bot.WebThread(id).String()
-	var sess *db.Session
-	switch got, err := s.store.SessionGet(r.Context(), key); {
-	case err == nil:
-		sess = &got
-	case !errors.Is(err, db.ErrNotFound):
+	key := bot.WebThread(id)
+	var sess *bot.SessionView
+	switch got, found, err := s.dir.Session(r.Context(), key); {
+	case err != nil:
 		writeErr(w, err)
 		return
+	case found:
+		sess = &got
 	}
-	turns, err := s.store.TurnTranscript(r.Context(), key, historyLimit)
+	turns, err := s.dir.History(r.Context(), key, historyTurns, historyChars)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -243,7 +217,7 @@ func (s *Server) getConversation(w http.ResponseWriter, r *http.Request) {
 	}
 	var items []Event
 	for _, t := range turns {
-		if !seen[t.PlatformEventID] {
+		if !seen[t.EventID] {
 			items = append(items, turnEvents(t)...)
 		}
 	}
@@ -264,14 +238,14 @@ func (s *Server) getConversation(w http.ResponseWriter, r *http.Request) {
 }
 
 // turnEvents renders a stored turn as the events the page draws.
-func turnEvents(t db.Turn) []Event {
+func turnEvents(t bot.TurnView) []Event {
 	text, cut := clip(t.Prompt, displayTextMax)
-	evs := []Event{{Type: EventMessage, At: t.CreatedAt, EventID: t.PlatformEventID, User: "web:" + t.UserID, Text: text, Truncated: cut}}
+	evs := []Event{{Type: EventMessage, At: t.CreatedAt, EventID: t.EventID, User: "web:" + t.UserID, Text: text, Truncated: cut}}
 	answer := t.Answer
 	switch {
-	case t.Status == db.TurnCancelled && answer == "":
+	case t.Status == bot.TurnCancelled && answer == "":
 		answer = "Stopped."
-	case t.Status == db.TurnFailed && answer == "":
+	case t.Status == bot.TurnFailed && answer == "":
 		answer = "Sorry, that failed: " + t.Error
 	}
 	if answer != "" {
@@ -280,7 +254,7 @@ func turnEvents(t db.Turn) []Event {
 		if at.IsZero() {
 			at = t.CreatedAt
 		}
-		evs = append(evs, Event{Type: EventPost, At: at, ReplyTo: t.PlatformEventID, Text: text, Truncated: cut})
+		evs = append(evs, Event{Type: EventPost, At: at, ReplyTo: t.EventID, Text: text, Truncated: cut})
 	}
 	return evs
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/threadbox/threadbox/bot"
 )
 
 // Artifacts are held in memory, not re-read from the sandbox: the web adapter has no sandbox access
@@ -51,7 +53,7 @@ func newFileStore(max int64) *fileStore {
 // put keeps a copy of data and returns its reference.
 func (f *fileStore) put(conv, name string, data []byte, now time.Time) (FileRef, error) {
 	if int64(len(data)) > f.max {
-		return FileRef{}, fmt.Errorf("%s (%s) is larger than the web chat's file memory (%s)", name, humanBytes(int64(len(data))), humanBytes(f.max))
+		return FileRef{}, fmt.Errorf("%s (%s) is larger than the web chat's file memory (%s)", name, bot.HumanSize(int64(len(data))), bot.HumanSize(f.max))
 	}
 	ctype, image := contentType(name, data)
 	id := randomID(16)

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"time"
 	"unicode/utf8"
+
+	"github.com/threadbox/threadbox/bot"
 )
 
 // errorJSON is every error body: {"error": "..."}.
@@ -75,25 +77,13 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, v any, empt
 	case err == nil:
 		return nil
 	case errors.As(err, &mbe):
-		return errorf(http.StatusRequestEntityTooLarge, "request body too large: the limit is %s", humanBytes(mbe.Limit))
+		return errorf(http.StatusRequestEntityTooLarge, "request body too large: the limit is %s", bot.HumanSize(mbe.Limit))
 	case errors.Is(err, io.EOF):
 		return errorf(http.StatusBadRequest, "malformed JSON: empty body")
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return errorf(http.StatusBadRequest, "malformed JSON: unexpected end of input")
 	}
 	return errorf(http.StatusBadRequest, "malformed JSON: %s", err.Error())
-}
-
-func humanBytes(n int64) string {
-	switch {
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%d MiB", n>>20)
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%d KiB", n>>10)
-	}
-	return fmt.Sprintf("%d B", n)
 }
 
 // clip cuts text for display at a rune boundary; cut is how many bytes were left out.

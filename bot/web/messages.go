@@ -75,7 +75,7 @@ func (s *Server) checkText(text string, files int) error {
 	if len(text) > s.maxText {
 		return errorf(http.StatusRequestEntityTooLarge,
 			"message too large: %s of text; the limit is %s (attach long input as a file instead)",
-			humanBytes(int64(len(text))), humanBytes(int64(s.maxText)))
+			bot.HumanSize(int64(len(text))), bot.HumanSize(int64(s.maxText)))
 	}
 	if strings.TrimSpace(text) == "" && files == 0 {
 		return errorf(http.StatusBadRequest, "empty message: send some text or a file")
@@ -138,7 +138,7 @@ func readCapped(r io.Reader, limit int64) ([]byte, error) {
 		return nil, bodyError(err)
 	}
 	if int64(len(b)) > limit {
-		return nil, errorf(http.StatusRequestEntityTooLarge, "too large: the limit is %s per part", humanBytes(limit))
+		return nil, errorf(http.StatusRequestEntityTooLarge, "too large: the limit is %s per part", bot.HumanSize(limit))
 	}
 	return b, nil
 }
@@ -146,7 +146,7 @@ func readCapped(r io.Reader, limit int64) ([]byte, error) {
 func bodyError(err error) error {
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
-		return errorf(http.StatusRequestEntityTooLarge, "request body too large: the limit is %s", humanBytes(mbe.Limit))
+		return errorf(http.StatusRequestEntityTooLarge, "request body too large: the limit is %s", bot.HumanSize(mbe.Limit))
 	}
 	return errorf(http.StatusBadRequest, "malformed multipart body: %s", err.Error())
 }
@@ -183,7 +183,7 @@ func (r *replier) Progress(ctx context.Context, text string) error {
 // Upload implements bot.Replier: the bytes are kept in memory for GET /api/files/{id}.
 func (r *replier) Upload(ctx context.Context, name string, data []byte) (string, error) {
 	if int64(len(data)) > webLimits.MaxFileBytes {
-		return "", fmt.Errorf("%s is %s; the web chat takes files up to %s", name, humanBytes(int64(len(data))), humanBytes(webLimits.MaxFileBytes))
+		return "", fmt.Errorf("%s is %s; the web chat takes files up to %s", name, bot.HumanSize(int64(len(data))), bot.HumanSize(webLimits.MaxFileBytes))
 	}
 	ref, err := r.s.files.put(r.c.id, name, data, r.s.now())
 	if err != nil {

@@ -20,7 +20,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/threadbox/threadbox/bot"
-	"github.com/threadbox/threadbox/db"
 )
 
 //go:embed static
@@ -37,8 +36,8 @@ type Options struct {
 	Handler MessageHandler
 	// Admin runs admin commands; nil refuses them all.
 	Admin *bot.Admin
-	// Store is read for conversations, history and the operations view; required.
-	Store db.Store
+	// Directory is read for conversations, history and the operations view; required.
+	Directory *bot.Directory
 	// Token, when set, lets clients that are not on loopback in with "Authorization: Bearer <token>"
 	// (or a cookie set by opening the page with ?token=). Without it only loopback clients are served.
 	Token string
@@ -77,7 +76,7 @@ var webLimits = bot.Limits{MaxMessage: 32000, MaxChunks: 8, MaxFileBytes: maxUpl
 type Server struct {
 	handler  MessageHandler
 	admin    *bot.Admin
-	store    db.Store
+	dir      *bot.Directory
 	hasToken bool
 	tokenSum [32]byte
 	warning  string
@@ -103,15 +102,15 @@ type Server struct {
 
 // New builds the web chat.
 func New(opts Options) (*Server, error) {
-	if opts.Handler == nil || opts.Store == nil {
-		return nil, errors.New("web: Handler and Store are required")
+	if opts.Handler == nil || opts.Directory == nil {
+		return nil, errors.New("web: Handler and Directory are required")
 	}
 	page, err := template.ParseFS(staticFS, "static/index.html")
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{
-		handler: opts.Handler, admin: opts.Admin, store: opts.Store, warning: opts.Warning,
+		handler: opts.Handler, admin: opts.Admin, dir: opts.Directory, warning: opts.Warning,
 		log: opts.Logger, now: opts.Now, maxText: opts.MaxTextBytes, page: page,
 		convs: map[string]*conversation{}, epoch: randomID(6),
 	}

@@ -20,7 +20,7 @@ import (
 // events it accepted into the pool), then the web chat. Calling it twice waits for the first call.
 func (m *Main) mountChat(ctx context.Context, mux *http.ServeMux, a *app, addr net.Addr) (func(), error) {
 	ws, err := web.New(web.Options{
-		Handler: a.handler, Admin: a.admin, Store: a.store, Token: m.Config.HTTP.Token,
+		Handler: a.handler, Admin: a.admin, Directory: a.dir, Token: m.Config.HTTP.Token,
 		Warning: a.warning, Logger: m.Logger,
 	})
 	if err != nil {
@@ -59,7 +59,7 @@ func (m *Main) mountSlack(ctx context.Context, mux *http.ServeMux, a *app) (func
 	}
 	sl, err := slack.New(slack.Options{
 		BotToken: cfg.BotToken, SigningSecret: cfg.SigningSecret, AppToken: cfg.AppToken, APIURL: cfg.APIURL,
-		Handler: a.handler, Admin: a.admin, Store: a.store, Redis: rdb, FollowUps: cfg.FollowUps,
+		Handler: a.handler, Admin: a.admin, Sessions: a.dir, Redis: rdb, FollowUps: cfg.FollowUps,
 		RateLimit:    slack.RateLimit{UserMessages: rl.UserMessages, ChannelMessages: rl.ChannelMessages, Window: rl.Window},
 		MaxFileBytes: cfg.MaxFileBytes, MaxInboundFileBytes: cfg.MaxInboundFileBytes, Logger: m.Logger,
 	})

@@ -36,6 +36,8 @@ type Main struct {
 
 	// OnListen, when set, is told the HTTP address once serve is listening (tests use :0).
 	OnListen func(addr string)
+	// httpTimeouts replaces defaultHTTPTimeouts where set (tests make them short).
+	httpTimeouts httpTimeouts
 
 	cmd  string
 	args []string
@@ -91,6 +93,7 @@ func (m *Main) ParseFlags(args []string) error {
 	logger, err := logging.New(m.Stderr, logging.Options{
 		Level: loaded.Log.Level, Format: loaded.Log.Format,
 		Secrets: append(loaded.Secrets(), m.getenv(anthropicKeyEnv), m.getenv(openAIKeyEnv)),
+		Public:  loaded.Public(),
 	})
 	if err != nil {
 		return err

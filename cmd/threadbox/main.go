@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/threadbox/threadbox/cmd/threadbox/logging"
 )
 
 func main() {
@@ -35,6 +37,7 @@ func reportErr(m *Main, err error) int {
 	if ec, ok := err.(exitCode); ok {
 		return int(ec)
 	}
-	fmt.Fprintf(m.Stderr, "threadbox: %v\n", err)
+	// Not through the logger, so redacted here: a driver's error can quote database.url.
+	fmt.Fprintf(m.Stderr, "threadbox: %s\n", logging.RedactURLs(err.Error()))
 	return 1
 }

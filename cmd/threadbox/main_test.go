@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -168,12 +169,17 @@ func TestAdminCLIIsAuditedAsTheOperator(t *testing.T) {
 	out, _, err = runMain(t, env, "admin", "inspect", "web:nope")
 	require.Equal(t, exitCode(1), err)
 	require.Contains(t, out, "inspect failed")
-
 	out, _, err = runMain(t, env, "admin", "help")
 	require.NoError(t, err)
 	require.Contains(t, out, "reap [--dry-run]")
 
-	// The audit log has both commands, attributed to the operator.
+	// A target with a terminal escape and a forged line is audited escaped, on one line.
+	out, _, err = runMain(t, env, "admin", "inspect", "web:\x1b[2J\nadmin destroy web:x ok")
+	require.Equal(t, exitCode(1), err)
+	require.Contains(t, out, "inspect failed")
+
+	// The audit log has every command, attributed to the operator: "started" before the action, the
+	// outcome after it.
 	var stdout, stderr bytes.Buffer
 	m := NewMain(&stdout, &stderr, env)
 	require.NoError(t, m.ParseFlags([]string{"doctor"}))
@@ -182,11 +188,24 @@ func TestAdminCLIIsAuditedAsTheOperator(t *testing.T) {
 	entries, err := st.AuditList(context.Background(), db.AuditQuery{})
 	require.NoError(t, err)
 	require.NoError(t, m.Close())
-	require.Len(t, entries, 2)
-	require.Equal(t, "admin inspect", entries[0].Action)
-	require.True(t, strings.HasPrefix(entries[0].Actor, "cli:"))
-	require.Equal(t, "admin sessions", entries[1].Action)
-	require.Equal(t, "ok", entries[1].Result)
+	type row struct{ Action, Target, Result string }
+	var got []row
+	for _, e := range entries {
+		require.True(t, strings.HasPrefix(e.Actor, "cli:"), e.Actor)
+		require.NotContains(t, e.Target+e.Result, "\x1b", "no raw control characters")
+		require.NotContains(t, e.Target+e.Result, "\n")
+		result, _, _ := strings.Cut(e.Result, ":") // "error: <why>" → "error"
+		got = append(got, row{e.Action, e.Target, result})
+	}
+	escaped := `web:\x1b[2J\nadmin destroy web:x ok`
+	require.Equal(t, []row{
+		{"admin inspect", escaped, "error"},
+		{"admin inspect", escaped, "started"},
+		{"admin inspect", "web:nope", "error"},
+		{"admin inspect", "web:nope", "started"},
+		{"admin sessions", "", "ok"},
+		{"admin sessions", "", "started"},
+	}, got)
 }
 
 func TestDoctorWarnsWhenTheModelIsUnreachable(t *testing.T) {
@@ -231,4 +250,68 @@ func serveInProcess(t *testing.T, env []string) inProcessServe {
 		t.Fatalf("serve exited early: %v\n%s", err, stderr.String())
 	}
 	return sv
+}
+
+func TestServeOnPostgresNeedsASharedRuntimeSecret(t *testing.T) {
+	// The database is not reached: the check comes first, so the message is the whole story.
+	env := []string{"THREADBOX_DATABASE_URL=postgres://threadbox:pw@127.0.0.1:1/nope?sslmode=disable"}
+	_, _, err := runMain(t, env, "serve")
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "runtime.secret: required with a PostgreSQL database.url")
+	require.Contains(t, err.Error(), "every replica")
+	require.NotContains(t, err.Error(), "\n", "one line")
+}
+
+// TestServeOnPostgresStartupLine starts serve on the test PostgreSQL, whose user, password and
+// database name are all threadbox, like the default deployment: the startup line keeps the
+// deployment and the user, and hides only the password.
+func TestServeOnPostgresStartupLine(t *testing.T) {
+	requireServices(t)
+	pg := os.Getenv("THREADBOX_TEST_POSTGRES_URL")
+	if pg == "" {
+		t.Skip("THREADBOX_TEST_POSTGRES_URL unset")
+	}
+	env := []string{"THREADBOX_DATABASE_URL=" + pg, "THREADBOX_RUNTIME_SECRET=" + strings.Repeat("ab", 16),
+		"THREADBOX_HTTP_ADDR=127.0.0.1:0", "THREADBOX_SANDBOX_PROVIDER=local",
+		"THREADBOX_SANDBOX_LOCAL_I_UNDERSTAND_NO_ISOLATION=true", "THREADBOX_SANDBOX_LOCAL_DIR=" + t.TempDir(),
+		"THREADBOX_LOG_FORMAT=json"}
+	sv := serveInProcess(t, env)
+	sv.cancel()
+	require.NoError(t, <-sv.done)
+	require.NoError(t, sv.m.Close())
+	var ready string
+	for _, l := range strings.Split(sv.stderr.String(), "\n") {
+		if strings.Contains(l, `"msg":"ready"`) {
+			ready = l
+		}
+	}
+	t.Log(ready)
+	require.Contains(t, ready, `"deployment":"threadbox"`)
+	require.Contains(t, ready, `"database":"postgres://threadbox:xxxxx@`)
+	require.NotContains(t, ready, "[REDACTED]")
+}
+
+func TestFatalErrorsHideURLPasswords(t *testing.T) {
+	var stderr bytes.Buffer
+	m := NewMain(io.Discard, &stderr, nil)
+	code := reportErr(m, errors.New(`open "postgres://tb:p%40ss@db/tb?password=hunter22": refused`))
+	require.Equal(t, 1, code)
+	require.Equal(t, "threadbox: open \"postgres://tb:xxxxx@db/tb?password=xxxxx\": refused\n", stderr.String())
+}
+
+func TestDoctorSaysPostgresNeedsARuntimeSecret(t *testing.T) {
+	requireServices(t)
+	pg := os.Getenv("THREADBOX_TEST_POSTGRES_URL")
+	if pg == "" {
+		t.Skip("THREADBOX_TEST_POSTGRES_URL unset")
+	}
+	env := []string{"THREADBOX_DATABASE_URL=" + pg, "THREADBOX_SANDBOX_PROVIDER=local",
+		"THREADBOX_SANDBOX_LOCAL_I_UNDERSTAND_NO_ISOLATION=true", "THREADBOX_SANDBOX_LOCAL_DIR=" + t.TempDir()}
+	out, _, err := runMain(t, env, "doctor")
+	require.Equal(t, exitCode(1), err)
+	require.Contains(t, findLine(out, "PROBLEM database:"), "runtime.secret is empty")
+
+	out, _, err = runMain(t, append(env, "THREADBOX_RUNTIME_SECRET="+strings.Repeat("cd", 16)), "doctor")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "ok      database: reachable")
 }

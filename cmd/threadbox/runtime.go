@@ -101,6 +101,9 @@ func (m *Main) runtimeSecret() (string, error) {
 	if s := m.Config.Runtime.Secret; s != "" {
 		return s, nil
 	}
+	if err := m.Config.ValidateServe(); err != nil {
+		return "", err // a secret kept on this machine would not match the other replicas'
+	}
 	dir := "data"
 	if p, ok := strings.CutPrefix(m.Config.Database.URL, "sqlite:"); ok {
 		dir = filepath.Dir(p)

@@ -10,37 +10,29 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/threadbox/threadbox/cmd/threadbox/config"
 )
 
 // runServe starts the bot: HTTP (health, web chat, webhooks), the agent pool and the leader-only
 // loops. It returns when ctx ends (SIGTERM), after a graceful shutdown.
 func (m *Main) runServe(ctx context.Context) error {
 	log := m.Logger
+	if err := m.Config.ValidateServe(); err != nil {
+		return err
+	}
 	a, err := m.buildApp(ctx)
 	if err != nil {
 		return err
 	}
 	log.Info("ready", zap.String("provider", a.prov.Name()), zap.String("runtime", a.rt.Name()),
-		zap.String("database", m.Config.Database.URL), zap.String("deployment", m.Config.Deployment))
+		zap.String("database", config.RedactURL(m.Config.Database.URL)), zap.String("deployment", m.Config.Deployment))
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		pctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		if err := a.store.Ping(pctx); err != nil {
-			http.Error(w, "database: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		if a.pool.Draining() {
-			// After `admin drain` this replica takes no turns: take it out of rotation.
-			http.Error(w, "draining: not taking new turns", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ready\n"))
-	})
+	mux.Handle("GET /readyz", readyHandler(a.store, a.pool, log))
 	ln, err := net.Listen("tcp", m.Config.HTTP.Addr)
 	if err != nil {
 		return fmt.Errorf("http.addr %s: %w", m.Config.HTTP.Addr, err)
@@ -50,7 +42,7 @@ func (m *Main) runServe(ctx context.Context) error {
 		_ = ln.Close()
 		return err
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := newHTTPServer(mux, m.httpTimeouts)
 	// Live event streams never go idle, so Shutdown would wait for them: close the adapters with it.
 	srv.RegisterOnShutdown(closeChat)
 	errc := make(chan error, 1)

@@ -35,6 +35,7 @@ func TestServeAnswersASlackMention(t *testing.T) {
 	opts := fake.Options()
 	env := []string{
 		"THREADBOX_DATABASE_URL=" + pg,
+		"THREADBOX_RUNTIME_SECRET=slack-e2e-shared-runtime-secret", // required with PostgreSQL
 		"THREADBOX_HTTP_ADDR=127.0.0.1:0",
 		"THREADBOX_DEPLOYMENT=" + dep,
 		"THREADBOX_SANDBOX_PROVIDER=docker",

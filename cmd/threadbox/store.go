@@ -44,5 +44,9 @@ func (m *Main) checkDatabase(ctx context.Context) (string, *problem) {
 	if err := st.Ping(ctx); err != nil {
 		return "", &problem{what: "database does not answer: " + oneLine(err), fix: "start the database server or fix database.url"}
 	}
+	if err := m.Config.ValidateServe(); err != nil {
+		return "", &problem{what: "PostgreSQL is reachable, but serve will not start: runtime.secret is empty",
+			fix: "set runtime.secret (THREADBOX_RUNTIME_SECRET) to one value shared by every replica, e.g. `openssl rand -hex 32`"}
+	}
 	return "reachable (" + config.RedactURL(url) + ")", nil
 }

@@ -27,6 +27,8 @@ type app struct {
 	maint   *agentpool.Maintainer
 	admin   *bot.Admin
 	handler *bot.Handler
+	// dir is what the chat adapters read of sessions and histories: they may not import db.
+	dir *bot.Directory
 	// warning is shown prominently (console and page) when the setup is unsafe.
 	warning string
 }
@@ -91,6 +93,7 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 	}
 	a.admin = bot.NewAdmin(st, agentpool.Ops{Pool: a.pool, Maint: a.maint}, cfg.Admin.Users, m.Logger)
 	a.handler = bot.NewHandler(bot.HandlerConfig{}, a.pool, st, a.admin, m.Logger)
+	a.dir = bot.NewDirectory(st)
 	return a, nil
 }
 

@@ -51,6 +51,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"HoldThread", testHoldThread},
 		{"Artifacts", testArtifacts},
 		{"Audit", testAudit},
+		{"AuditEscapesControlCharacters", testAuditEscapesControlCharacters},
 		{"MigrateTwice", testMigrateTwice},
 		{"LockSameKeySerial", testLockSameKeySerial},
 		{"LockMutualExclusion", testLockMutualExclusion},

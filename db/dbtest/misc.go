@@ -95,6 +95,32 @@ func testAudit(t *testing.T, newStore NewStore) {
 	require.ErrorIs(t, err, db.ErrInvalid)
 }
 
+// testAuditEscapesControlCharacters: a target typed by a chat user is stored on both engines (NUL
+// would fail PostgreSQL and so the action), and reads back escaped, one line, no terminal escapes.
+func testAuditEscapesControlCharacters(t *testing.T, newStore NewStore) {
+	s := newStore(t)
+	ctx := testCtx(t)
+	for _, tc := range []struct{ name, target, want string }{
+		{"NUL", "slack:T:C:1\x00; drop", `slack:T:C:1\x00; drop`},
+		{"forged line", "web:a\nadmin destroy web:b ok", `web:a\nadmin destroy web:b ok`},
+		{"terminal escape", "\x1b[2Jweb:x\r", `\x1b[2Jweb:x\r`},
+		{"bidi override", "web:\u202eevil", `web:\u202eevil`},
+		{"invalid UTF-8", "web:\xff\xfe", `web:\xff\xfe`},
+		{"backslash is doubled", `web:\x00`, `web:\\x00`},
+		{"ordinary text is kept", "slack:T1:C1:1700000000.000100 ünïcode", "slack:T1:C1:1700000000.000100 ünïcode"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, err := s.AuditAppend(ctx, db.AuditEntry{Actor: "slack:U\x00", Action: "admin destroy", Target: tc.target, Result: "started"})
+			require.NoError(t, err)
+			require.Equal(t, tc.want, e.Target)
+			require.Equal(t, `slack:U\x00`, e.Actor)
+			got, err := s.AuditList(ctx, db.AuditQuery{Limit: 1})
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got[0].Target)
+		})
+	}
+}
+
 func testMigrateTwice(t *testing.T, newStore NewStore) {
 	s := newStore(t) // already migrated once
 	ctx := testCtx(t)

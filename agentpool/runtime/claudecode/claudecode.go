@@ -121,20 +121,23 @@ func (r *Runtime) hasTranscript(ctx context.Context, sb sandbox.Sandbox, id stri
 }
 
 // promptScript resumes the session when its transcript exists and creates it otherwise, in one exec
-// so that a turn costs no extra round trip. Stdin is closed: claude -p would otherwise wait on it.
+// so that a turn costs no extra round trip. Stdin is passed through: it carries the prompt.
 const promptScript = `id=$1; shift
 for f in "$HOME"/.claude/projects/*/"$id".jsonl; do
-  [ -f "$f" ] && exec "$@" --resume "$id" </dev/null
+  [ -f "$f" ] && exec "$@" --resume "$id"
 done
-exec "$@" --session-id "$id" </dev/null`
+exec "$@" --session-id "$id"`
 
 // Prompt implements runtime.Runtime.
 func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID string, p runtime.Prompt, emit func(runtime.Event)) (runtime.Result, error) {
 	if !sessionIDPattern.MatchString(sessionID) {
 		return runtime.Result{}, fmt.Errorf("claude-code: session id %q is not a UUID: %w", sessionID, runtime.ErrSessionMissing)
 	}
+	// The user's message goes on stdin, never in argv: as an argument, a message starting with "-"
+	// is parsed as an option ("unknown option '--help …'"), and one over 128 KiB (Linux's limit on
+	// one argv string) cannot be passed at all. With no prompt argument, claude -p reads stdin.
 	args := []string{"/bin/sh", "-c", promptScript, "sh", sessionID, r.cfg.Binary,
-		"-p", prompts.Message(p.History, p.Text),
+		"-p",
 		"--output-format", "stream-json", "--verbose",
 		"--permission-mode", r.cfg.PermissionMode,
 	}
@@ -150,6 +153,7 @@ func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID stri
 	res, err := sb.Exec(ctx, sandbox.ExecRequest{
 		Cmd:     args,
 		Env:     r.env(p.Env),
+		Stdin:   strings.NewReader(prompts.Message(p.History, p.Text)),
 		Timeout: p.Timeout,
 		Stdout:  parser,
 		Stderr:  &stderr,

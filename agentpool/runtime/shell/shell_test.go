@@ -1,9 +1,11 @@
 package shell
 
 import (
+	"context"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -37,7 +39,12 @@ func TestShellOnDocker(t *testing.T) {
 	p := dockertest.New(t, docker.Options{})
 	h, err := p.Create(t.Context(), sandbox.Spec{Image: dockertest.Image(), Labels: sandbox.Labels{Deployment: "shelltest", Thread: "t"}})
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = p.Destroy(t.Context(), h) })
+	t.Cleanup(func() {
+		// Not t.Context(): it is already cancelled when cleanups run, and the sandbox would leak.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		require.NoError(t, p.Destroy(ctx, h))
+	})
 	sb := sandbox.Bind(p, h)
 	r := New()
 	require.NoError(t, r.Ensure(t.Context(), sb))

@@ -292,6 +292,12 @@ func (s *Server) SlashCommand(ctx context.Context, commandsURL string, cmd Slash
 	return s.PostSigned(ctx, commandsURL, "application/x-www-form-urlencoded", []byte(form.Encode()), opts...)
 }
 
+// SlashCommandBody is the form body SlashCommand would send, for sending one command twice with
+// PostSigned (replay tests).
+func (s *Server) SlashCommandBody(cmd SlashCommand) []byte {
+	return []byte(s.commandForm(cmd).Encode())
+}
+
 func (s *Server) commandForm(cmd SlashCommand) url.Values {
 	if cmd.Command == "" {
 		cmd.Command = "/threadbox"

@@ -85,6 +85,15 @@ type Message struct {
 	Files []string
 }
 
+// Ephemeral is a chat.postEphemeral message: seen by User only, never part of the conversation.
+type Ephemeral struct {
+	Channel   string
+	User      string
+	ThreadTS  string
+	Text      string
+	MessageTS string
+}
+
 // ReactionChange is one reactions.add or reactions.remove that succeeded.
 type ReactionChange struct {
 	Channel, TS, Name string
@@ -126,23 +135,24 @@ type Server struct {
 	srv  *httptest.Server
 
 	// mu protects the following.
-	mu        sync.Mutex
-	calls     []Call
-	messages  map[string]*Message // channel+"/"+ts
-	reactions map[string][]string // channel+"/"+ts → names
-	reactLog  []ReactionChange
-	files     map[string]*File
-	users     map[string]string // id → name
-	faults    map[string][]fault
-	tickets   map[string]bool
-	conns     []*wsConn
-	opened    int
-	acks      []Ack
-	waiters   map[string]chan Ack
-	responses []ResponsePost
-	seq       int64
-	micros    int64
-	changed   chan struct{}
+	mu         sync.Mutex
+	calls      []Call
+	messages   map[string]*Message // channel+"/"+ts
+	ephemerals []Ephemeral
+	reactions  map[string][]string // channel+"/"+ts → names
+	reactLog   []ReactionChange
+	files      map[string]*File
+	users      map[string]string // id → name
+	faults     map[string][]fault
+	tickets    map[string]bool
+	conns      []*wsConn
+	opened     int
+	acks       []Ack
+	waiters    map[string]chan Ack
+	responses  []ResponsePost
+	seq        int64
+	micros     int64
+	changed    chan struct{}
 }
 
 type fault struct {
@@ -287,6 +297,19 @@ func copyMessage(m *Message) Message {
 	c.Edits = slices.Clone(m.Edits)
 	c.Files = slices.Clone(m.Files)
 	return c
+}
+
+// Ephemerals returns the ephemeral messages posted in channel, oldest first.
+func (s *Server) Ephemerals(channel string) []Ephemeral {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Ephemeral
+	for _, e := range s.ephemerals {
+		if e.Channel == channel {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // Reactions returns the reactions now on a message, in the order they were added.

@@ -213,3 +213,43 @@ func TestSocketModeWire(t *testing.T) {
 		t.Fatal("the server never pinged")
 	}
 }
+
+// TestPostEphemeralWithSlackGo: chat.postEphemeral as slack-go sends it (channel, user, thread_ts,
+// text) and reads it back (message_ts); the message stays out of the conversation.
+func TestPostEphemeralWithSlackGo(t *testing.T) {
+	f, api := newFake(t, slackfake.Options{})
+	ctx := t.Context()
+	root := f.Mention("C1", "U1", "hi")
+
+	ts, err := api.PostEphemeralContext(ctx, "C1", "U1", slack.MsgOptionText("only for you", false), slack.MsgOptionTS(root.TS))
+	require.NoError(t, err)
+	require.NotEmpty(t, ts, "message_ts comes back")
+	require.Equal(t, []slackfake.Ephemeral{{Channel: "C1", User: "U1", ThreadTS: root.TS, Text: "only for you", MessageTS: ts}},
+		f.Ephemerals("C1"))
+	require.Empty(t, f.Replies("C1", root.TS), "an ephemeral message is not in the thread")
+	require.Empty(t, f.BotMessages("C1"))
+	_, _, _, err = api.UpdateMessageContext(ctx, "C1", ts, slack.MsgOptionText("x", false))
+	require.Equal(t, "message_not_found", slackErr(t, err), "nor can it be edited as a message")
+
+	for _, tc := range []struct {
+		name, channel, user, text, thread, want string
+	}{
+		{"no user", "C1", "", "x", "", "user_not_found"},
+		{"no channel", "", "U1", "x", "", "channel_not_found"},
+		{"no text", "C1", "U1", "", "", "no_text"},
+		{"too long", "C1", "U1", strings.Repeat("x", 40001), "", "msg_too_long"},
+		{"unknown thread", "C1", "U1", "x", "1.2", "thread_not_found"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := []slack.MsgOption{slack.MsgOptionText(tc.text, false)}
+			if tc.thread != "" {
+				opts = append(opts, slack.MsgOptionTS(tc.thread))
+			}
+			_, err := api.PostEphemeralContext(ctx, tc.channel, tc.user, opts...)
+			require.Equal(t, tc.want, slackErr(t, err))
+		})
+	}
+	calls := f.Calls("chat.postEphemeral")
+	require.Equal(t, "U1", calls[0].Params["user"], "the wire format: user is a parameter")
+	require.Equal(t, root.TS, calls[0].Params["thread_ts"])
+}

@@ -24,7 +24,7 @@ const (
 
 // methodTokens says which token each method accepts (Slack answers not_allowed_token_type otherwise).
 var methodTokens = map[string]tokenKind{
-	"auth.test": botToken, "chat.postMessage": botToken, "chat.update": botToken,
+	"auth.test": botToken, "chat.postMessage": botToken, "chat.postEphemeral": botToken, "chat.update": botToken,
 	"reactions.add": botToken, "reactions.remove": botToken, "files.getUploadURLExternal": botToken,
 	"files.completeUploadExternal": botToken, "conversations.replies": botToken, "users.info": botToken,
 	"apps.connections.open": appToken,
@@ -35,6 +35,7 @@ type apiFunc func(s *Server, p map[string]string) (map[string]any, string)
 var methods = map[string]apiFunc{
 	"auth.test":                    (*Server).authTest,
 	"chat.postMessage":             (*Server).chatPostMessage,
+	"chat.postEphemeral":           (*Server).chatPostEphemeral,
 	"chat.update":                  (*Server).chatUpdate,
 	"reactions.add":                (*Server).reactionsAdd,
 	"reactions.remove":             (*Server).reactionsRemove,
@@ -186,6 +187,35 @@ func (s *Server) chatPostMessage(p map[string]string) (map[string]any, string) {
 	s.messages[ch+"/"+m.TS] = m
 	s.changedLocked()
 	return map[string]any{"channel": ch, "ts": m.TS, "message": wireMessage(m)}, ""
+}
+
+// chatPostEphemeral is chat.postEphemeral: a message only user sees, in channel (and thread_ts's
+// thread). As in Slack it is not a conversation message: conversations.replies and Messages do not list
+// it, it cannot be updated or reacted to, and the answer carries message_ts, not ts or message.
+func (s *Server) chatPostEphemeral(p map[string]string) (map[string]any, string) {
+	ch, user, text := p["channel"], p["user"], p["text"]
+	switch {
+	case ch == "":
+		return nil, "channel_not_found"
+	case user == "":
+		return nil, "user_not_found"
+	case text == "" && p["blocks"] == "" && p["attachments"] == "":
+		return nil, "no_text"
+	case utf8.RuneCountInString(text) > maxText:
+		return nil, "msg_too_long"
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	thread := p["thread_ts"]
+	if thread != "" {
+		if _, ok := s.messages[ch+"/"+thread]; !ok {
+			return nil, "thread_not_found" // as chat.postMessage: a wrong ts is a bug in the bot
+		}
+	}
+	e := Ephemeral{Channel: ch, User: user, ThreadTS: thread, Text: text, MessageTS: s.nextTSLocked()}
+	s.ephemerals = append(s.ephemerals, e)
+	s.changedLocked()
+	return map[string]any{"message_ts": e.MessageTS}, ""
 }
 
 func (s *Server) chatUpdate(p map[string]string) (map[string]any, string) {

@@ -8,6 +8,7 @@ package config
 
 import (
 	"net"
+	"slices"
 	"time"
 
 	"github.com/threadbox/threadbox/sandbox"
@@ -212,14 +213,25 @@ func Default() Config {
 // Secrets returns every configured secret value, for log redaction.
 func (c Config) Secrets() []string {
 	var out []string
-	for _, s := range []string{
+	all := []string{
 		c.HTTP.Token, c.Sandbox.Daytona.APIKey, c.Sandbox.Deno.Token, c.Runtime.Secret,
 		c.Slack.BotToken, c.Slack.SigningSecret, c.Slack.AppToken, c.Discord.Token,
-		passwordOf(c.Database.URL), passwordOf(c.Redis.URL),
-	} {
-		if s != "" {
+	}
+	all = append(all, urlSecrets(c.Database.URL)...)
+	all = append(all, urlSecrets(c.Redis.URL)...)
+	for _, s := range all {
+		if s != "" && !slices.Contains(out, s) {
 			out = append(out, s)
 		}
 	}
 	return out
+}
+
+// Public returns values that are printed on purpose (the deployment; the database's and Redis's
+// user, host and database name), so log redaction never blanks them even when a password repeats one.
+func (c Config) Public() []string {
+	out := []string{c.Deployment}
+	out = append(out, urlPublic(c.Database.URL)...)
+	out = append(out, urlPublic(c.Redis.URL)...)
+	return slices.DeleteFunc(out, func(s string) bool { return s == "" })
 }

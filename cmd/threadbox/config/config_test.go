@@ -147,14 +147,37 @@ func TestExampleFileDocumentsEveryKey(t *testing.T) {
 }
 
 func TestSecretsListsConfiguredSecrets(t *testing.T) {
-	c := Default()
-	c.Slack.BotToken = "xoxb-secret-token"
-	c.Database.URL = "postgres://u:db-password@h:5432/x"
-	s := c.Secrets()
-	require.Contains(t, s, "xoxb-secret-token")
-	require.Contains(t, s, "db-password")
-	for _, v := range s {
-		require.NotEmpty(t, strings.TrimSpace(v))
+	for _, tc := range []struct {
+		name, dbURL string
+		secrets     []string
+		public      []string
+	}{
+		{name: "user-info password", dbURL: "postgres://u:db-password@h:5432/x",
+			secrets: []string{"xoxb-secret-token", "db-password"}, public: []string{"threadbox", "u", "h", "x"}},
+		{name: "percent-encoded password", dbURL: "postgres://u:p%40ss%2Fword@h/x",
+			secrets: []string{"p@ss/word", "p%40ss%2Fword"}},
+		{name: "password parameter", dbURL: "postgres://h/x?sslmode=disable&password=q%20pass",
+			secrets: []string{"q pass", "q%20pass"}},
+		{name: "database user is public", dbURL: "postgres://threadbox:threadbox@127.0.0.1:5432/threadbox_test",
+			secrets: []string{"threadbox"}, public: []string{"threadbox", "127.0.0.1", "threadbox_test"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Default()
+			c.Slack.BotToken = "xoxb-secret-token"
+			c.Database.URL = tc.dbURL
+			s := c.Secrets()
+			for _, want := range tc.secrets {
+				require.Contains(t, s, want)
+			}
+			for _, v := range s {
+				require.NotEmpty(t, strings.TrimSpace(v))
+			}
+			for _, want := range tc.public {
+				require.Contains(t, c.Public(), want)
+			}
+			require.Contains(t, RedactURL(tc.dbURL), "xxxxx")
+			require.NotContains(t, RedactURL(tc.dbURL), tc.secrets[len(tc.secrets)-1]+"@")
+		})
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/threadbox/threadbox/cmd/threadbox/logging"
 	"github.com/threadbox/threadbox/sandbox"
 )
 
@@ -111,6 +112,22 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// ValidateServe checks what only serve needs. With PostgreSQL, several replicas may share the
+// sessions, and each must derive the same per-sandbox runtime passwords: a secret generated per
+// machine (data/runtime.secret) would lock a replica out of the sandboxes another one started.
+func (c Config) ValidateServe() error {
+	if c.Postgres() && c.Runtime.Secret == "" {
+		return fmt.Errorf("runtime.secret: required with a PostgreSQL database.url, and the same on every replica " +
+			"(replicas share sandboxes and must agree on their runtime passwords); set it, for example, to the output of `openssl rand -hex 32`")
+	}
+	return nil
+}
+
+// Postgres reports whether database.url names PostgreSQL.
+func (c Config) Postgres() bool {
+	return strings.HasPrefix(c.Database.URL, "postgres://") || strings.HasPrefix(c.Database.URL, "postgresql://")
+}
+
 func (c Config) validateDatabase() error {
 	u := c.Database.URL
 	switch {
@@ -192,26 +209,43 @@ func checkURL(name, raw string, schemes []string, optional bool) error {
 	return nil
 }
 
-// RedactURL hides a password embedded in a URL, so errors can quote the value.
-func RedactURL(raw string) string {
+// RedactURL hides the passwords in a URL (user-info and password= parameters, percent-encoded or
+// not), so errors and logs can quote the value.
+func RedactURL(raw string) string { return logging.RedactURLs(raw) }
+
+// urlSecrets returns the passwords a URL carries, each as written and decoded, for redaction by value
+// wherever they appear outside the URL (a driver's error message, say).
+func urlSecrets(raw string) []string {
 	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		if i := strings.Index(raw, "@"); i > 0 {
-			return "…" + raw[i:]
+	if err != nil {
+		return nil
+	}
+	var out []string
+	if p, ok := u.User.Password(); ok {
+		out = append(out, p)
+		if _, rest, ok := strings.Cut(strings.TrimPrefix(raw, u.Scheme+"://"), ":"); ok {
+			if i := strings.LastIndex(rest, "@"); i >= 0 {
+				out = append(out, rest[:i]) // the password as written, percent-encoding and all
+			}
 		}
-		return raw
 	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	for _, kv := range strings.Split(u.RawQuery, "&") {
+		k, v, _ := strings.Cut(kv, "=")
+		if strings.EqualFold(k, "password") || strings.EqualFold(k, "sslpassword") {
+			out = append(out, v)
+			if d, err := url.QueryUnescape(v); err == nil {
+				out = append(out, d)
+			}
+		}
 	}
-	return u.String()
+	return out
 }
 
-func passwordOf(raw string) string {
+// urlPublic returns the user, host and database name of a URL: printed on purpose, never secrets.
+func urlPublic(raw string) []string {
 	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		return ""
+	if err != nil || u.Host == "" {
+		return nil
 	}
-	p, _ := u.User.Password()
-	return p
+	return []string{u.User.Username(), u.Hostname(), strings.TrimPrefix(u.Path, "/")}
 }

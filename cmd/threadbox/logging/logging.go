@@ -1,10 +1,12 @@
 // Package logging builds Threadbox's zap logger: console output for people, JSON for production, one
-// named child per component, and every configured secret redacted before it reaches a sink.
+// named child per component, and every configured secret redacted before it reaches a sink: URL
+// passwords by their place in the URL, other secrets by value.
 package logging
 
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"go.uber.org/zap"
@@ -14,9 +16,10 @@ import (
 // Redacted replaces a secret wherever it appears.
 const Redacted = "[REDACTED]"
 
-// minSecretLen keeps short values (say "1" or "true") from being treated as secrets: redacting them
-// would shred ordinary log lines and protect nothing.
-const minSecretLen = 6
+// minSecretLen keeps short values (say "1", "true" or "admin") from being redacted by value: redacting
+// them would shred ordinary log lines and protect nothing. Real tokens are far longer; a short password
+// in a URL is still redacted by its place (RedactURLs).
+const minSecretLen = 8
 
 // Options selects format and level.
 type Options struct {
@@ -24,6 +27,11 @@ type Options struct {
 	Format string // console, json
 	// Secrets are values never to be written, whatever field or message carries them.
 	Secrets []string
+	// Public are values printed on purpose (the deployment, the database user and name). A secret
+	// equal to one of them is not redacted by value: with the user, database and password all
+	// "threadbox", redacting "threadbox" would blank the deployment and every thread key while
+	// hiding nothing a reader of those lines could not guess. Its URL is still redacted by place.
+	Public []string
 }
 
 // New builds a logger writing to w.
@@ -47,24 +55,31 @@ func New(w io.Writer, o Options) (*zap.Logger, error) {
 	}
 	// Locked: many goroutines log at once, and w (a file, a test buffer) need not be safe for that.
 	core := zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), lvl)
-	return zap.New(NewRedactingCore(core, o.Secrets), zap.AddCaller()), nil
+	return zap.New(NewRedactingCore(core, SecretsToRedact(o.Secrets, o.Public)), zap.AddCaller()), nil
 }
 
-// NewRedactingCore wraps core so that secrets are replaced in messages and string fields, including
-// fields added with With.
-func NewRedactingCore(core zapcore.Core, secrets []string) zapcore.Core {
+// SecretsToRedact keeps the secrets specific enough to redact by value: long enough, and not one of
+// the public values.
+func SecretsToRedact(secrets, public []string) []string {
 	var keep []string
 	for _, s := range secrets {
-		if len(s) >= minSecretLen {
-			keep = append(keep, s)
+		if len(s) < minSecretLen || slices.ContainsFunc(public, func(p string) bool { return strings.EqualFold(p, s) }) {
+			continue
 		}
+		keep = append(keep, s)
 	}
-	if len(keep) == 0 {
-		return core
-	}
-	pairs := make([]string, 0, 2*len(keep))
-	for _, s := range keep {
-		pairs = append(pairs, s, Redacted)
+	return keep
+}
+
+// NewRedactingCore wraps core so that URL passwords and the given secrets are replaced in messages
+// and string fields, including fields added with With. Secrets are taken as given: filter them with
+// SecretsToRedact first.
+func NewRedactingCore(core zapcore.Core, secrets []string) zapcore.Core {
+	pairs := make([]string, 0, 2*len(secrets))
+	for _, s := range secrets {
+		if s != "" {
+			pairs = append(pairs, s, Redacted)
+		}
 	}
 	return redactingCore{Core: core, r: strings.NewReplacer(pairs...)}
 }
@@ -73,6 +88,9 @@ type redactingCore struct {
 	zapcore.Core
 	r *strings.Replacer
 }
+
+// redact takes URL passwords out first (by place), then secrets by value.
+func (c redactingCore) redact(s string) string { return c.r.Replace(RedactURLs(s)) }
 
 func (c redactingCore) With(fields []zapcore.Field) zapcore.Core {
 	return redactingCore{Core: c.Core.With(c.fields(fields)), r: c.r}
@@ -86,7 +104,7 @@ func (c redactingCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore
 }
 
 func (c redactingCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
-	e.Message = c.r.Replace(e.Message)
+	e.Message = c.redact(e.Message)
 	return c.Core.Write(e, c.fields(fields))
 }
 
@@ -97,17 +115,17 @@ func (c redactingCore) fields(in []zapcore.Field) []zapcore.Field {
 	for i, f := range in {
 		switch f.Type {
 		case zapcore.StringType:
-			f.String = c.r.Replace(f.String)
+			f.String = c.redact(f.String)
 		case zapcore.ErrorType:
 			if err, ok := f.Interface.(error); ok && err != nil {
-				f = zap.String(f.Key, c.r.Replace(err.Error()))
+				f = zap.String(f.Key, c.redact(err.Error()))
 			}
 		case zapcore.StringerType:
 			if s, ok := f.Interface.(fmt.Stringer); ok && s != nil {
-				f = zap.String(f.Key, c.r.Replace(s.String()))
+				f = zap.String(f.Key, c.redact(s.String()))
 			}
 		case zapcore.ReflectType:
-			f = zap.String(f.Key, c.r.Replace(fmt.Sprintf("%+v", f.Interface)))
+			f = zap.String(f.Key, c.redact(fmt.Sprintf("%+v", f.Interface)))
 		}
 		out[i] = f
 	}

@@ -1,0 +1,113 @@
+package bot
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/threadbox/threadbox/db"
+	"github.com/threadbox/threadbox/db/dbtest"
+)
+
+// auditStore is a real SQLite store whose audit writes can be made to fail.
+type auditStore struct {
+	db.Store
+	fail error
+}
+
+func (s *auditStore) AuditAppend(ctx context.Context, e db.AuditEntry) (db.AuditEntry, error) {
+	if s.fail != nil {
+		return db.AuditEntry{}, s.fail
+	}
+	return s.Store.AuditAppend(ctx, e)
+}
+
+// recordingOps records the actions run and what the audit log held when each ran.
+type recordingOps struct {
+	store db.AuditStore
+	ran   []string
+	// auditAtAction is the newest audit entry when the action ran.
+	auditAtAction []db.AuditEntry
+}
+
+var _ AdminOps = (*recordingOps)(nil)
+
+func (o *recordingOps) act(ctx context.Context, what string) error {
+	o.ran = append(o.ran, what)
+	got, err := o.store.AuditList(ctx, db.AuditQuery{Limit: 1})
+	if err != nil {
+		return err
+	}
+	if len(got) > 0 {
+		o.auditAtAction = append(o.auditAtAction, got[0])
+	}
+	return nil
+}
+
+func (o *recordingOps) Pause(ctx context.Context, k string) error   { return o.act(ctx, "pause "+k) }
+func (o *recordingOps) Resume(ctx context.Context, k string) error  { return o.act(ctx, "resume "+k) }
+func (o *recordingOps) Destroy(ctx context.Context, k string) error { return o.act(ctx, "destroy "+k) }
+func (o *recordingOps) Reap(ctx context.Context, _ bool) (string, error) {
+	return "reaped", o.act(ctx, "reap")
+}
+func (o *recordingOps) Drain(ctx context.Context) error { return o.act(ctx, "drain") }
+func (o *recordingOps) Stats(ctx context.Context) (string, error) {
+	return "stats", o.act(ctx, "stats")
+}
+func (o *recordingOps) Depth(string) int { return 0 }
+
+func TestAdminAuditsBeforeActing(t *testing.T) {
+	errDisk := errors.New("disk I/O error")
+	for _, tc := range []struct {
+		name      string
+		actor     string
+		argv      []string
+		auditErr  error
+		wantErr   error
+		wantRan   []string
+		wantAudit []string // results, oldest first
+	}{
+		{name: "audited, then done, then the outcome", actor: "slack:UADMIN", argv: []string{"destroy", "slack:T:C:1"},
+			wantRan: []string{"destroy slack:T:C:1"}, wantAudit: []string{AuditStarted, AuditOK}},
+		{name: "no audit, no action", actor: "slack:UADMIN", argv: []string{"destroy", "slack:T:C:1"}, auditErr: errDisk,
+			wantErr: ErrAuditUnavailable},
+		{name: "read-only commands too", actor: "slack:UADMIN", argv: []string{"stats"}, auditErr: errDisk,
+			wantErr: ErrAuditUnavailable},
+		{name: "refused users are audited and never act", actor: "slack:U2", argv: []string{"drain"},
+			wantErr: ErrNotAdmin, wantAudit: []string{AuditDenied}},
+		{name: "refused even when the audit fails", actor: "slack:U2", argv: []string{"drain"}, auditErr: errDisk,
+			wantErr: ErrNotAdmin},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := &auditStore{Store: dbtest.OpenSQLite(t), fail: tc.auditErr}
+			ops := &recordingOps{store: st}
+			a := NewAdmin(st, ops, []string{"slack:UADMIN"}, nil)
+			out, err := a.Run(t.Context(), tc.actor, tc.argv)
+			if tc.wantErr != nil {
+				require.ErrorIs(t, err, tc.wantErr)
+			} else {
+				require.NoError(t, err, out)
+			}
+			if tc.auditErr != nil && errors.Is(tc.wantErr, ErrAuditUnavailable) {
+				require.ErrorIs(t, err, tc.auditErr, "the cause is kept for the log")
+				require.Contains(t, out, "refused")
+			}
+			require.Equal(t, tc.wantRan, ops.ran)
+
+			entries, err := st.Store.AuditList(t.Context(), db.AuditQuery{})
+			require.NoError(t, err)
+			var results []string
+			for i := len(entries) - 1; i >= 0; i-- {
+				require.Equal(t, tc.actor, entries[i].Actor)
+				results = append(results, entries[i].Result)
+			}
+			require.Equal(t, tc.wantAudit, results)
+			for _, e := range ops.auditAtAction {
+				require.Equal(t, AuditStarted, e.Result, "the record was written before the action ran")
+				require.Equal(t, "admin "+tc.argv[0], e.Action)
+			}
+		})
+	}
+}

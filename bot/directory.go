@@ -1,0 +1,201 @@
+package bot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/threadbox/threadbox/db"
+)
+
+// The directory is the adapters' read-only window on sessions and turns. Adapters may import only bot
+// (DESIGN §2), so they see these views, not db's rows; bot maps one to the other here, in one place.
+
+// SessionStatus is a session's lifecycle state as the adapters see it; the values are db's.
+type SessionStatus string
+
+// Valid reports whether s is one of the known session statuses.
+func (s SessionStatus) Valid() bool { return db.SessionStatus(s).Valid() }
+
+// TurnStatus is a turn's state as the adapters see it; the values are db's.
+type TurnStatus string
+
+// The turn statuses.
+const (
+	TurnQueued    = TurnStatus(db.TurnQueued)
+	TurnRunning   = TurnStatus(db.TurnRunning)
+	TurnDone      = TurnStatus(db.TurnDone)
+	TurnFailed    = TurnStatus(db.TurnFailed)
+	TurnCancelled = TurnStatus(db.TurnCancelled)
+)
+
+// SessionView is a thread's session as the adapters show it. Times are UTC; a zero time means never.
+type SessionView struct {
+	ThreadKey       string
+	Platform        string
+	Status          SessionStatus
+	Provider        string
+	SandboxID       string
+	Generation      int64
+	Runtime         string
+	ResumeFailCount int
+	LastError       string
+
+	LastActivityAt time.Time
+	PausedAt       time.Time
+	ResumedAt      time.Time
+	DestroyedAt    time.Time
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+}
+
+func sessionView(s db.Session) SessionView {
+	return SessionView{
+		ThreadKey: s.ThreadKey, Platform: s.Platform, Status: SessionStatus(s.Status), Provider: s.Provider,
+		SandboxID: s.SandboxID, Generation: s.Generation, Runtime: s.Runtime, ResumeFailCount: s.ResumeFailCount,
+		LastError: s.LastError, LastActivityAt: s.LastActivityAt, PausedAt: s.PausedAt, ResumedAt: s.ResumedAt,
+		DestroyedAt: s.DestroyedAt, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt,
+	}
+}
+
+// TurnView is one finished turn of a thread's history: the prompt and what came of it.
+type TurnView struct {
+	// EventID is the platform's id of the message that asked (the turn's dedupe key).
+	EventID    string
+	UserID     string
+	Prompt     string
+	Status     TurnStatus
+	Answer     string
+	Error      string
+	CreatedAt  time.Time
+	FinishedAt time.Time
+}
+
+// DirectoryStore is what the directory reads; db.Store implements it.
+type DirectoryStore interface {
+	SessionGet(ctx context.Context, threadKey string) (db.Session, error)
+	SessionsByStatus(ctx context.Context, status db.SessionStatus, afterThreadKey string, limit int) ([]db.Session, error)
+	TurnTranscript(ctx context.Context, threadKey string, limit db.TranscriptLimit) ([]db.Turn, error)
+}
+
+// Sessions answers whether a thread has a session: Slack counts a follow-up without a mention only
+// in a thread the bot already serves. *Directory implements it.
+type Sessions interface {
+	HasSession(ctx context.Context, thread ThreadKey) (bool, error)
+}
+
+var _ Sessions = (*Directory)(nil)
+
+// Directory reads sessions and thread histories for the adapters (conversation lists, history, the
+// operations view, follow-ups).
+type Directory struct {
+	store DirectoryStore
+}
+
+// NewDirectory builds a directory over the store.
+func NewDirectory(store DirectoryStore) *Directory { return &Directory{store: store} }
+
+// Session returns the thread's session; found is false if it has none.
+func (d *Directory) Session(ctx context.Context, thread ThreadKey) (s SessionView, found bool, err error) {
+	got, err := d.store.SessionGet(ctx, thread.String())
+	switch {
+	case errors.Is(err, db.ErrNotFound):
+		return SessionView{}, false, nil
+	case err != nil:
+		return SessionView{}, false, err
+	}
+	return sessionView(got), true, nil
+}
+
+// HasSession reports whether the thread has a session, in any status.
+func (d *Directory) HasSession(ctx context.Context, thread ThreadKey) (bool, error) {
+	_, found, err := d.Session(ctx, thread)
+	return found, err
+}
+
+// ErrUnknownStatus is returned for a session status filter that names no status.
+var ErrUnknownStatus = errors.New("unknown status")
+
+// Sessions lists sessions the way "admin sessions" does (chat, CLI and web show the same rows): in
+// one status, or in every status when status is "", up to SessionsListMax. truncated reports that
+// the cap was reached.
+func (d *Directory) Sessions(ctx context.Context, status SessionStatus) (list []SessionView, truncated bool, err error) {
+	statuses, err := statusFilter(status)
+	if err != nil {
+		return nil, false, err
+	}
+	all, err := ListSessions(ctx, d.store, statuses, SessionsListMax)
+	if err != nil {
+		return nil, false, err
+	}
+	return views(all), len(all) >= SessionsListMax, nil
+}
+
+// statusFilter is the statuses a listing filtered by status covers: all of them for "".
+func statusFilter(status SessionStatus) ([]db.SessionStatus, error) {
+	switch {
+	case status == "":
+		return SessionStatuses, nil
+	case !status.Valid():
+		return nil, fmt.Errorf("%w %s", ErrUnknownStatus, status)
+	}
+	return []db.SessionStatus{db.SessionStatus(status)}, nil
+}
+
+// PlatformSessions lists the sessions of one platform's threads in every status, in the order of
+// SessionStatuses, stopping once it has at least max (it may return a page more).
+func (d *Directory) PlatformSessions(ctx context.Context, platform string, max int) ([]SessionView, error) {
+	// Keys sort by thread key, so each status's rows of the platform are one run after "<platform>:".
+	prefix := platform + ":"
+	var out []db.Session
+	for _, st := range SessionStatuses {
+		after := prefix
+		for len(out) < max {
+			page, err := d.store.SessionsByStatus(ctx, st, after, db.DefaultBatch)
+			if err != nil {
+				return nil, err
+			}
+			done := len(page) < db.DefaultBatch
+			for _, ss := range page {
+				if !strings.HasPrefix(ss.ThreadKey, prefix) {
+					done = true
+					break
+				}
+				out = append(out, ss)
+			}
+			if done || len(page) == 0 {
+				break
+			}
+			after = page[len(page)-1].ThreadKey
+		}
+	}
+	return views(out), nil
+}
+
+// History returns the thread's newest finished turns, oldest first, at most maxTurns of them and
+// at most maxChars of prompts and answers together. It ignores resets: it is what the thread said,
+// not what the agent is replayed.
+func (d *Directory) History(ctx context.Context, thread ThreadKey, maxTurns, maxChars int) ([]TurnView, error) {
+	turns, err := d.store.TurnTranscript(ctx, thread.String(), db.TranscriptLimit{MaxTurns: maxTurns, MaxChars: maxChars})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]TurnView, len(turns))
+	for i, t := range turns {
+		out[i] = TurnView{
+			EventID: t.PlatformEventID, UserID: t.UserID, Prompt: t.Prompt, Status: TurnStatus(t.Status),
+			Answer: t.Answer, Error: t.Error, CreatedAt: t.CreatedAt, FinishedAt: t.FinishedAt,
+		}
+	}
+	return out, nil
+}
+
+func views(ss []db.Session) []SessionView {
+	out := make([]SessionView, len(ss))
+	for i, s := range ss {
+		out[i] = sessionView(s)
+	}
+	return out
+}

@@ -1,0 +1,102 @@
+package slack
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/threadbox/threadbox/bot"
+	"github.com/threadbox/threadbox/bot/slack/slackfake"
+	"github.com/threadbox/threadbox/db/dbtest"
+)
+
+// countingAdmin counts the admin commands that ran.
+type countingAdmin struct {
+	mu  sync.Mutex
+	ran []string
+}
+
+func (c *countingAdmin) Run(_ context.Context, actor string, argv []string) (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ran = append(c.ran, actor+" "+strings.Join(argv, " "))
+	return "done", nil
+}
+
+func (c *countingAdmin) runs() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.ran...)
+}
+
+func TestSlashCommandReplayIsIgnored(t *testing.T) {
+	adm := &countingAdmin{}
+	hs := newHarness(t, nil, newStubHandler(), func(o *Options) { o.Admin = adm })
+	body := hs.fake.SlashCommandBody(slackfake.SlashCommand{Text: "drain", UserID: "UADMIN"})
+	at := time.Now()
+	for _, tc := range []struct {
+		name     string
+		signedAt time.Time
+		want     string
+		runs     int
+	}{
+		{name: "first delivery runs", signedAt: at, want: "done", runs: 1},
+		{name: "the same signature again is a replay", signedAt: at, want: "already received", runs: 1},
+		{name: "and stays one later in the window", signedAt: at, want: "already received", runs: 1},
+		{name: "a new signature is a new request", signedAt: at.Add(time.Second), want: "done", runs: 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := hs.fake.PostSigned(t.Context(), hs.commands, "application/x-www-form-urlencoded", body,
+				slackfake.SignedAt(tc.signedAt))
+			require.NoError(t, err)
+			require.Equal(t, http.StatusOK, res.Status)
+			var reply ephemeral
+			require.NoError(t, json.Unmarshal(res.Body, &reply))
+			require.Equal(t, "ephemeral", reply.ResponseType)
+			require.Contains(t, reply.Text, tc.want)
+			require.Len(t, adm.runs(), tc.runs)
+		})
+	}
+}
+
+// TestInThreadAdminRepliesAreEphemeral: "@threadbox admin …" in a thread is answered with
+// chat.postEphemeral to the asker only, refusals included; nothing lands in the shared thread.
+func TestInThreadAdminRepliesAreEphemeral(t *testing.T) {
+	st := dbtest.OpenSQLite(t)
+	admin := bot.NewAdmin(st, nil, []string{"slack:UADMIN"}, nil)
+	handler := bot.NewHandler(bot.HandlerConfig{}, nil, st, admin, nil)
+	hs := newHarness(t, nil, handler)
+	for _, tc := range []struct{ name, user, want string }{
+		{"admin", "UADMIN", "admin commands:"},
+		{"not an admin", "U2", "limited to the users listed in admin.users"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := hs.fake.Mention("C1", tc.user, "hello")
+			hs.deliver(t, hs.fake.Mention("C1", tc.user, "admin help", slackfake.InThread(root.TS)))
+			ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+			defer cancel()
+			var got []slackfake.Ephemeral
+			require.NoError(t, hs.fake.Wait(ctx, func() bool {
+				got = nil
+				for _, e := range hs.fake.Ephemerals("C1") {
+					if e.ThreadTS == root.TS {
+						got = append(got, e)
+					}
+				}
+				return len(got) > 0
+			}))
+			require.Len(t, got, 1)
+			require.Equal(t, tc.user, got[0].User, "only the asker sees it")
+			require.Contains(t, got[0].Text, tc.want)
+			for _, m := range hs.fake.Replies("C1", root.TS) {
+				require.Empty(t, m.BotID, "nothing from the bot in the shared thread: %q", m.Text)
+			}
+		})
+	}
+}

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"net/http"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// httpTimeouts bound what one client can hold of the server.
+type httpTimeouts struct {
+	// ReadHeader bounds reading a request's headers: a client trickling them (slow loris) is cut off.
+	ReadHeader time.Duration
+	// Read bounds reading a whole request, body included, per request: a 64 MiB upload gets it at
+	// about 220 KB/s; a client that stalls mid-body is cut off instead of holding a goroutine. It does
+	// not end event streams: net/http clears the read deadline once the body is read.
+	Read time.Duration
+	// Write bounds writing a response. Event streams lift it themselves (http.ResponseController in
+	// bot/web); a slow admin command outlives the CLI's own 2-minute wait anyway.
+	Write time.Duration
+	// Idle bounds a kept-alive connection between requests.
+	Idle time.Duration
+}
+
+var defaultHTTPTimeouts = httpTimeouts{
+	ReadHeader: 10 * time.Second,
+	Read:       5 * time.Minute,
+	Write:      10 * time.Minute,
+	Idle:       2 * time.Minute,
+}
+
+// newHTTPServer is serve's server: every timeout set, so slow or idle clients cannot pile up.
+func newHTTPServer(h http.Handler, t httpTimeouts) *http.Server {
+	d := defaultHTTPTimeouts
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: cmp.Or(t.ReadHeader, d.ReadHeader),
+		ReadTimeout:       cmp.Or(t.Read, d.Read),
+		WriteTimeout:      cmp.Or(t.Write, d.Write),
+		IdleTimeout:       cmp.Or(t.Idle, d.Idle),
+	}
+}
+
+// pinger and drainer are what /readyz asks: db.Store and *agentpool.Pool implement them.
+type (
+	pinger interface {
+		Ping(ctx context.Context) error
+	}
+	drainer interface{ Draining() bool }
+)
+
+// readyHandler is GET /readyz. It is unauthenticated (load balancers call it), so it says only which
+// dependency is down: the database's own error can name hosts, users and paths, and goes to the log.
+func readyHandler(store pinger, pool drainer, log *zap.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		pctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := store.Ping(pctx); err != nil {
+			log.Warn("readyz: database ping failed", zap.Error(err))
+			http.Error(w, "database: unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		if pool.Draining() {
+			// After `admin drain` this replica takes no turns: take it out of rotation.
+			http.Error(w, "draining: not taking new turns", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+}

@@ -1,0 +1,43 @@
+{{/* Chart name, truncated to the 63 characters Kubernetes names allow. */}}
+{{- define "threadbox.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Release-qualified name, unless the release name already contains the chart name. */}}
+{{- define "threadbox.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "threadbox.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "threadbox.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "threadbox.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "threadbox.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "threadbox.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "threadbox.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The Docker socket is mounted only for the docker provider with a socket path. */}}
+{{- define "threadbox.dockerSocket" -}}
+{{- if and (eq .Values.sandbox.provider "docker") .Values.sandbox.docker.socketPath }}true{{ end }}
+{{- end }}
