@@ -138,6 +138,10 @@ func (h *Handler) Handle(ctx context.Context, msg Message, r Replier) error {
 				h.log.Warn("posting an admin reply", zap.Error(err))
 			}
 		}
+		if h.turns == nil { // a handler with admin commands only (tests, the CLI)
+			h.bg.Go(func() { run(context.WithoutCancel(ctx)) })
+			return nil
+		}
 		if err := h.turns.Do(key, run, func(error) {}); err != nil {
 			return fmt.Errorf("%w: %w", ErrNotAccepted, err)
 		}

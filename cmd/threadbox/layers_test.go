@@ -62,6 +62,8 @@ func layerRules() []layerRule {
 			why: "db/dbtest and db/internal: the store's own packages"},
 		{pkg: "prompts/...", may: nil,
 			why: "prompts: templates import nothing of ours"},
+		{pkg: "deploy/...", may: nil,
+			why: "deploy: image and deployment tooling (the health probe, the image test) imports nothing of ours"},
 	}
 }
 

@@ -71,7 +71,7 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 	a.pool, err = agentpool.New(agentpool.Config{
 		Deployment: cfg.Deployment, Image: cfg.Sandbox.Image, Resources: cfg.Sandbox.Resources,
 		Network: network, ReadOnlyRoot: cfg.Sandbox.ReadOnlyRoot, Env: env, BlockedEnv: cfg.Sandbox.Env.Blocked,
-		StuckAfter:   cfg.Lifecycle.StuckAfter,
+		StuckAfter: cfg.Lifecycle.StuckAfter, MaxQueued: cfg.Lifecycle.MaxQueued,
 		SystemPrompt: prompts.System(prompts.SystemData{WorkDir: sandbox.DefaultWorkDir}),
 	}, agentpool.Deps{Store: st, Provider: a.prov, Runtime: a.rt, Logger: m.Logger,
 		// The handler is built below; turns are restored only once serve has registered the adapters.
@@ -83,6 +83,7 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 	a.maint, err = agentpool.NewMaintainer(agentpool.MaintainerConfig{
 		IdleTimeout: cfg.Lifecycle.IdleTimeout, PausedTTL: cfg.Lifecycle.PausedTTL,
 		ReapGrace: cfg.Lifecycle.ReapGrace, StuckAfter: cfg.Lifecycle.StuckAfter,
+		Interval: cfg.Lifecycle.LoopInterval,
 	}, agentpool.MaintainerDeps{
 		Store: st, Provider: a.prov, Deployment: cfg.Deployment, Logger: m.Logger,
 		OnStuck: func(_ context.Context, t db.Turn) { a.pool.CancelTurn(t.ThreadKey, t.ID, agentpool.ErrStuck) },

@@ -143,6 +143,11 @@ type Lifecycle struct {
 	StuckAfter  time.Duration `koanf:"stuck_after"`
 	// ShutdownGrace is how long running turns get to finish after SIGTERM before they are cancelled.
 	ShutdownGrace time.Duration `koanf:"shutdown_grace"`
+	// LoopInterval is how often the leader runs the loops (recovery of dead processes' turns first),
+	// and how often a follower asks for leadership.
+	LoopInterval time.Duration `koanf:"loop_interval"`
+	// MaxQueued caps the messages of one thread that wait or run; more get a polite refusal.
+	MaxQueued int `koanf:"max_queued"`
 }
 
 // Slack is the Slack adapter; it is enabled when bot_token is set.
@@ -203,6 +208,8 @@ func Default() Config {
 			StuckAfter:  10 * time.Minute,
 			// Under Kubernetes' default 30 s termination grace, leaving time to record and reply.
 			ShutdownGrace: 20 * time.Second,
+			LoopInterval:  time.Minute,
+			MaxQueued:     50,
 		},
 		Admin:     Admin{Users: []string{}},
 		Slack:     Slack{MaxFileBytes: 1 << 30, MaxInboundFileBytes: 25 << 20},

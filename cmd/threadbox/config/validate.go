@@ -82,6 +82,15 @@ func (c Config) Validate() error {
 		func() error {
 			return duration("lifecycle.stuck_after", c.Lifecycle.StuckAfter, time.Minute, 24*time.Hour)
 		},
+		func() error {
+			return duration("lifecycle.loop_interval", c.Lifecycle.LoopInterval, time.Second, time.Hour)
+		},
+		func() error {
+			if c.Lifecycle.MaxQueued < 1 || c.Lifecycle.MaxQueued > 10000 {
+				return fmt.Errorf("lifecycle.max_queued = %d: must be between 1 and 10000", c.Lifecycle.MaxQueued)
+			}
+			return nil
+		},
 		func() error { return checkURL("slack.api_url", c.Slack.APIURL, []string{"http", "https"}, true) },
 		func() error {
 			if c.Slack.BotToken != "" && c.Slack.AppToken == "" && c.Slack.SigningSecret == "" {
