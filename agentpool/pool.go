@@ -46,6 +46,8 @@ type Config struct {
 	// MaxQueued caps the turns of one thread that run or wait in this process (default 50); Submit
 	// refuses more with ErrQueueFull.
 	MaxQueued int
+	// MaxActive caps the live sandboxes of the deployment (0: no cap); see capacity.go.
+	MaxActive int
 }
 
 func (c Config) withDefaults() Config {
@@ -70,8 +72,8 @@ func (c Config) validate() error {
 		return errors.New("agentpool: Image is required")
 	case c.TurnTimeout < 0, c.EnsureTimeout < 0, c.StuckAfter < 0:
 		return errors.New("agentpool: timeouts must not be negative")
-	case c.MaxQueued < 0:
-		return errors.New("agentpool: MaxQueued must not be negative")
+	case c.MaxQueued < 0, c.MaxActive < 0:
+		return errors.New("agentpool: MaxQueued and MaxActive must not be negative")
 	}
 	return c.Artifacts.validate()
 }
@@ -107,6 +109,7 @@ type Pool struct {
 
 	instance string
 	restore  func(ctx context.Context, t db.Turn) (Request, error)
+	capa     *capacity
 
 	// instMu protects the following.
 	instMu   sync.Mutex
@@ -138,6 +141,9 @@ func New(cfg Config, deps Deps) (*Pool, error) {
 	}
 	if p.instance == "" {
 		p.instance = newInstanceID()
+	}
+	if cfg.MaxActive > 0 {
+		p.capa = newCapacity(cfg.MaxActive)
 	}
 	if p.now == nil {
 		p.now = time.Now

@@ -35,6 +35,14 @@ const deliverTimeout = 2 * time.Minute
 // runTurn is one turn, start to end, on the thread's queue goroutine. It never returns an error:
 // every failure becomes an Outcome for the sink and a turn row.
 func (p *Pool) runTurn(ctx context.Context, req Request, turnID int64) {
+	// Admission first: a turn waiting in line for a sandbox slot stays queued (the watchdog leaves it
+	// alone) and holds no lock.
+	release, err := p.admit(ctx, req.ThreadKey, req.Sink)
+	if err != nil {
+		p.endTurn(req, turnID, Outcome{TurnID: turnID, Err: err, Cancelled: ctx.Err() != nil})
+		return
+	}
+	defer release()
 	hold, err := p.store.HoldThread(ctx, req.ThreadKey)
 	if err != nil {
 		p.endTurn(req, turnID, Outcome{TurnID: turnID, Err: fmt.Errorf("waiting for the thread lock: %w", err), Cancelled: ctx.Err() != nil})

@@ -71,7 +71,7 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 	a.pool, err = agentpool.New(agentpool.Config{
 		Deployment: cfg.Deployment, Image: cfg.Sandbox.Image, Resources: cfg.Sandbox.Resources,
 		Network: network, ReadOnlyRoot: cfg.Sandbox.ReadOnlyRoot, Env: env, BlockedEnv: cfg.Sandbox.Env.Blocked,
-		StuckAfter: cfg.Lifecycle.StuckAfter, MaxQueued: cfg.Lifecycle.MaxQueued,
+		StuckAfter: cfg.Lifecycle.StuckAfter, MaxQueued: cfg.Lifecycle.MaxQueued, MaxActive: cfg.Sandbox.MaxActive,
 		SystemPrompt: prompts.System(prompts.SystemData{WorkDir: sandbox.DefaultWorkDir}),
 	}, agentpool.Deps{Store: st, Provider: a.prov, Runtime: a.rt, Logger: m.Logger,
 		// The handler is built below; turns are restored only once serve has registered the adapters.

@@ -46,6 +46,10 @@ type Database struct {
 	URL string `koanf:"url"`
 	// AutoMigrate applies pending migrations when serve starts.
 	AutoMigrate bool `koanf:"auto_migrate"`
+	// LockConns is how many PostgreSQL connections a replica keeps for locks: every running turn
+	// holds one for its thread. 0 sizes it from sandbox.max_active (+ 16 for the leader, the
+	// instance lock, the loops and admin actions).
+	LockConns int `koanf:"lock_conns"`
 }
 
 // Redis is optional; with it, dedupe and rate limits are shared across replicas.
@@ -83,11 +87,14 @@ type Sandbox struct {
 	Resources sandbox.Resources `koanf:"resources"`
 	Env       sandbox.EnvPolicy `koanf:"env"`
 	// ReadOnlyRoot mounts the image read-only with a tmpfs /tmp; the workdir stays writable.
-	ReadOnlyRoot bool         `koanf:"read_only_root"`
-	Docker       DockerConfig `koanf:"docker"`
-	Local        LocalConfig  `koanf:"local"`
-	Daytona      Daytona      `koanf:"daytona"`
-	Deno         Deno         `koanf:"deno"`
+	ReadOnlyRoot bool `koanf:"read_only_root"`
+	// MaxActive caps the live sandboxes of the deployment; past it, new threads wait in line (an idle
+	// sandbox is paused to make room when there is one). 0 means no cap.
+	MaxActive int          `koanf:"max_active"`
+	Docker    DockerConfig `koanf:"docker"`
+	Local     LocalConfig  `koanf:"local"`
+	Daytona   Daytona      `koanf:"daytona"`
+	Deno      Deno         `koanf:"deno"`
 }
 
 // DockerConfig is the Docker provider's own settings.
@@ -194,6 +201,7 @@ func Default() Config {
 		HTTP:       HTTP{Addr: "127.0.0.1:8080"},
 		Sandbox: Sandbox{
 			Provider:  "auto",
+			MaxActive: 20,
 			Image:     "threadbox/sandbox:latest",
 			Network:   string(sandbox.NetworkNone),
 			Resources: sandbox.DefaultResources(),
