@@ -135,6 +135,9 @@ func CollectArtifacts(ctx context.Context, sb sandbox.Sandbox, store db.Artifact
 	case errors.Is(err, sandbox.ErrNotRegular):
 		// output/display (or output) is itself a symlink or a file: nothing under it is trusted.
 		return nil, []SkippedArtifact{{Name: ArtifactDir, Reason: "not a directory (symlinks are never followed)"}}, nil
+	case errors.Is(err, sandbox.ErrTooLarge):
+		// The provider refused to list more than sandbox.MaxListEntries entries: say so, upload none.
+		return nil, []SkippedArtifact{{Name: ArtifactDir, Reason: fmt.Sprintf("more than %d entries to list; nothing in it was checked", sandbox.MaxListEntries)}}, nil
 	case err != nil:
 		return nil, nil, fmt.Errorf("agentpool: list %s: %w", ArtifactDir, err)
 	}

@@ -238,6 +238,11 @@ func TestCollectArtifactsCapsAndKinds(t *testing.T) {
 			wantSkipped: []string{"not uploaded: output/display (0 B): not a directory (symlinks are never followed)"},
 		},
 		{
+			name:        "output/display holds more entries than a listing may",
+			box:         &artBox{listErr: fmt.Errorf("list: more than %d entries: %w", sandbox.MaxListEntries, sandbox.ErrTooLarge)},
+			wantSkipped: []string{"not uploaded: output/display (0 B): more than 10000 entries to list; nothing in it was checked"},
+		},
+		{
 			name:    "listing fails",
 			box:     &artBox{listErr: boom},
 			wantErr: boom,
