@@ -13,7 +13,7 @@ STATICCHECK_VERSION ?= v0.8.2
 GENERATED     := db/internal/pgsqlc db/internal/sqlitesqlc
 TEST_FLAGS    ?= -race -timeout 25m
 BENCH_FLAGS   ?= -run '^$$' -bench . -benchmem -timeout 30m
-# `make fuzz`: how long each fuzz target runs, and extra flags (FUZZ_FLAGS=-parallel=1 on a busy box).
+# `make fuzz`: how long each fuzz target runs, and extra go test flags (FUZZ_FLAGS=-parallel=1).
 FUZZTIME      ?= 10s
 FUZZ_FLAGS    ?=
 SERVICES_ENV  = eval "$$(deploy/test-services.sh --env)"
@@ -44,13 +44,7 @@ bench: services ## run the benchmarks (provider latency vs raw Docker, store loo
 
 .PHONY: fuzz
 fuzz: ## run every fuzz target for FUZZTIME (default 10s), one at a time; crashers land in testdata/fuzz
-	@set -e; for f in $$(grep -rl --include='*_test.go' '^func Fuzz' . | sort); do \
-	  pkg=./$$(dirname "$${f#./}"); \
-	  for fn in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' "$$f"); do \
-	    echo "== $$pkg $$fn ($(FUZZTIME))"; \
-	    $(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $(FUZZ_FLAGS) "$$pkg"; \
-	  done; \
-	done
+	GO=$(GO) FUZZTIME=$(FUZZTIME) deploy/fuzz.sh $(FUZZ_FLAGS)
 
 .PHONY: generate
 generate: ## regenerate sqlc code from queries/ and the migrations
