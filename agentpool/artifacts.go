@@ -141,6 +141,9 @@ func CollectArtifacts(ctx context.Context, sb sandbox.Sandbox, store db.Artifact
 	case errors.Is(err, sandbox.ErrNotRegular):
 		// output/display (or output) is itself a symlink or a file: nothing under it is trusted.
 		return nil, []SkippedArtifact{{Name: ArtifactDir, Reason: "not a directory (symlinks are never followed)"}}, nil
+	case errors.Is(err, sandbox.ErrTooLarge):
+		// The provider refused to list more than sandbox.MaxListEntries entries: say so, upload none.
+		return nil, []SkippedArtifact{{Name: ArtifactDir, Reason: fmt.Sprintf("more than %d entries to list; nothing in it was checked", sandbox.MaxListEntries)}}, nil
 	case err != nil:
 		return nil, nil, fmt.Errorf("agentpool: list %s: %w", ArtifactDir, err)
 	}
@@ -277,7 +280,7 @@ func sanitizeName(name string, maxLen int) string {
 		return "file"
 	}
 	stem, ext := splitExt(name)
-	return capName(stem, ext, maxLen)
+	return capName(stem, "", ext, maxLen)
 }
 
 // splitExt splits off a short extension. A long "extension" is part of the name: keeping 100
@@ -290,16 +293,34 @@ func splitExt(name string) (stem, ext string) {
 	return strings.TrimSuffix(name, ext), ext
 }
 
-// capName joins stem and ext, cutting the stem so that the whole fits maxLen characters.
-func capName(stem, ext string, maxLen int) string {
-	keep := maxLen - utf8.RuneCountInString(ext)
+// capName joins stem, a de-duplicating tag ("-2", or "") and ext, cutting the stem so that the whole
+// fits maxLen characters. An extension that would leave no room for the stem becomes part of it (and
+// is cut with it) rather than the tag, which must survive for the name to stay unique. maxLen must
+// exceed the tag's length.
+func capName(stem, tag, ext string, maxLen int) string {
+	tagN, extN := utf8.RuneCountInString(tag), utf8.RuneCountInString(ext)
+	if tagN+extN >= maxLen {
+		stem, ext, extN = stem+ext, "", 0
+	}
+	keep := maxLen - tagN - extN
 	if utf8.RuneCountInString(stem) > keep {
-		stem = strings.TrimRight(string([]rune(stem)[:max(keep, 1)]), ". ")
+		stem = strings.TrimRight(firstRunes(stem, keep), ". ")
 	}
 	if stem == "" {
-		stem = "file"
+		stem = firstRunes("file", keep)
 	}
-	return stem + ext
+	return stem + tag + ext
+}
+
+// firstRunes returns s's first n runes.
+func firstRunes(s string, n int) string {
+	for i := range s {
+		if n == 0 {
+			return s[:i]
+		}
+		n--
+	}
+	return s
 }
 
 // uniqueName returns name, or name-2, name-3, … (before the extension) if used already has it, and
@@ -313,7 +334,7 @@ func uniqueNameLen(name string, used map[string]int, maxLen int) string {
 	if used[name] > 0 {
 		stem, ext := splitExt(name)
 		for n := used[name] + 1; ; n++ {
-			out = capName(stem, "-"+strconv.Itoa(n)+ext, maxLen)
+			out = capName(stem, "-"+strconv.Itoa(n), ext, maxLen)
 			if used[out] == 0 {
 				used[name] = n
 				break

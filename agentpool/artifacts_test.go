@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
@@ -238,6 +239,11 @@ func TestCollectArtifactsCapsAndKinds(t *testing.T) {
 			wantSkipped: []string{"not uploaded: output/display (0 B): not a directory (symlinks are never followed)"},
 		},
 		{
+			name:        "output/display holds more entries than a listing may",
+			box:         &artBox{listErr: fmt.Errorf("list: more than %d entries: %w", sandbox.MaxListEntries, sandbox.ErrTooLarge)},
+			wantSkipped: []string{"not uploaded: output/display (0 B): more than 10000 entries to list; nothing in it was checked"},
+		},
+		{
 			name:    "listing fails",
 			box:     &artBox{listErr: boom},
 			wantErr: boom,
@@ -380,4 +386,57 @@ func TestCollectArtifactsUploadsOnlyNewOrChanged(t *testing.T) {
 		require.ErrorContains(t, err, "a.txt")
 		require.ErrorContains(t, err, "b.txt")
 	})
+}
+
+// FuzzSanitizeName checks what a display name may never be, whatever the agent named the file.
+func FuzzSanitizeName(f *testing.F) {
+	f.Add("report.pdf", 0)
+	f.Add("../../etc/passwd", 5)
+	f.Add("invoice\u202Efdp.exe", 100)
+	f.Add("abc."+strings.Repeat("e", 15), 0)
+	f.Add(" .x.eeeeeeeeeeeeeee", 0)
+	f.Add("bad\xffutf8\x00.txt", 3)
+	f.Fuzz(func(t *testing.T, name string, n int) {
+		maxLen := minNameLen + int(uint(n)%200)
+		got := sanitizeName(name, maxLen)
+		requireDisplayName(t, got, maxLen)
+		require.Equal(t, got, sanitizeName(got, maxLen), "sanitizing is idempotent")
+	})
+}
+
+// FuzzUniqueName feeds a turn's worth of names through sanitizing and de-duplication: every result
+// is a valid display name, and no two are equal.
+func FuzzUniqueName(f *testing.F) {
+	f.Add("report.pdf\nreport.pdf\nreport-2.pdf\nreport.pdf", 0)
+	f.Add(strings.Repeat("x.eeeeeeeeeeeeeee\n", 12), 0)
+	f.Add("a\na\na-2\na-2\na-2-2", 1)
+	f.Fuzz(func(t *testing.T, list string, n int) {
+		maxLen := minNameLen + int(uint(n)%200)
+		used := map[string]int{}
+		seen := map[string]bool{}
+		for i, name := range strings.Split(list, "\n") {
+			if i == 64 {
+				break
+			}
+			got := uniqueNameLen(sanitizeName(name, maxLen), used, maxLen)
+			requireDisplayName(t, got, maxLen)
+			require.False(t, seen[got], "%q given twice", got)
+			seen[got] = true
+		}
+	})
+}
+
+func requireDisplayName(t *testing.T, got string, maxLen int) {
+	t.Helper()
+	require.NotEmpty(t, got)
+	require.True(t, utf8.ValidString(got), "%q", got)
+	require.LessOrEqual(t, utf8.RuneCountInString(got), maxLen, "%q", got)
+	require.False(t, strings.ContainsAny(got, `/\<>:"|?*`), "%q", got)
+	require.False(t, strings.HasPrefix(got, ".") || strings.HasPrefix(got, "-") || strings.HasPrefix(got, " "), "%q", got)
+	require.False(t, strings.HasSuffix(got, ".") || strings.HasSuffix(got, " "), "%q", got)
+	require.NotContains(t, got, "  ")
+	for _, r := range got {
+		require.False(t, unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == utf8.RuneError, "%q holds %U", got, r)
+		require.False(t, unicode.IsSpace(r) && r != ' ', "%q holds %U", got, r)
+	}
 }

@@ -50,7 +50,8 @@ type Provider interface {
 	ReadFile(ctx context.Context, h Handle, path string, max int64) ([]byte, error)
 	// ListFiles lists a directory tree (recursively, without following symlinks) relative to dir.
 	// Symlinks are reported as symlinks (lstat), never descended into; dir itself being a symlink
-	// is refused with ErrNotRegular.
+	// is refused with ErrNotRegular. A tree of more than MaxListEntries entries is refused with
+	// ErrTooLarge, having kept no more than that in memory.
 	ListFiles(ctx context.Context, h Handle, dir string) ([]FileInfo, error)
 }
 
@@ -162,8 +163,13 @@ type ExecRequest struct {
 	MaxOutput int64
 }
 
-// DefaultMaxOutput bounds each exec stream when the request sets no bound.
+// DefaultMaxOutput bounds each exec stream when the request sets no bound, and ReadFile when the
+// caller passes no bound.
 const DefaultMaxOutput = 16 << 20
+
+// MaxListEntries bounds one ListFiles answer. The agent decides how many files it writes; the only
+// caller lists output/display, of which it checks at most a thousand files anyway.
+const MaxListEntries = 10_000
 
 // ExecResult is how a command ended.
 type ExecResult struct {

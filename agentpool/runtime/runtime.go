@@ -67,6 +67,11 @@ type Event struct {
 	At   time.Time
 }
 
+// MaxAnswerBytes bounds an answer a runtime assembles from many pieces (streamed text chunks). A
+// runtime whose answer outgrows it fails the turn with an error wrapping sandbox.ErrTooLarge rather
+// than keep growing; 10 MB answers fit.
+const MaxAnswerBytes = 32 << 20
+
 // Usage is what a turn cost, where the runtime reports it.
 type Usage struct {
 	InputTokens  int64   `json:"input_tokens,omitempty"`
