@@ -16,6 +16,11 @@ var (
 	// ErrNoEffect marks a failure after which the provider surely did nothing (the request never
 	// reached it, or it refused before acting). Only such Create failures may be retried blindly.
 	ErrNoEffect = errors.New("provider did nothing")
+	// ErrUnavailable: the provider itself cannot be reached or is not serving (the Docker daemon is
+	// restarting, a cloud API is down or overloaded). Nothing is known about the sandbox: it is neither
+	// found nor missing. Callers wait and retry (lifecycle.provider_wait) rather than recreate or fail.
+	// Providers wrap it around connection failures and 502/503/504-like answers.
+	ErrUnavailable = errors.New("sandbox service unavailable")
 	// ErrFileTooLarge: a read exceeded the caller's size bound.
 	ErrFileTooLarge = errors.New("file larger than allowed")
 	// ErrNotRegular: a file operation met a symlink, directory or device where it needs a regular

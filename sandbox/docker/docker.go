@@ -19,7 +19,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
+	"syscall"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -174,8 +176,12 @@ func wrapErr(op string, err error) error {
 	case errors.Is(err, context.DeadlineExceeded):
 		sentinel = context.DeadlineExceeded
 	case client.IsErrConnectionFailed(err):
-		// The client could not connect, so the request was never sent.
-		sentinel = sandbox.ErrNoEffect
+		// The client could not connect, so the request was never sent: the daemon is down or
+		// restarting, and whatever we asked surely did not happen.
+		return fmt.Errorf("docker %s: %w: %w: %s", op, sandbox.ErrUnavailable, sandbox.ErrNoEffect, err)
+	case isDaemonGone(err):
+		// The daemon went away mid-request (a restart): it may have acted, so no ErrNoEffect.
+		sentinel = sandbox.ErrUnavailable
 	case cerrdefs.IsNotFound(err):
 		sentinel = sandbox.ErrNotFound
 	case cerrdefs.IsConflict(err) && isNotRunningMsg(err.Error()):
@@ -186,6 +192,13 @@ func wrapErr(op string, err error) error {
 		return fmt.Errorf("docker %s: %s", op, err)
 	}
 	return fmt.Errorf("docker %s: %w: %s", op, sentinel, err)
+}
+
+// isDaemonGone reports a connection to the daemon that broke or was refused mid-request, or a daemon
+// that says it is unavailable: a daemon restart, not an answer about the sandbox.
+func isDaemonGone(err error) bool {
+	return cerrdefs.IsUnavailable(err) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
 }
 
 func isNotRunningMsg(msg string) bool {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -35,6 +36,10 @@ func TestWrapErr(t *testing.T) {
 		want error
 	}{
 		{"daemon unreachable", connErr, sandbox.ErrNoEffect},
+		{"connection reset mid-request", fmt.Errorf("read: %w", syscall.ECONNRESET), sandbox.ErrUnavailable},
+		{"connection refused", fmt.Errorf("dial: %w", syscall.ECONNREFUSED), sandbox.ErrUnavailable},
+		{"daemon says unavailable", fmt.Errorf("shutting down: %w", cerrdefs.ErrUnavailable), sandbox.ErrUnavailable},
+		{"stream cut", fmt.Errorf("read body: %w", io.ErrUnexpectedEOF), sandbox.ErrUnavailable},
 		{"not found", fmt.Errorf("No such container: x: %w", cerrdefs.ErrNotFound), sandbox.ErrNotFound},
 		{"not running", fmt.Errorf("Container x is not running: %w", cerrdefs.ErrConflict), sandbox.ErrNotRunning},
 		{"paused", fmt.Errorf("Container x is paused, unpause the container before exec: %w", cerrdefs.ErrConflict), sandbox.ErrNotRunning},
@@ -50,6 +55,9 @@ func TestWrapErr(t *testing.T) {
 			for _, s := range []error{sandbox.ErrNoEffect, sandbox.ErrNotFound, sandbox.ErrNotRunning, sandbox.ErrInvalidSpec, context.Canceled} {
 				require.Equal(t, s == tc.want, errors.Is(got, s), "errors.Is(%v, %v)", got, s)
 			}
+			// An unreachable daemon is also unavailable: the caller waits for it rather than failing.
+			wantUnavailable := tc.want == sandbox.ErrUnavailable || tc.want == sandbox.ErrNoEffect
+			require.Equal(t, wantUnavailable, errors.Is(got, sandbox.ErrUnavailable), "errors.Is(%v, ErrUnavailable)", got)
 			require.False(t, cerrdefs.IsNotFound(got) || cerrdefs.IsConflict(got), "docker error types do not escape")
 		})
 	}
