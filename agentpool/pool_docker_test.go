@@ -253,8 +253,9 @@ func TestDockerShutdownKeepsSandboxesAndNewPoolPicksThemUp(t *testing.T) {
 
 func mustHandle(t *testing.T, s db.Session) sandbox.Handle {
 	t.Helper()
-	h, err := decodeHandle(s.Handle)
+	h, err := sandbox.DecodeHandle(s.Handle, s.Provider)
 	require.NoError(t, err)
+	require.False(t, h.IsZero())
 	return h
 }
 

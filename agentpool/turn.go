@@ -81,13 +81,18 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 			out.Err = lastRecoverErr
 			return out
 		}
-		r, err := p.resolve(ctx, sess)
+		r, err := p.life.resolve(ctx, sess, func() {
+			w.emitter().emit(runtime.Event{Kind: runtime.EventStatus, Text: NoteWaitingForProvider, At: p.now()})
+		})
 		if err != nil {
 			out.Err = err
 			return out
 		}
 		sess = r.sess
 		out.Generation, out.Recreated = sess.Generation, out.Recreated || r.created
+		if r.recreate != "" {
+			out.Recreate = r.recreate
+		}
 		if err := p.ensureRuntime(ctx, r); err != nil {
 			if runtime.Classify(err) == runtime.ClassSandboxDown {
 				lastRecoverErr = err
@@ -194,14 +199,7 @@ func (p *Pool) ensureRuntime(ctx context.Context, r resolved) error {
 		}
 	}
 	if ctx.Err() == nil && runtime.Classify(err) != runtime.ClassSandboxDown {
-		p.failSession(r.sess.ThreadKey, db.SessionActive, fmt.Sprintf("runtime %s unhealthy: %v", p.rt.Name(), err), true)
-		// Nothing pauses a session in error: stop the sandbox now rather than leave it running (and
-		// billing) until the next message, which resumes it and tries the runtime again.
-		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		if serr := p.prov.Stop(sctx, r.sb.Handle()); serr != nil {
-			p.log.Warn("stopping a sandbox whose runtime failed", zap.String("thread", r.sess.ThreadKey), zap.Error(serr))
-		}
-		cancel()
+		p.life.runtimeFailed(ctx, r.sess, r.sb.Handle(), fmt.Sprintf("runtime %s unhealthy: %v", p.rt.Name(), err))
 	}
 	return fmt.Errorf("runtime %s: %w", p.rt.Name(), err)
 }
