@@ -29,7 +29,8 @@ import (
 //	Inspect/Start/Stop says ErrNotFound         destroyed; resolve recreates (RecreateGone); pause and
 //	                                            reconcile stop there (the next turn recreates)
 //	Inspect says failed                         Destroy it, destroyed; resolve recreates (RecreateFailed)
-//	Inspect says stopped/archived/starting      resume: resuming, Start, active (fail count reset)
+//	Inspect says stopped/archived/starting      resume: resuming, Start, active; the fail count is reset
+//	                                            once the runtime answers (healthy)
 //	Start fails (not gone, not unavailable)     error, resume_fail_count + 1; the turn fails
 //	resume_fail_count ≥ max_resume_failures     the next resolve Destroys the old sandbox and recreates,
 //	                                            RecreateResumeFailed, history replayed, the user is told
@@ -292,13 +293,26 @@ func (l *lifecycle) resume(ctx context.Context, sess db.Session, h sandbox.Handl
 	defer cancel()
 	s, err = l.store.SessionTransition(sctx, sess.ThreadKey, db.Transition{
 		From: []db.SessionStatus{db.SessionResuming}, To: db.SessionActive, IfGeneration: gen(s),
-		ResumeFail: db.ResumeFailReset,
 	})
 	if err != nil {
 		return resolved{}, fmt.Errorf("finish resume: %w", err)
 	}
 	l.log.Info("sandbox resumed", zap.String("thread", s.ThreadKey), zap.String("sandbox", h.ID))
 	return resolved{sess: s, sb: sandbox.Bind(l.prov, h)}, nil
+}
+
+// healthy records that the runtime answered in the session's running sandbox. Only now is a resume
+// complete, so only now is the failed-resume count reset: a sandbox that starts but whose runtime
+// never comes up keeps counting towards a recreate.
+func (l *lifecycle) healthy(ctx context.Context, sess db.Session, at time.Time) error {
+	_, err := l.store.SessionTransition(ctx, sess.ThreadKey, db.Transition{
+		From: []db.SessionStatus{db.SessionActive}, To: db.SessionActive, IfGeneration: gen(sess),
+		Patch: db.SessionPatch{LastHealthOKAt: &at}, ResumeFail: db.ResumeFailReset,
+	})
+	if err != nil {
+		return fmt.Errorf("recording runtime health: %w", err)
+	}
+	return nil
 }
 
 // fail moves the session from `from` to error, counting a failed resume when asked. It survives the

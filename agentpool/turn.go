@@ -188,11 +188,7 @@ func (p *Pool) ensureRuntime(ctx context.Context, r resolved) error {
 		err = p.rt.Ensure(ectx, r.sb)
 		cancel()
 		if err == nil {
-			now := p.now()
-			if _, err := p.store.SessionUpdate(ctx, r.sess.ThreadKey, db.SessionPatch{LastHealthOKAt: &now}); err != nil {
-				return fmt.Errorf("recording runtime health: %w", err)
-			}
-			return nil
+			return p.life.healthy(ctx, r.sess, p.now())
 		}
 		if ctx.Err() != nil || runtime.Classify(err) == runtime.ClassSandboxDown {
 			break

@@ -2,6 +2,7 @@ package dbtest
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -359,8 +360,9 @@ func testSessionTransitionFenced(t *testing.T, newStore NewStore) {
 			_, err := s.SessionUpdate(ctx, "k", db.SessionPatch{Generation: ptr(int64(2))})
 			require.NoError(t, err)
 
+			// Several from-statuses: SQLite expands them into parameters, which must not shift the fence's.
 			_, err = s.SessionTransition(ctx, "k", db.Transition{
-				From: []db.SessionStatus{db.SessionActive}, To: db.SessionPausing,
+				From: []db.SessionStatus{db.SessionError, db.SessionActive, db.SessionPaused}, To: db.SessionPausing,
 				IfGeneration: ptr(tc.fence), BumpGeneration: tc.bump,
 			})
 			if tc.wantErr != nil {
@@ -370,6 +372,7 @@ func testSessionTransitionFenced(t *testing.T, newStore NewStore) {
 				require.Equal(t, tc.fence, te.Generation)
 				require.Equal(t, int64(2), te.ActualGeneration)
 				require.Equal(t, "active", te.Actual)
+				require.ErrorContains(t, err, fmt.Sprintf("at generation %d (now 2)", tc.fence))
 			} else {
 				require.NoError(t, err)
 			}

@@ -447,8 +447,9 @@ UPDATE sessions SET
     destroyed_at      = CASE WHEN ?1 = 'destroyed' THEN ?12 ELSE destroyed_at END,
     last_activity_at  = CASE WHEN ?1 = 'active' THEN ?12 ELSE last_activity_at END,
     updated_at        = ?12
-WHERE thread_key = ?13 AND status IN (/*SLICE:from_statuses*/?)
-  AND (CAST(?15 AS INTEGER) = 0 OR generation = CAST(?16 AS INTEGER))
+WHERE thread_key = ?13
+  AND (CAST(?14 AS INTEGER) = 0 OR generation = CAST(?15 AS INTEGER))
+  AND status IN (/*SLICE:from_statuses*/?)
 RETURNING thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at, reset_turn_id
 `
 
@@ -466,13 +467,15 @@ type SessionTransitionParams struct {
 	ResumeFail      string
 	Now             string
 	ThreadKey       string
-	FromStatuses    []string
 	CheckGeneration int64
 	IfGeneration    int64
+	FromStatuses    []string
 }
 
 // SessionTransition is the compare-and-set on status: it changes the row only if its status is one of
 // from_statuses. In SET, "status" still names the old value. NULL patch arguments keep the column.
+// The generation fence comes before the slice: sqlc numbers parameters (?N), and a bare ? expanded
+// from the slice would shift every number after it.
 func (q *Queries) SessionTransition(ctx context.Context, db DBTX, arg SessionTransitionParams) (Session, error) {
 	query := sessionTransition
 	var queryParams []interface{}
@@ -489,6 +492,8 @@ func (q *Queries) SessionTransition(ctx context.Context, db DBTX, arg SessionTra
 	queryParams = append(queryParams, arg.ResumeFail)
 	queryParams = append(queryParams, arg.Now)
 	queryParams = append(queryParams, arg.ThreadKey)
+	queryParams = append(queryParams, arg.CheckGeneration)
+	queryParams = append(queryParams, arg.IfGeneration)
 	if len(arg.FromStatuses) > 0 {
 		for _, v := range arg.FromStatuses {
 			queryParams = append(queryParams, v)
@@ -497,8 +502,6 @@ func (q *Queries) SessionTransition(ctx context.Context, db DBTX, arg SessionTra
 	} else {
 		query = strings.Replace(query, "/*SLICE:from_statuses*/?", "NULL", 1)
 	}
-	queryParams = append(queryParams, arg.CheckGeneration)
-	queryParams = append(queryParams, arg.IfGeneration)
 	row := db.QueryRowContext(ctx, query, queryParams...)
 	var i Session
 	err := row.Scan(
