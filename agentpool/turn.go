@@ -138,9 +138,11 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 		}
 		emit := w.emitter()
 		tctx, cancel := context.WithTimeout(ctx, p.cfg.TurnTimeout)
+		alive := w.processAlive(p.rt)
 		res, err = p.rt.Prompt(tctx, r.sb, sid, runtime.Prompt{
 			Text: req.Text, System: p.cfg.SystemPrompt, History: history, Env: p.cfg.RuntimeEnv, Timeout: p.cfg.TurnTimeout,
 		}, emit.emit)
+		alive()
 		// Stopped by us (cancel, watchdog, shutdown) or by the turn timeout: a server runtime would
 		// keep working unless told.
 		interrupted := tctx.Err() != nil
@@ -268,31 +270,40 @@ func (p *Pool) touch(turnID int64) {
 	_ = p.store.TurnTouch(ctx, turnID)
 }
 
-// watch is a turn's in-process watchdog: it cancels the turn after StuckAfter without an event, and
-// every so often records liveness in the store.
+// watch is a turn's in-process watchdog: it cancels the turn after StuckAfter without a sign of life,
+// and every so often records liveness in the store (which the leader's watchdog reads). A sign of
+// life is a runtime event, or a prompt of a runtime.ProcessBound runtime still in flight: its process
+// is running, quiet or not (deploy/runbook.md, "Watchdog").
 type watch struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	timer  *time.Timer
 	sink   Sink
 	touchT *time.Ticker
 	done   chan struct{}
 	seen   atomic.Bool
-	after  time.Duration
-	once   sync.Once
+	// processes counts prompts in flight whose running process counts as life.
+	processes atomic.Int32
+	after     time.Duration
+	once      sync.Once
+
+	// mu protects the following (set once, read by the timer's callback).
+	mu    sync.Mutex
+	timer *time.Timer
 }
 
 func newWatch(parent context.Context, after time.Duration, sink Sink, touch func()) *watch {
 	ctx, cancel := context.WithCancelCause(parent)
 	w := &watch{ctx: ctx, cancel: cancel, sink: sink, after: after, done: make(chan struct{})}
-	w.timer = time.AfterFunc(after, func() { cancel(ErrStuck) })
+	w.mu.Lock()
+	w.timer = time.AfterFunc(after, w.expired)
+	w.mu.Unlock()
 	// Liveness is written at most a few times per StuckAfter, never per event.
 	w.touchT = time.NewTicker(max(after/4, time.Second))
 	go func() {
 		for {
 			select {
 			case <-w.touchT.C:
-				if w.seen.Swap(false) {
+				if w.seen.Swap(false) || w.processes.Load() > 0 {
 					touch()
 				}
 			case <-w.done:
@@ -303,9 +314,34 @@ func newWatch(parent context.Context, after time.Duration, sink Sink, touch func
 	return w
 }
 
+// expired runs after StuckAfter without an event: a running process of the turn keeps it alive for
+// another StuckAfter, anything else is stuck.
+func (w *watch) expired() {
+	if w.processes.Load() > 0 {
+		w.mu.Lock()
+		w.timer.Reset(w.after)
+		w.mu.Unlock()
+		return
+	}
+	w.cancel(ErrStuck)
+}
+
+// processAlive marks a prompt of rt in flight, if rt is runtime.ProcessBound; the returned function
+// ends the mark.
+func (w *watch) processAlive(rt runtime.Runtime) (done func()) {
+	if pb, ok := rt.(runtime.ProcessBound); !ok || !pb.PromptIsProcess() {
+		return func() {}
+	}
+	w.processes.Add(1)
+	var once sync.Once
+	return func() { once.Do(func() { w.processes.Add(-1) }) }
+}
+
 func (w *watch) stop() {
 	w.once.Do(func() {
+		w.mu.Lock()
 		w.timer.Stop()
+		w.mu.Unlock()
 		w.touchT.Stop()
 		close(w.done)
 		w.cancel(nil)
@@ -326,7 +362,9 @@ func (e *attemptEmitter) emit(ev runtime.Event) {
 	if e.retired.Load() {
 		return
 	}
+	e.w.mu.Lock()
 	e.w.timer.Reset(e.w.after)
+	e.w.mu.Unlock()
 	e.w.seen.Store(true)
 	e.w.sink.Progress(ev)
 }
