@@ -106,6 +106,10 @@ const (
 	settleTimeout = 10 * time.Second
 )
 
+// ErrProviderUnavailable is sandbox.ErrUnavailable, for layers that may not import sandbox (bot): a
+// turn that waited lifecycle.provider_wait for the sandbox service and gave up wraps it.
+var ErrProviderUnavailable = sandbox.ErrUnavailable
+
 // NoteWaitingForProvider is the progress note of a turn held by a provider outage.
 const NoteWaitingForProvider = "waiting for the sandbox service"
 

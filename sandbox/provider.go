@@ -60,6 +60,12 @@ type Dialer interface {
 	Dial(ctx context.Context, h Handle, port int) (net.Conn, error)
 }
 
+// Pinger is an optional capability: check that the sandbox service answers (readiness probes). An
+// outage wraps ErrUnavailable.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
 // VolumeReaper is an optional capability for providers whose sandboxes keep their files in volumes
 // that can outlive the sandbox (Docker: a container removed out of band with docker rm -f leaves its
 // work volume). The reaper lists the volumes carrying labels and removes those no live sandbox uses.

@@ -69,8 +69,9 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 	a.pool, err = agentpool.New(agentpool.Config{
 		Deployment: cfg.Deployment, Image: cfg.Sandbox.Image, Resources: cfg.Sandbox.Resources,
 		Network: network, ReadOnlyRoot: cfg.Sandbox.ReadOnlyRoot, Env: env, BlockedEnv: cfg.Sandbox.Env.Blocked,
-		StuckAfter:   cfg.Lifecycle.StuckAfter,
-		SystemPrompt: prompts.System(prompts.SystemData{WorkDir: sandbox.DefaultWorkDir}),
+		StuckAfter:        cfg.Lifecycle.StuckAfter,
+		SystemPrompt:      prompts.System(prompts.SystemData{WorkDir: sandbox.DefaultWorkDir}),
+		MaxResumeFailures: cfg.Lifecycle.MaxResumeFailures, ProviderWait: cfg.Lifecycle.ProviderWait,
 	}, agentpool.Deps{Store: st, Provider: a.prov, Runtime: a.rt, Logger: m.Logger})
 	if err != nil {
 		return nil, err
@@ -78,6 +79,7 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 	a.maint, err = agentpool.NewMaintainer(agentpool.MaintainerConfig{
 		IdleTimeout: cfg.Lifecycle.IdleTimeout, PausedTTL: cfg.Lifecycle.PausedTTL,
 		ReapGrace: cfg.Lifecycle.ReapGrace, StuckAfter: cfg.Lifecycle.StuckAfter,
+		ReconcileGrace: cfg.Lifecycle.ReconcileGrace,
 	}, agentpool.MaintainerDeps{
 		Store: st, Provider: a.prov, Deployment: cfg.Deployment, Logger: m.Logger,
 		OnStuck: func(_ context.Context, t db.Turn) { a.pool.CancelTurn(t.ThreadKey, t.ID, agentpool.ErrStuck) },

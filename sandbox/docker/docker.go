@@ -98,6 +98,14 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 	}, nil
 }
 
+var _ sandbox.Pinger = (*Provider)(nil)
+
+// Ping implements sandbox.Pinger: the daemon answers /_ping.
+func (p *Provider) Ping(ctx context.Context) error {
+	_, err := p.cli.Ping(ctx)
+	return wrapErr("ping", err)
+}
+
 // Close releases the client's connections. Sandboxes are left as they are.
 func (p *Provider) Close() error { return p.cli.Close() }
 
