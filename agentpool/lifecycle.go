@@ -274,11 +274,9 @@ func (l *lifecycle) create(ctx context.Context, sess db.Session, note func()) (r
 
 // resume starts a stopped sandbox: its filesystem, and so the thread's work, is kept.
 func (l *lifecycle) resume(ctx context.Context, sess db.Session, h sandbox.Handle, note func()) (resolved, error) {
-	s, err := l.store.SessionTransition(ctx, sess.ThreadKey, db.Transition{
-		From: liveStatuses, To: db.SessionResuming, IfGeneration: gen(sess),
-	})
+	s, err := l.begin(ctx, sess, liveStatuses, db.SessionResuming)
 	if err != nil {
-		return resolved{}, fmt.Errorf("begin resume: %w", err)
+		return resolved{}, err
 	}
 	err = l.withProvider(ctx, note, func() error { return l.prov.Start(ctx, h) })
 	switch {
@@ -356,11 +354,9 @@ func (l *lifecycle) pause(ctx context.Context, cur db.Session) (db.Session, erro
 	if cur.Status == db.SessionPaused {
 		return cur, nil
 	}
-	s, err := l.store.SessionTransition(ctx, cur.ThreadKey, db.Transition{
-		From: pausableStatuses, To: db.SessionPausing, IfGeneration: gen(cur),
-	})
+	s, err := l.begin(ctx, cur, pausableStatuses, db.SessionPausing)
 	if err != nil {
-		return cur, fmt.Errorf("begin pause: %w", err)
+		return cur, err
 	}
 	h, err := l.handle(s)
 	if err == nil && !h.IsZero() {
@@ -390,11 +386,9 @@ func (l *lifecycle) destroy(ctx context.Context, cur db.Session) (db.Session, er
 	if cur.Status == db.SessionDestroyed {
 		return cur, nil
 	}
-	s, err := l.store.SessionTransition(ctx, cur.ThreadKey, db.Transition{
-		From: liveStatuses, To: db.SessionDestroying, IfGeneration: gen(cur),
-	})
+	s, err := l.begin(ctx, cur, liveStatuses, db.SessionDestroying)
 	if err != nil {
-		return cur, fmt.Errorf("begin destroy: %w", err)
+		return cur, err
 	}
 	h, herr := l.handle(s)
 	if herr == nil && !h.IsZero() {
@@ -451,6 +445,16 @@ func (l *lifecycle) reconcile(ctx context.Context, cur db.Session) (db.Session, 
 		return l.destroy(ctx, cur)
 	}
 	return l.pause(ctx, cur)
+}
+
+// begin makes the write before a provider call: the session moves from one of from to the transient
+// status to, fenced to the generation it was read at.
+func (l *lifecycle) begin(ctx context.Context, cur db.Session, from []db.SessionStatus, to db.SessionStatus) (db.Session, error) {
+	s, err := l.store.SessionTransition(ctx, cur.ThreadKey, db.Transition{From: from, To: to, IfGeneration: gen(cur)})
+	if err != nil {
+		return cur, fmt.Errorf("begin %s: %w", to, err)
+	}
+	return s, nil
 }
 
 // settle writes the status after a provider call, fenced to the generation acted on, and joins a

@@ -7,7 +7,6 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/volume"
 
@@ -24,14 +23,7 @@ var ErrVolumeInUse = fmt.Errorf("volume in use: %w", sandbox.ErrInvalidSpec)
 // Create labels the work volume like its container, so a volume whose container was removed behind
 // our back (docker rm -f without -v) is found here and nowhere else.
 func (p *Provider) ListVolumes(ctx context.Context, labels map[string]string) ([]sandbox.Volume, error) {
-	args := filters.NewArgs()
-	for k, v := range labels {
-		args.Add("label", k+"="+v)
-	}
-	if p.deployment != "" {
-		args.Add("label", sandbox.LabelDeployment+"="+p.deployment)
-	}
-	vols, err := p.cli.VolumeList(ctx, volume.ListOptions{Filters: args})
+	vols, err := p.cli.VolumeList(ctx, volume.ListOptions{Filters: p.labelFilter(labels)})
 	if err != nil {
 		return nil, wrapErr("list volumes", err)
 	}
