@@ -317,6 +317,19 @@ func (l *lifecycle) healthy(ctx context.Context, sess db.Session, at time.Time) 
 	return nil
 }
 
+// recordAgentSession saves the runtime's agent session id for the sandbox it lives in: fenced, so a
+// stale turn cannot record its session over a newer sandbox's.
+func (l *lifecycle) recordAgentSession(ctx context.Context, sess db.Session, sid string) (db.Session, error) {
+	s, err := l.store.SessionTransition(ctx, sess.ThreadKey, db.Transition{
+		From: []db.SessionStatus{db.SessionActive}, To: db.SessionActive, IfGeneration: gen(sess),
+		Patch: db.SessionPatch{AgentSessionID: &sid},
+	})
+	if err != nil {
+		return sess, fmt.Errorf("saving agent session: %w", err)
+	}
+	return s, nil
+}
+
 // fail moves the session from `from` to error, counting a failed resume when asked. It survives the
 // caller's cancellation: the failure is worth recording even when the turn was cancelled.
 func (l *lifecycle) fail(ctx context.Context, sess db.Session, from db.SessionStatus, msg string, resumeFailed bool) {

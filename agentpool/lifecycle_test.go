@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/threadbox/threadbox/agentpool/runtime"
 	"github.com/threadbox/threadbox/db"
 	"github.com/threadbox/threadbox/db/dbtest"
 	"github.com/threadbox/threadbox/sandbox"
@@ -212,6 +213,10 @@ func TestLifecycleFencing(t *testing.T) {
 			return err
 		},
 		"healthy": func(l *lifecycle, s db.Session) error { return l.healthy(context.Background(), s, time.Now()) },
+		"recordAgentSession": func(l *lifecycle, s db.Session) error {
+			_, err := l.recordAgentSession(context.Background(), s, "stale-agent")
+			return err
+		},
 		"resolve": func(l *lifecycle, s db.Session) error {
 			_, err := l.resolve(context.Background(), s, nil)
 			return err
@@ -434,4 +439,34 @@ func TestProviderOutageHoldsTheResolve(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestTurnWaitsOutProviderOutage: a turn that meets a provider outage tells the thread it is waiting
+// for the sandbox service, then answers once the provider is back. Fake time.
+func TestTurnWaitsOutProviderOutage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := sandboxfake.New()
+		prov := &outageProvider{Provider: fake, only: "inspect"}
+		f := newFixture(t, newSQLiteStore(t), prov, &scriptRuntime{})
+		first := newCollector()
+		submit(t, f.pool, "web:out", "e1", "first", first)
+		require.NoError(t, first.wait(t, 1)[0].Err)
+
+		prov.until = time.Now().Add(time.Minute) // the daemon restarts between two turns
+		var notes []string
+		sink := newCollector()
+		wrapped := SinkFuncs{
+			ProgressFunc: func(ev runtime.Event) {
+				if ev.Kind == runtime.EventStatus {
+					notes = append(notes, ev.Text)
+				}
+			},
+			DeliverFunc: sink.Deliver,
+		}
+		submit(t, f.pool, "web:out", "e2", "second", wrapped)
+		out := sink.wait(t, 1)[0]
+		require.NoError(t, out.Err)
+		require.Equal(t, "echo: second", out.Answer)
+		require.Equal(t, []string{NoteWaitingForProvider}, notes)
+	})
 }

@@ -122,10 +122,8 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 			}
 		}
 		if sid != sess.AgentSessionID {
-			if s, err := p.store.SessionUpdate(ctx, sess.ThreadKey, db.SessionPatch{AgentSessionID: &sid}); err == nil {
-				sess = s
-			} else {
-				out.Err = fmt.Errorf("saving agent session: %w", err)
+			if sess, err = p.life.recordAgentSession(ctx, sess, sid); err != nil {
+				out.Err = err
 				return out
 			}
 		}
