@@ -69,6 +69,17 @@ func destroyDeployment(t *testing.T, p sandbox.Provider, dep string) {
 	for _, info := range list {
 		_ = p.Destroy(ctx, info.Handle)
 	}
+	// Volumes whose container was removed behind the provider's back (tests do docker rm -f).
+	if vr, ok := p.(sandbox.VolumeReaper); ok {
+		vols, err := vr.ListVolumes(ctx, map[string]string{sandbox.LabelDeployment: dep})
+		if err != nil {
+			t.Logf("cleanup list volumes: %v", err)
+			return
+		}
+		for _, v := range vols {
+			_ = vr.RemoveVolume(ctx, v.Name)
+		}
+	}
 }
 
 func (f dockerFixture) sandboxes(t *testing.T) []sandbox.Info {
