@@ -35,8 +35,8 @@ import (
 //	resume_fail_count ≥ max_resume_failures     the next resolve Destroys the old sandbox and recreates,
 //	                                            RecreateResumeFailed, history replayed, the user is told
 //	runtime unhealthy after two Ensures         error, resume_fail_count + 1, the sandbox is stopped
-//	provider unavailable (sandbox.ErrUnavailable) a turn waits with backoff up to provider_wait, with a
-//	                                            "waiting for the sandbox service" progress note, then fails;
+//	provider unavailable                        a turn waits with backoff up to provider_wait, with a
+//	(sandbox.ErrUnavailable)                    "waiting for the sandbox service" progress note, then fails;
 //	                                            a loop fails the item and retries on its next pass;
 //	                                            Create is retried only if it also says ErrNoEffect
 //	Stop fails otherwise                        back to active with last_error (it may still run); the
@@ -63,8 +63,6 @@ type lifecycle struct {
 	maxResumeFailures int
 	// providerWait bounds how long an operation waits out sandbox.ErrUnavailable (0: not at all).
 	providerWait time.Duration
-	// beforeCreate is a test hook, called before the provider's Create.
-	beforeCreate func(ctx context.Context, threadKey string)
 }
 
 // RecreateReason says why a turn replaced an existing sandbox (the bot tells the user).
@@ -232,9 +230,6 @@ func (l *lifecycle) create(ctx context.Context, sess db.Session, note func()) (r
 	}
 	sess = s
 	spec := l.spec(sess)
-	if l.beforeCreate != nil {
-		l.beforeCreate(ctx, sess.ThreadKey)
-	}
 	var h sandbox.Handle
 	err = l.withProvider(ctx, note, func() (err error) { h, err = l.prov.Create(ctx, spec); return err })
 	if err != nil && errors.Is(err, sandbox.ErrNoEffect) && !errors.Is(err, sandbox.ErrInvalidSpec) &&
