@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"syscall"
 	"time"
@@ -183,10 +184,14 @@ func wrapErr(op string, err error) error {
 		sentinel = context.Canceled
 	case errors.Is(err, context.DeadlineExceeded):
 		sentinel = context.DeadlineExceeded
-	case client.IsErrConnectionFailed(err):
+	case client.IsErrConnectionFailed(err) && neverSent(err):
 		// The client could not connect, so the request was never sent: the daemon is down or
 		// restarting, and whatever we asked surely did not happen.
 		return fmt.Errorf("docker %s: %w: %w: %s", op, sandbox.ErrUnavailable, sandbox.ErrNoEffect, err)
+	case client.IsErrConnectionFailed(err):
+		// The client names every failed round trip a connection failure, also a connection cut
+		// after the request went out: the daemon may have acted.
+		sentinel = sandbox.ErrUnavailable
 	case isDaemonGone(err):
 		// The daemon went away mid-request (a restart): it may have acted, so no ErrNoEffect.
 		sentinel = sandbox.ErrUnavailable
@@ -200,6 +205,16 @@ func wrapErr(op string, err error) error {
 		return fmt.Errorf("docker %s: %s", op, err)
 	}
 	return fmt.Errorf("docker %s: %w: %s", op, sentinel, err)
+}
+
+// neverSent reports whether a failed round trip failed while dialing, before any byte of the request
+// was written. The client reports refused and missing sockets with its own message and no cause.
+func neverSent(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) {
+		return op.Op == "dial"
+	}
+	return strings.Contains(err.Error(), "Cannot connect to the Docker daemon")
 }
 
 // isDaemonGone reports a connection to the daemon that broke or was refused mid-request, or a daemon

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -62,6 +63,39 @@ func TestWrapErr(t *testing.T) {
 		})
 	}
 	require.NoError(t, wrapErr("op", nil))
+}
+
+// A daemon that goes away after the request was sent (here: a socket that accepts and hangs up) is
+// unavailable, but may have acted: no ErrNoEffect, so a Create is not retried blindly.
+func TestWrapErrConnectionCutAfterSend(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "d.sock")
+	ln, err := net.Listen("unix", sock)
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Read(make([]byte, 512)) // the request arrived
+			_ = c.Close()
+		}
+	}()
+	cli, err := client.NewClientWithOpts(client.WithHost("unix://"+sock), client.WithVersion("1.45"))
+	require.NoError(t, err)
+	defer cli.Close()
+	_, cutErr := cli.ContainerInspect(t.Context(), "x")
+	require.Error(t, cutErr)
+	got := wrapErr("inspect x", cutErr)
+	require.ErrorIs(t, got, sandbox.ErrUnavailable)
+	require.NotErrorIs(t, got, sandbox.ErrNoEffect)
+
+	require.NoError(t, ln.Close())
+	_, refused := cli.ContainerInspect(t.Context(), "x")
+	got = wrapErr("inspect x", refused)
+	require.ErrorIs(t, got, sandbox.ErrUnavailable)
+	require.ErrorIs(t, got, sandbox.ErrNoEffect, "nothing listens: the request was never sent")
 }
 
 // With the daemon gone before the first request, Create surely did nothing: safe to retry.
