@@ -9,22 +9,38 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	agentrt "github.com/threadbox/threadbox/agentpool/runtime"
+	shellrt "github.com/threadbox/threadbox/agentpool/runtime/shell"
 	"github.com/threadbox/threadbox/db"
 	"github.com/threadbox/threadbox/db/dbtest"
 	"github.com/threadbox/threadbox/sandbox"
+	"github.com/threadbox/threadbox/sandbox/docker"
+	"github.com/threadbox/threadbox/sandbox/docker/dockertest"
 )
 
 // TestDockerChaosLeavesNoLeaks runs rounds of turns on several threads on real Docker and
 // PostgreSQL, and between rounds does what breaks sandboxes in production: docker rm -f (the volume
 // stays), docker stop, a crash that leaves a session half-way (resuming, creating, pausing,
-// destroying, error), and a crash inside Create that leaves a sandbox no session knows. Every turn
-// must be answered, and after one round of the loops (idle-pause, reconcile, reaper) the labelled
-// containers and volumes are exactly the live sessions': none leaked, none duplicated. (Restarting the Docker daemon is left
-// out: the engine is shared with other tests; TestProviderOutageHoldsTheResolve covers outages.)
+// destroying, error), a crash inside Create that leaves a sandbox no session knows; and once a daemon
+// restart (through a socket proxy: connections cut, then refused; the shared engine itself is not
+// restarted) that every turn of a round must wait out. Every turn must be answered, and after one
+// round of the loops (idle-pause, reconcile, reaper) the labelled containers and volumes are exactly
+// the live sessions': none leaked, none duplicated.
 func TestDockerChaosLeavesNoLeaks(t *testing.T) {
 	const threads, rounds = 8, 8
 	st := dbtest.OpenPostgres(t)
-	f := newDockerFixture(t, st)
+	dep := "chaos-" + randomSuffix()
+	direct := dockertest.New(t, docker.Options{Deployment: dep}) // for the checks and the cleanup
+	t.Cleanup(func() { destroyDeployment(t, direct, dep) })
+	proxy := newDaemonProxy(t)
+	prov := dockertest.New(t, docker.Options{Host: "unix://" + proxy.path, Deployment: dep})
+	rt := &recordingRuntime{Runtime: shellrt.New()}
+	f := dockerFixture{
+		fixture:    newFixture(t, st, prov, rt, func(c *Config) { c.Deployment = dep; c.Image = dockertest.Image() }),
+		docker:     direct,
+		deployment: dep,
+		rt:         rt,
+	}
 	rng := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
 	ctx := t.Context()
 	stranded := []db.SessionStatus{db.SessionResuming, db.SessionCreating, db.SessionPausing, db.SessionDestroying, db.SessionError}
@@ -32,8 +48,27 @@ func TestDockerChaosLeavesNoLeaks(t *testing.T) {
 
 	for round := range rounds {
 		sink := newCollector()
+		waiting := make(chan struct{}, threads)
+		outage := round == rounds/2 // the daemon restarts: every turn of this round meets it
+		if outage {
+			counts["daemon restart"]++
+			proxy.down()
+		}
 		for i := range threads {
-			submit(t, f.pool, fmt.Sprint("web:chaos-", i), fmt.Sprintf("e%d-%d", round, i), fmt.Sprintf("echo r%d", round), sink)
+			submit(t, f.pool, fmt.Sprint("web:chaos-", i), fmt.Sprintf("e%d-%d", round, i), fmt.Sprintf("echo r%d", round), SinkFuncs{
+				ProgressFunc: func(ev agentrt.Event) {
+					if ev.Kind == agentrt.EventStatus && ev.Text == NoteWaitingForProvider {
+						waiting <- struct{}{}
+					}
+				},
+				DeliverFunc: sink.Deliver,
+			})
+		}
+		if outage {
+			for range threads {
+				<-waiting
+			}
+			proxy.up(t)
 		}
 		for _, out := range sink.wait(t, threads) {
 			require.NoError(t, out.Err, "round %d: every turn is answered", round)
