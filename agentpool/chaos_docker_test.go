@@ -3,6 +3,7 @@ package agentpool
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -27,7 +28,11 @@ import (
 // round of the loops (idle-pause, reconcile, reaper) the labelled containers and volumes are exactly
 // the live sessions': none leaked, none duplicated.
 func TestDockerChaosLeavesNoLeaks(t *testing.T) {
-	const threads, rounds = 8, 8
+	// make test runs 64 turns; THREADBOX_CHAOS=full runs the acceptance size, 200 turns on 20 threads.
+	threads, rounds := 8, 8
+	if os.Getenv("THREADBOX_CHAOS") == "full" {
+		threads, rounds = 20, 10
+	}
 	st := dbtest.OpenPostgres(t)
 	dep := "chaos-" + randomSuffix()
 	direct := dockertest.New(t, docker.Options{Deployment: dep}) // for the checks and the cleanup
