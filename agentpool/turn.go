@@ -104,13 +104,18 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 			out.Err = lastRecoverErr
 			return out
 		}
-		r, err := p.resolve(ctx, sess)
+		r, err := p.life.resolve(ctx, sess, func() {
+			w.emitter().emit(runtime.Event{Kind: runtime.EventStatus, Text: NoteWaitingForProvider, At: p.now()})
+		})
 		if err != nil {
 			out.Err = err
 			return out
 		}
 		sess = r.sess
 		out.Generation, out.Recreated = sess.Generation, out.Recreated || r.created
+		if r.recreate != "" {
+			out.Recreate = r.recreate
+		}
 		if err := p.ensureRuntime(ctx, r); err != nil {
 			if runtime.Classify(err) == runtime.ClassSandboxDown {
 				lastRecoverErr = err
@@ -140,10 +145,8 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 			}
 		}
 		if sid != sess.AgentSessionID {
-			if s, err := p.store.SessionUpdate(ctx, sess.ThreadKey, db.SessionPatch{AgentSessionID: &sid}); err == nil {
-				sess = s
-			} else {
-				out.Err = fmt.Errorf("saving agent session: %w", err)
+			if sess, err = p.life.recordAgentSession(ctx, sess, sid); err != nil {
+				out.Err = err
 				return out
 			}
 		}
@@ -156,9 +159,11 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 		}
 		emit := w.emitter()
 		tctx, cancel := context.WithTimeout(ctx, p.cfg.TurnTimeout)
+		alive := w.processAlive(p.rt)
 		res, err = p.rt.Prompt(tctx, r.sb, sid, runtime.Prompt{
 			Text: req.Text, System: p.cfg.SystemPrompt, History: history, Env: p.cfg.RuntimeEnv, Timeout: p.cfg.TurnTimeout,
 		}, emit.emit)
+		alive()
 		// Stopped by us (cancel, watchdog, shutdown) or by the turn timeout: a server runtime would
 		// keep working unless told.
 		interrupted := tctx.Err() != nil
@@ -206,25 +211,14 @@ func (p *Pool) ensureRuntime(ctx context.Context, r resolved) error {
 		err = p.rt.Ensure(ectx, r.sb)
 		cancel()
 		if err == nil {
-			now := p.now()
-			if _, err := p.store.SessionUpdate(ctx, r.sess.ThreadKey, db.SessionPatch{LastHealthOKAt: &now}); err != nil {
-				return fmt.Errorf("recording runtime health: %w", err)
-			}
-			return nil
+			return p.life.healthy(ctx, r.sess, p.now())
 		}
 		if ctx.Err() != nil || runtime.Classify(err) == runtime.ClassSandboxDown {
 			break
 		}
 	}
 	if ctx.Err() == nil && runtime.Classify(err) != runtime.ClassSandboxDown {
-		p.failSession(r.sess.ThreadKey, db.SessionActive, fmt.Sprintf("runtime %s unhealthy: %v", p.rt.Name(), err), true)
-		// Nothing pauses a session in error: stop the sandbox now rather than leave it running (and
-		// billing) until the next message, which resumes it and tries the runtime again.
-		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		if serr := p.prov.Stop(sctx, r.sb.Handle()); serr != nil {
-			p.log.Warn("stopping a sandbox whose runtime failed", zap.String("thread", r.sess.ThreadKey), zap.Error(serr))
-		}
-		cancel()
+		p.life.runtimeFailed(ctx, r.sess, r.sb.Handle(), fmt.Sprintf("runtime %s unhealthy: %v", p.rt.Name(), err))
 	}
 	return fmt.Errorf("runtime %s: %w", p.rt.Name(), err)
 }
@@ -321,31 +315,40 @@ func (p *Pool) touch(turnID int64) {
 	_ = p.store.TurnTouch(ctx, turnID)
 }
 
-// watch is a turn's in-process watchdog: it cancels the turn after StuckAfter without an event, and
-// every so often records liveness in the store.
+// watch is a turn's in-process watchdog: it cancels the turn after StuckAfter without a sign of life,
+// and every so often records liveness in the store (which the leader's watchdog reads). A sign of
+// life is a runtime event, or a prompt of a runtime.ProcessBound runtime still in flight: its process
+// is running, quiet or not (deploy/runbook.md, "Watchdog").
 type watch struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	timer  *time.Timer
 	sink   Sink
 	touchT *time.Ticker
 	done   chan struct{}
 	seen   atomic.Bool
-	after  time.Duration
-	once   sync.Once
+	// processes counts prompts in flight whose running process counts as life.
+	processes atomic.Int32
+	after     time.Duration
+	once      sync.Once
+
+	// mu protects the following (set once, read by the timer's callback).
+	mu    sync.Mutex
+	timer *time.Timer
 }
 
 func newWatch(parent context.Context, after time.Duration, sink Sink, touch func()) *watch {
 	ctx, cancel := context.WithCancelCause(parent)
 	w := &watch{ctx: ctx, cancel: cancel, sink: sink, after: after, done: make(chan struct{})}
-	w.timer = time.AfterFunc(after, func() { cancel(ErrStuck) })
+	w.mu.Lock()
+	w.timer = time.AfterFunc(after, w.expired)
+	w.mu.Unlock()
 	// Liveness is written at most a few times per StuckAfter, never per event.
 	w.touchT = time.NewTicker(max(after/4, time.Second))
 	go func() {
 		for {
 			select {
 			case <-w.touchT.C:
-				if w.seen.Swap(false) {
+				if w.seen.Swap(false) || w.processes.Load() > 0 {
 					touch()
 				}
 			case <-w.done:
@@ -356,9 +359,34 @@ func newWatch(parent context.Context, after time.Duration, sink Sink, touch func
 	return w
 }
 
+// expired runs after StuckAfter without an event: a running process of the turn keeps it alive for
+// another StuckAfter, anything else is stuck.
+func (w *watch) expired() {
+	if w.processes.Load() > 0 {
+		w.mu.Lock()
+		w.timer.Reset(w.after)
+		w.mu.Unlock()
+		return
+	}
+	w.cancel(ErrStuck)
+}
+
+// processAlive marks a prompt of rt in flight, if rt is runtime.ProcessBound; the returned function
+// ends the mark.
+func (w *watch) processAlive(rt runtime.Runtime) (done func()) {
+	if pb, ok := rt.(runtime.ProcessBound); !ok || !pb.PromptIsProcess() {
+		return func() {}
+	}
+	w.processes.Add(1)
+	var once sync.Once
+	return func() { once.Do(func() { w.processes.Add(-1) }) }
+}
+
 func (w *watch) stop() {
 	w.once.Do(func() {
+		w.mu.Lock()
 		w.timer.Stop()
+		w.mu.Unlock()
 		w.touchT.Stop()
 		close(w.done)
 		w.cancel(nil)
@@ -379,7 +407,9 @@ func (e *attemptEmitter) emit(ev runtime.Event) {
 	if e.retired.Load() {
 		return
 	}
+	e.w.mu.Lock()
 	e.w.timer.Reset(e.w.after)
+	e.w.mu.Unlock()
 	e.w.seen.Store(true)
 	e.w.sink.Progress(ev)
 }

@@ -310,6 +310,8 @@ func UserError(err error) string {
 		return "the bot lost its database lock on this thread and stopped the turn so it cannot run twice; send it again."
 	case errors.Is(err, context.Canceled):
 		return "stopped."
+	case errors.Is(err, agentpool.ErrProviderUnavailable):
+		return "the sandbox service is unavailable right now (it may be restarting); try again in a few minutes."
 	case errors.Is(err, context.DeadlineExceeded):
 		return "it took too long and was stopped."
 	}

@@ -128,8 +128,8 @@ func (s *replySink) Deliver(ctx context.Context, out agentpool.Outcome) ([]strin
 		post("Sorry, that failed: " + UserError(out.Err))
 	}
 	if out.Err == nil || out.Answer != "" {
-		if out.Replayed {
-			post(fmt.Sprintf("(This thread's sandbox or agent session was new, generation %d: I replayed the conversation so far to it.)", out.Generation))
+		if out.Replayed || out.Recreate != "" {
+			post(replayNote(out))
 		}
 		lay := LayoutAnswer(out.Answer, s.r.Limits())
 		for _, c := range lay.Chunks {
@@ -181,4 +181,24 @@ func oneLineCut(s string, n int) string {
 		return s
 	}
 	return string([]rune(s)[:n-1]) + "…"
+}
+
+// replayNote tells the user that the thread's sandbox or agent session is new, and, when an existing
+// sandbox had to be replaced, why: their files from before may be gone.
+func replayNote(out agentpool.Outcome) string {
+	var why string
+	switch out.Recreate {
+	case agentpool.RecreateGone:
+		why = "The previous sandbox was removed, so this thread got a new one; files from before are gone. "
+	case agentpool.RecreateFailed:
+		why = "The previous sandbox broke, so this thread got a new one; files from before are gone. "
+	case agentpool.RecreateResumeFailed:
+		why = "The previous sandbox failed to start several times, so this thread got a new one; files from before are gone. "
+	case agentpool.RecreateUnusable:
+		why = "The previous sandbox could not be reached with this configuration, so this thread got a new one. "
+	}
+	if why == "" {
+		return fmt.Sprintf("(This thread's sandbox or agent session was new, generation %d: I replayed the conversation so far to it.)", out.Generation)
+	}
+	return fmt.Sprintf("(%sI replayed the conversation so far to it, generation %d.)", why, out.Generation)
 }

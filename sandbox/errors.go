@@ -25,6 +25,11 @@ var (
 	ErrTooLarge = errors.New("larger than allowed")
 	// ErrFileTooLarge: a file read exceeded the caller's size bound. It wraps ErrTooLarge.
 	ErrFileTooLarge = fmt.Errorf("file %w", ErrTooLarge)
+	// ErrUnavailable: the provider itself cannot be reached or is not serving (the Docker daemon is
+	// restarting, a cloud API is down or overloaded). Nothing is known about the sandbox: it is neither
+	// found nor missing. Callers wait and retry (lifecycle.provider_wait) rather than recreate or fail.
+	// Providers wrap it around connection failures and 502/503/504-like answers.
+	ErrUnavailable = errors.New("sandbox service unavailable")
 	// ErrNotRegular: a file operation met a symlink, directory or device where it needs a regular
 	// file (or a directory, for ListFiles), and refused rather than follow it.
 	ErrNotRegular = errors.New("not a regular file")

@@ -61,6 +61,32 @@ type Dialer interface {
 	Dial(ctx context.Context, h Handle, port int) (net.Conn, error)
 }
 
+// Pinger is an optional capability: check that the sandbox service answers (readiness probes). An
+// outage wraps ErrUnavailable.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// VolumeReaper is an optional capability for providers whose sandboxes keep their files in volumes
+// that can outlive the sandbox (Docker: a container removed out of band with docker rm -f leaves its
+// work volume). The reaper lists the volumes carrying labels and removes those no live sandbox uses.
+type VolumeReaper interface {
+	// ListVolumes returns the volumes carrying all of the given labels.
+	ListVolumes(ctx context.Context, labels map[string]string) ([]Volume, error)
+	// RemoveVolume removes a volume; a missing one is success. A volume still in use is refused.
+	RemoveVolume(ctx context.Context, name string) error
+}
+
+// Volume is a provider-managed volume.
+type Volume struct {
+	Name   string
+	Labels map[string]string
+	// CreatedAt is zero when the provider does not report it.
+	CreatedAt time.Time
+	// InUse: some sandbox (in any state) still mounts it.
+	InUse bool
+}
+
 // StatsReader is an optional capability: current resource use.
 type StatsReader interface {
 	Stats(ctx context.Context, h Handle) (Stats, error)

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/threadbox/threadbox/cmd/threadbox/config"
+	"github.com/threadbox/threadbox/sandbox"
 )
 
 // runServe starts the bot: HTTP (health, web chat, webhooks), the agent pool and the leader-only
@@ -32,7 +33,7 @@ func (m *Main) runServe(ctx context.Context) error {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	mux.Handle("GET /readyz", readyHandler(a.store, a.pool, log))
+	mux.Handle("GET /readyz", readyHandler(a.store, a.pool, func(ctx context.Context) string { return providerStatus(ctx, a.prov, log) }, log))
 	ln, err := net.Listen("tcp", m.Config.HTTP.Addr)
 	if err != nil {
 		return fmt.Errorf("http.addr %s: %w", m.Config.HTTP.Addr, err)
@@ -80,4 +81,20 @@ func (m *Main) runServe(ctx context.Context) error {
 	stopLoops()
 	loops.Wait()
 	return err
+}
+
+// providerStatus is /readyz's line about the sandbox provider. An outage does not fail readiness:
+// turns wait for the provider (lifecycle.provider_wait), and a replica taken out of rotation could not
+// even accept them. The line says so for operators; the error itself goes to the log, not to
+// unauthenticated callers.
+func providerStatus(ctx context.Context, prov sandbox.Provider, log *zap.Logger) string {
+	pg, ok := prov.(sandbox.Pinger)
+	if !ok {
+		return "provider " + prov.Name() + ": ok"
+	}
+	if err := pg.Ping(ctx); err != nil {
+		log.Warn("readyz: sandbox provider does not answer", zap.String("provider", prov.Name()), zap.Error(err))
+		return "provider " + prov.Name() + ": unavailable (turns wait for it)"
+	}
+	return "provider " + prov.Name() + ": ok"
 }

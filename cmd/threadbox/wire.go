@@ -72,6 +72,7 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 		Deployment: cfg.Deployment, Image: cfg.Sandbox.Image, Resources: cfg.Sandbox.Resources,
 		Network: network, ReadOnlyRoot: cfg.Sandbox.ReadOnlyRoot, Env: env, BlockedEnv: cfg.Sandbox.Env.Blocked,
 		StuckAfter: cfg.Lifecycle.StuckAfter, MaxQueued: cfg.Lifecycle.MaxQueued, MaxActive: cfg.Sandbox.MaxActive,
+		MaxResumeFailures: cfg.Lifecycle.MaxResumeFailures, ProviderWait: cfg.Lifecycle.ProviderWait,
 		SystemPrompt: prompts.System(prompts.SystemData{WorkDir: sandbox.DefaultWorkDir}),
 	}, agentpool.Deps{Store: st, Provider: a.prov, Runtime: a.rt, Logger: m.Logger,
 		// The handler is built below; turns are restored only once serve has registered the adapters.
@@ -83,7 +84,8 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 	a.maint, err = agentpool.NewMaintainer(agentpool.MaintainerConfig{
 		IdleTimeout: cfg.Lifecycle.IdleTimeout, PausedTTL: cfg.Lifecycle.PausedTTL,
 		ReapGrace: cfg.Lifecycle.ReapGrace, StuckAfter: cfg.Lifecycle.StuckAfter,
-		Interval: cfg.Lifecycle.LoopInterval,
+		Interval:       cfg.Lifecycle.LoopInterval,
+		ReconcileGrace: cfg.Lifecycle.ReconcileGrace,
 	}, agentpool.MaintainerDeps{
 		Store: st, Provider: a.prov, Deployment: cfg.Deployment, Logger: m.Logger,
 		OnStuck: func(_ context.Context, t db.Turn) { a.pool.CancelTurn(t.ThreadKey, t.ID, agentpool.ErrStuck) },

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -35,6 +37,10 @@ func TestWrapErr(t *testing.T) {
 		want error
 	}{
 		{"daemon unreachable", connErr, sandbox.ErrNoEffect},
+		{"connection reset mid-request", fmt.Errorf("read: %w", syscall.ECONNRESET), sandbox.ErrUnavailable},
+		{"connection refused", fmt.Errorf("dial: %w", syscall.ECONNREFUSED), sandbox.ErrUnavailable},
+		{"daemon says unavailable", fmt.Errorf("shutting down: %w", cerrdefs.ErrUnavailable), sandbox.ErrUnavailable},
+		{"stream cut", fmt.Errorf("read body: %w", io.ErrUnexpectedEOF), sandbox.ErrUnavailable},
 		{"not found", fmt.Errorf("No such container: x: %w", cerrdefs.ErrNotFound), sandbox.ErrNotFound},
 		{"not running", fmt.Errorf("Container x is not running: %w", cerrdefs.ErrConflict), sandbox.ErrNotRunning},
 		{"paused", fmt.Errorf("Container x is paused, unpause the container before exec: %w", cerrdefs.ErrConflict), sandbox.ErrNotRunning},
@@ -50,10 +56,46 @@ func TestWrapErr(t *testing.T) {
 			for _, s := range []error{sandbox.ErrNoEffect, sandbox.ErrNotFound, sandbox.ErrNotRunning, sandbox.ErrInvalidSpec, context.Canceled} {
 				require.Equal(t, s == tc.want, errors.Is(got, s), "errors.Is(%v, %v)", got, s)
 			}
+			// An unreachable daemon is also unavailable: the caller waits for it rather than failing.
+			wantUnavailable := tc.want == sandbox.ErrUnavailable || tc.want == sandbox.ErrNoEffect
+			require.Equal(t, wantUnavailable, errors.Is(got, sandbox.ErrUnavailable), "errors.Is(%v, ErrUnavailable)", got)
 			require.False(t, cerrdefs.IsNotFound(got) || cerrdefs.IsConflict(got), "docker error types do not escape")
 		})
 	}
 	require.NoError(t, wrapErr("op", nil))
+}
+
+// A daemon that goes away after the request was sent (here: a socket that accepts and hangs up) is
+// unavailable, but may have acted: no ErrNoEffect, so a Create is not retried blindly.
+func TestWrapErrConnectionCutAfterSend(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "d.sock")
+	ln, err := net.Listen("unix", sock)
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Read(make([]byte, 512)) // the request arrived
+			_ = c.Close()
+		}
+	}()
+	cli, err := client.NewClientWithOpts(client.WithHost("unix://"+sock), client.WithVersion("1.45"))
+	require.NoError(t, err)
+	defer cli.Close()
+	_, cutErr := cli.ContainerInspect(t.Context(), "x")
+	require.Error(t, cutErr)
+	got := wrapErr("inspect x", cutErr)
+	require.ErrorIs(t, got, sandbox.ErrUnavailable)
+	require.NotErrorIs(t, got, sandbox.ErrNoEffect)
+
+	require.NoError(t, ln.Close())
+	_, refused := cli.ContainerInspect(t.Context(), "x")
+	got = wrapErr("inspect x", refused)
+	require.ErrorIs(t, got, sandbox.ErrUnavailable)
+	require.ErrorIs(t, got, sandbox.ErrNoEffect, "nothing listens: the request was never sent")
 }
 
 // With the daemon gone before the first request, Create surely did nothing: safe to retry.

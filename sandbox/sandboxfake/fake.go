@@ -99,6 +99,15 @@ func (p *Provider) StopOutOfBand(id string) {
 	}
 }
 
+// SetState sets a box's state behind the provider's back (a provider reporting it failed, say).
+func (p *Provider) SetState(id string, st sandbox.State) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if b := p.boxes[id]; b != nil {
+		b.State = st
+	}
+}
+
 // enter counts the call and pops an injected failure.
 func (p *Provider) enterLocked(method string) error {
 	p.calls[method]++

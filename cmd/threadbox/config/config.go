@@ -148,6 +148,15 @@ type Lifecycle struct {
 	PausedTTL   time.Duration `koanf:"paused_ttl"`
 	ReapGrace   time.Duration `koanf:"reap_grace"`
 	StuckAfter  time.Duration `koanf:"stuck_after"`
+	// ReconcileGrace is how long a session may sit between two states (creating, resuming, pausing,
+	// destroying, error) before the reconcile loop settles it.
+	ReconcileGrace time.Duration `koanf:"reconcile_grace"`
+	// MaxResumeFailures is how many failed resumes of a sandbox the next message tolerates before it
+	// recreates the sandbox, replaying the history.
+	MaxResumeFailures int `koanf:"max_resume_failures"`
+	// ProviderWait is how long a turn waits for an unavailable sandbox service (a restarting Docker
+	// daemon, a cloud API down) before it fails.
+	ProviderWait time.Duration `koanf:"provider_wait"`
 	// ShutdownGrace is how long running turns get to finish after SIGTERM before they are cancelled.
 	ShutdownGrace time.Duration `koanf:"shutdown_grace"`
 	// LoopInterval is how often the leader runs the loops (recovery of dead processes' turns first),
@@ -210,10 +219,13 @@ func Default() Config {
 		},
 		Runtime: Runtime{Name: "auto"},
 		Lifecycle: Lifecycle{
-			IdleTimeout: 15 * time.Minute,
-			PausedTTL:   72 * time.Hour,
-			ReapGrace:   10 * time.Minute,
-			StuckAfter:  10 * time.Minute,
+			IdleTimeout:       15 * time.Minute,
+			PausedTTL:         72 * time.Hour,
+			ReapGrace:         10 * time.Minute,
+			StuckAfter:        10 * time.Minute,
+			ReconcileGrace:    5 * time.Minute,
+			MaxResumeFailures: 2,
+			ProviderWait:      2 * time.Minute,
 			// Under Kubernetes' default 30 s termination grace, leaving time to record and reply.
 			ShutdownGrace: 20 * time.Second,
 			LoopInterval:  time.Minute,

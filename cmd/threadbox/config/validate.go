@@ -103,6 +103,18 @@ func (c Config) Validate() error {
 			}
 			return nil
 		},
+		func() error {
+			return duration("lifecycle.reconcile_grace", c.Lifecycle.ReconcileGrace, time.Minute, 24*time.Hour)
+		},
+		func() error {
+			return duration("lifecycle.provider_wait", c.Lifecycle.ProviderWait, time.Second, time.Hour)
+		},
+		func() error {
+			if n := c.Lifecycle.MaxResumeFailures; n < 1 || n > 100 {
+				return fmt.Errorf("lifecycle.max_resume_failures = %d: must be between 1 and 100", n)
+			}
+			return nil
+		},
 		func() error { return checkURL("slack.api_url", c.Slack.APIURL, []string{"http", "https"}, true) },
 		func() error {
 			if c.Slack.BotToken != "" && c.Slack.AppToken == "" && c.Slack.SigningSecret == "" {
