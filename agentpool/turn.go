@@ -323,9 +323,13 @@ type watch struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	sink   Sink
-	touchT *time.Ticker
-	done   chan struct{}
-	seen   atomic.Bool
+	touchT *time.Timer
+	period time.Duration
+	touch  func()
+	// ticking is held by a tick in flight, so stop can wait for its store write to end.
+	ticking sync.Mutex
+	done    chan struct{}
+	seen    atomic.Bool
 	// processes counts prompts in flight whose running process counts as life.
 	processes atomic.Int32
 	after     time.Duration
@@ -342,21 +346,35 @@ func newWatch(parent context.Context, after time.Duration, sink Sink, touch func
 	w.mu.Lock()
 	w.timer = time.AfterFunc(after, w.expired)
 	w.mu.Unlock()
-	// Liveness is written at most a few times per StuckAfter, never per event.
-	w.touchT = time.NewTicker(max(after/4, time.Second))
-	go func() {
-		for {
-			select {
-			case <-w.touchT.C:
-				if w.seen.Swap(false) || w.processes.Load() > 0 {
-					touch()
-				}
-			case <-w.done:
-				return
-			}
-		}
-	}()
+	// Liveness is written at most a few times per StuckAfter, never per event. A timer that re-arms
+	// itself, rather than a ticker and a goroutine, so a turn waiting on its agent costs no goroutine
+	// of its own (10,000 turns in flight hold 10,000 queue goroutines, not 20,000).
+	w.period, w.touch = max(after/4, time.Second), touch
+	w.mu.Lock()
+	w.touchT = time.AfterFunc(w.period, w.tick)
+	w.mu.Unlock()
 	return w
+}
+
+// tick records liveness if there was a sign of life since the last tick, then re-arms.
+func (w *watch) tick() {
+	w.ticking.Lock()
+	defer w.ticking.Unlock()
+	select {
+	case <-w.done:
+		return
+	default:
+	}
+	if w.seen.Swap(false) || w.processes.Load() > 0 {
+		w.touch()
+	}
+	w.mu.Lock()
+	select {
+	case <-w.done:
+	default:
+		w.touchT.Reset(w.period)
+	}
+	w.mu.Unlock()
 }
 
 // expired runs after StuckAfter without an event: a running process of the turn keeps it alive for
@@ -386,10 +404,14 @@ func (w *watch) stop() {
 	w.once.Do(func() {
 		w.mu.Lock()
 		w.timer.Stop()
-		w.mu.Unlock()
 		w.touchT.Stop()
-		close(w.done)
+		close(w.done) // under mu: tick re-arms only while done is open
+		w.mu.Unlock()
+		// A tick already past its check of done finishes its write first: nothing of the turn's
+		// outlives it.
+		w.ticking.Lock()
 		w.cancel(nil)
+		w.ticking.Unlock()
 	})
 }
 
