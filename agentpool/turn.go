@@ -37,7 +37,12 @@ const deliverTimeout = 2 * time.Minute
 func (p *Pool) runTurn(ctx context.Context, req Request, turnID int64) {
 	hold, err := p.store.HoldThread(ctx, req.ThreadKey)
 	if err != nil {
-		p.endTurn(req, turnID, Outcome{TurnID: turnID, Err: fmt.Errorf("waiting for the thread lock: %w", err), Cancelled: ctx.Err() != nil})
+		out := Outcome{TurnID: turnID, Err: classify(EINTERNAL, "wait for the thread lock", err)}
+		if ctx.Err() != nil {
+			// Why it was cancelled (reset, shutdown) is what the user needs to hear.
+			out.Cancelled, out.Err = true, context.Cause(ctx)
+		}
+		p.endTurn(req, turnID, out)
 		return
 	}
 	defer hold.Release()
@@ -53,7 +58,7 @@ func (p *Pool) runTurn(ctx context.Context, req Request, turnID int64) {
 			p.log.Info("turn taken over by another process; not running it here", zap.Int64("turn", turnID))
 			return
 		}
-		p.endTurn(req, turnID, Outcome{TurnID: turnID, Err: fmt.Errorf("starting turn: %w", err)})
+		p.endTurn(req, turnID, Outcome{TurnID: turnID, Err: classify(EINTERNAL, "start turn", err)})
 		return
 	}
 	w := newWatch(ctx, p.cfg.StuckAfter, req.Sink, func() { p.touch(turnID) })
@@ -82,7 +87,7 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 		OwnerUserID: req.UserID, Provider: p.prov.Name(), Runtime: p.rt.Name(),
 	})
 	if err != nil {
-		out.Err = fmt.Errorf("loading session: %w", err)
+		out.Err = classify(EINTERNAL, "load session", err)
 		return out
 	}
 	var (
@@ -93,12 +98,13 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 	)
 	for attempt := 0; ; attempt++ {
 		if attempt > 1 {
-			out.Err = lastRecoverErr
+			// Re-resolved and still down: the sandbox is the problem, whichever call noticed.
+			out.Err = classify(ESANDBOX, "sandbox stopped responding", lastRecoverErr)
 			return out
 		}
 		r, err := p.resolve(ctx, sess)
 		if err != nil {
-			out.Err = err
+			out.Err = classify(ESANDBOX, "prepare sandbox", err)
 			return out
 		}
 		sess = r.sess
@@ -108,7 +114,7 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 				lastRecoverErr = err
 				continue
 			}
-			out.Err = err
+			out.Err = classify(ERUNTIME, "start agent runtime", err)
 			return out
 		}
 		prev := sess.AgentSessionID
@@ -121,13 +127,13 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 				lastRecoverErr = err
 				continue
 			}
-			out.Err = fmt.Errorf("agent session: %w", err)
+			out.Err = classify(ERUNTIME, "agent session", err)
 			return out
 		}
 		var history string
 		if r.created || replaced || forceNew || (sess.AgentSessionID != "" && sid != sess.AgentSessionID) {
 			if history, err = p.history(ctx, sess); err != nil {
-				out.Err = err
+				out.Err = classify(EINTERNAL, "load history", err)
 				return out
 			}
 		}
@@ -135,13 +141,13 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 			if s, err := p.store.SessionUpdate(ctx, sess.ThreadKey, db.SessionPatch{AgentSessionID: &sid}); err == nil {
 				sess = s
 			} else {
-				out.Err = fmt.Errorf("saving agent session: %w", err)
+				out.Err = classify(EINTERNAL, "save agent session", err)
 				return out
 			}
 		}
 		if filesInGen != sess.Generation {
 			if err := p.copyInbound(ctx, r, req.Files); err != nil {
-				out.Err = err
+				out.Err = err // classified inside: the attachment or the sandbox
 				return out
 			}
 			filesInGen = sess.Generation
@@ -169,7 +175,11 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 			if interrupted {
 				p.abort(r, sid)
 			}
-			out.Err = err
+			code := ERUNTIME
+			if interrupted && ctx.Err() == nil {
+				code = ETIMEOUT // only the turn's own limit ended; a cancel of ctx is runTurn's to name
+			}
+			out.Err = classify(code, "prompt", err)
 			return out
 		}
 		p.log.Info("recovering from prompt failure", zap.String("thread", req.ThreadKey), zap.Error(err))
@@ -183,7 +193,8 @@ func (p *Pool) finishAnswer(ctx context.Context, r resolved, res runtime.Result,
 	if err != nil {
 		// The answer matters more than the files: deliver it, and say what went wrong.
 		p.log.Warn("collecting artifacts", zap.String("thread", r.sess.ThreadKey), zap.Error(err))
-		skipped = append(skipped, SkippedArtifact{Name: "output/display", Reason: "could not be read: " + err.Error()})
+		// The reason reaches the user, so it says what, not the provider's words (those are logged).
+		skipped = append(skipped, SkippedArtifact{Name: "output/display", Reason: "could not be read"})
 	}
 	out.Artifacts, out.Skipped = found, skipped
 	return out
@@ -229,10 +240,11 @@ func (p *Pool) copyInbound(ctx context.Context, r resolved, files []InboundFile)
 		name := uniqueName(SanitizeName(f.Name), used)
 		data, err := readInbound(ctx, f)
 		if err != nil {
-			return fmt.Errorf("reading attachment %s: %w", name, err)
+			// The user can act on it: send the file again, or a smaller one (ETOOLARGE, set inside).
+			return classify(EINVALID, "read attachment "+name, err)
 		}
 		if err := r.sb.WriteFile(ctx, path.Join("input", name), data, 0o644); err != nil {
-			return fmt.Errorf("copying attachment %s into the sandbox: %w", name, err)
+			return classify(ESANDBOX, "copy attachment "+name+" into the sandbox", err)
 		}
 	}
 	return nil
@@ -252,7 +264,7 @@ func readInbound(ctx context.Context, f InboundFile) ([]byte, error) {
 		return nil, err
 	}
 	if int64(len(data)) > MaxInboundFile {
-		return nil, fmt.Errorf("over the %s limit", HumanSize(MaxInboundFile))
+		return nil, &Error{Code: ETOOLARGE, Op: "read attachment", Err: fmt.Errorf("over the %d-byte limit", MaxInboundFile)}
 	}
 	return data, nil
 }

@@ -9,6 +9,9 @@ var (
 	ErrNotFound = errors.New("sandbox not found")
 	// ErrNotRunning: the sandbox exists but is stopped or archived, so it cannot exec or dial.
 	ErrNotRunning = errors.New("sandbox not running")
+	// ErrUnavailable: the provider itself cannot be reached (the Docker daemon restarting, a cloud API
+	// down). The sandbox may be fine; waiting, not recreating, is the answer.
+	ErrUnavailable = errors.New("sandbox provider unavailable")
 	// ErrUnsupported: the provider has no such capability.
 	ErrUnsupported = errors.New("not supported by this sandbox provider")
 	// ErrInvalidSpec: the request itself is wrong; retrying cannot help.
