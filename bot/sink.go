@@ -2,7 +2,6 @@ package bot
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -119,13 +118,17 @@ func (s *replySink) Deliver(ctx context.Context, out agentpool.Outcome) ([]strin
 			firstErr = err
 		}
 	}
-	switch {
-	case out.Cancelled && (errors.Is(out.Err, agentpool.ErrClosed) || errors.Is(out.Err, agentpool.ErrReset)):
-		post("Not run: " + UserError(out.Err))
-	case out.Cancelled:
+	turn := zap.Int64("turn", out.TurnID)
+	switch code := agentpool.ErrorCode(out.Err); {
+	case out.Cancelled && (code == agentpool.ECANCELLED || out.Err == nil):
+		// The user asked for it: nothing failed, nothing to look up.
+		s.log.Debug("turn stopped", turn, zap.Error(out.Err))
 		post("Stopped.")
+	case out.Cancelled && (code == agentpool.ERESET || code == agentpool.ESHUTDOWN):
+		post("Not run: " + Explain(s.log, "turn not run", out.Err, turn).String())
 	case out.Err != nil:
-		post("Sorry, that failed: " + UserError(out.Err))
+		// The one log line of a failed turn: the full error, under the ref the user is shown.
+		post("Sorry, that failed: " + Explain(s.log, "turn failed", out.Err, turn).String())
 	}
 	if out.Err == nil || out.Answer != "" {
 		if out.Replayed {
@@ -137,7 +140,8 @@ func (s *replySink) Deliver(ctx context.Context, out agentpool.Outcome) ([]strin
 		}
 		if lay.File != nil {
 			if _, err := s.r.Upload(ctx, "answer.md", lay.File); err != nil {
-				post("(The full answer could not be attached: " + UserError(err) + ")")
+				p := Explain(s.log, "uploading the answer", err, turn)
+				post(fmt.Sprintf("(The full answer could not be attached: the upload failed, ref %s.)", p.Ref))
 			}
 		}
 	}
@@ -154,7 +158,8 @@ func (s *replySink) Deliver(ctx context.Context, out agentpool.Outcome) ([]strin
 		}
 		id, err := s.r.Upload(ctx, a.Name, a.Data)
 		if err != nil {
-			notes = append(notes, fmt.Sprintf("not uploaded: %s (%s): %s", a.Name, HumanSize(a.Size), UserError(err)))
+			p := Explain(s.log, "uploading a file", err, turn, zap.String("file", a.Name))
+			notes = append(notes, fmt.Sprintf("not uploaded: %s (%s): the upload failed, ref %s", a.Name, HumanSize(a.Size), p.Ref))
 			continue
 		}
 		ids[i] = id
