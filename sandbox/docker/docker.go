@@ -174,8 +174,9 @@ func wrapErr(op string, err error) error {
 	case errors.Is(err, context.DeadlineExceeded):
 		sentinel = context.DeadlineExceeded
 	case client.IsErrConnectionFailed(err):
-		// The client could not connect, so the request was never sent.
-		sentinel = sandbox.ErrNoEffect
+		// The client could not connect, so the request was never sent (no effect), and the daemon is
+		// down or restarting (unavailable: wait for it, do not recreate).
+		return fmt.Errorf("docker %s: %w: %w: %s", op, sandbox.ErrUnavailable, sandbox.ErrNoEffect, err)
 	case cerrdefs.IsNotFound(err):
 		sentinel = sandbox.ErrNotFound
 	case cerrdefs.IsConflict(err) && isNotRunningMsg(err.Error()):
