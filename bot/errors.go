@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -33,6 +34,28 @@ func (p Problem) String() string {
 		return p.Text
 	}
 	return p.Text + " (ref " + p.Ref + ")"
+}
+
+// HTTPStatus is the status that fits the problem, for adapters that answer over HTTP (the web chat's
+// API), after wtf's http.Error: a client can tell its own mistake from an outage from a bug.
+func (p Problem) HTTPStatus() int {
+	switch p.Code {
+	case agentpool.EINVALID:
+		return http.StatusBadRequest
+	case agentpool.ENOTFOUND:
+		return http.StatusNotFound
+	case agentpool.ECONFLICT:
+		return http.StatusConflict
+	case agentpool.ETOOLARGE:
+		return http.StatusRequestEntityTooLarge
+	case agentpool.ECAPACITY:
+		return http.StatusTooManyRequests
+	case agentpool.EUNAVAILABLE, agentpool.ESHUTDOWN:
+		return http.StatusServiceUnavailable
+	case agentpool.ETIMEOUT:
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusInternalServerError
 }
 
 // Explain logs err in full under a new reference, with msg and fields, and returns what to tell the

@@ -3,6 +3,7 @@ package bot
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"regexp"
 	"testing"
 
@@ -51,22 +52,24 @@ func TestEveryCodeSaysWhatToDo(t *testing.T) {
 		what  string // what happened
 		do    string // what to do
 		level zapcore.Level
+		// status is the HTTP answer (the web API): the client's mistake, an outage, or ours.
+		status int
 	}{
-		{agentpool.ECANCELLED, "stopped", "Send it again", zapcore.InfoLevel},
-		{agentpool.ECAPACITY, "Too many messages", "Send it again once the queue has moved", zapcore.InfoLevel},
-		{agentpool.ECONFLICT, "changed this thread's sandbox at the same moment", "Try again", zapcore.WarnLevel},
-		{agentpool.EINTERNAL, "went wrong on my side", "tell an operator and quote the ref", zapcore.ErrorLevel},
-		{agentpool.EINTERRUPTED, "interrupted by a restart", `send "retry"`, zapcore.InfoLevel},
-		{agentpool.EINVALID, "could not use part of that request", "Check it and send it again", zapcore.InfoLevel},
-		{agentpool.ENOTFOUND, "no such thread", "Check the name", zapcore.InfoLevel},
-		{agentpool.ERESET, "reset before this message ran", "Send it again", zapcore.InfoLevel},
-		{agentpool.ERUNTIME, "agent", `"reset" starts the thread afresh`, zapcore.WarnLevel},
-		{agentpool.ESANDBOX, "could not get this thread's sandbox running", "Try again in a minute", zapcore.WarnLevel},
-		{agentpool.ESHUTDOWN, "restarting", "Send it again in a minute", zapcore.InfoLevel},
-		{agentpool.ESTUCK, "no sign of progress", "smaller steps", zapcore.WarnLevel},
-		{agentpool.ETIMEOUT, "time limit", "Split the task", zapcore.WarnLevel},
-		{agentpool.ETOOLARGE, "over a size limit (attachments may be up to 256 MiB)", "Send a smaller one", zapcore.InfoLevel},
-		{agentpool.EUNAVAILABLE, "not answering", "Try again in a few minutes", zapcore.WarnLevel},
+		{agentpool.ECANCELLED, "stopped", "Send it again", zapcore.InfoLevel, http.StatusInternalServerError},
+		{agentpool.ECAPACITY, "Too many messages", "Send it again once the queue has moved", zapcore.InfoLevel, http.StatusTooManyRequests},
+		{agentpool.ECONFLICT, "changed this thread's sandbox at the same moment", "Try again", zapcore.WarnLevel, http.StatusConflict},
+		{agentpool.EINTERNAL, "went wrong on my side", "tell an operator and quote the ref", zapcore.ErrorLevel, http.StatusInternalServerError},
+		{agentpool.EINTERRUPTED, "interrupted by a restart", `send "retry"`, zapcore.InfoLevel, http.StatusInternalServerError},
+		{agentpool.EINVALID, "could not use part of that request", "Check it and send it again", zapcore.InfoLevel, http.StatusBadRequest},
+		{agentpool.ENOTFOUND, "no such thread", "Check the name", zapcore.InfoLevel, http.StatusNotFound},
+		{agentpool.ERESET, "reset before this message ran", "Send it again", zapcore.InfoLevel, http.StatusInternalServerError},
+		{agentpool.ERUNTIME, "agent", `"reset" starts the thread afresh`, zapcore.WarnLevel, http.StatusInternalServerError},
+		{agentpool.ESANDBOX, "could not get this thread's sandbox running", "Try again in a minute", zapcore.WarnLevel, http.StatusInternalServerError},
+		{agentpool.ESHUTDOWN, "restarting", "Send it again in a minute", zapcore.InfoLevel, http.StatusServiceUnavailable},
+		{agentpool.ESTUCK, "no sign of progress", "smaller steps", zapcore.WarnLevel, http.StatusInternalServerError},
+		{agentpool.ETIMEOUT, "time limit", "Split the task", zapcore.WarnLevel, http.StatusGatewayTimeout},
+		{agentpool.ETOOLARGE, "over a size limit (attachments may be up to 256 MiB)", "Send a smaller one", zapcore.InfoLevel, http.StatusRequestEntityTooLarge},
+		{agentpool.EUNAVAILABLE, "not answering", "Try again in a few minutes", zapcore.WarnLevel, http.StatusServiceUnavailable},
 	}
 	covered := map[agentpool.Code]bool{}
 	for _, tt := range tests {
@@ -85,6 +88,7 @@ func TestEveryCodeSaysWhatToDo(t *testing.T) {
 			entries := loggedWithRef(logs, p.Ref)
 			require.Len(t, entries, 1, "one log line per failure")
 			require.Equal(t, tt.level, entries[0].Level)
+			require.Equal(t, tt.status, p.HTTPStatus())
 			fields := entries[0].ContextMap()
 			require.Equal(t, string(tt.code), fields["code"])
 			require.Equal(t, "slack:T:C:1", fields["thread"])
