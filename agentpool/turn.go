@@ -193,8 +193,8 @@ func (p *Pool) finishAnswer(ctx context.Context, r resolved, res runtime.Result,
 	if err != nil {
 		// The answer matters more than the files: deliver it, and say what went wrong.
 		p.log.Warn("collecting artifacts", zap.String("thread", r.sess.ThreadKey), zap.Error(err))
-		// The reason reaches the user, so it says what, not the provider's words (those are logged).
-		skipped = append(skipped, SkippedArtifact{Name: "output/display", Reason: "could not be read"})
+		// The user is told it could not be read; the provider's words are in the log line above.
+		skipped = append(skipped, SkippedArtifact{Name: ArtifactDir, Reason: SkipUnreadable})
 	}
 	out.Artifacts, out.Skipped = found, skipped
 	return out

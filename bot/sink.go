@@ -148,12 +148,12 @@ func (s *replySink) Deliver(ctx context.Context, out agentpool.Outcome) ([]strin
 	ids := make([]string, len(out.Artifacts))
 	notes := append([]string(nil), s.notes...)
 	for _, sk := range out.Skipped {
-		notes = append(notes, sk.String())
+		notes = append(notes, skippedLine(sk))
 	}
 	limit := s.r.Limits().MaxFileBytes
 	for i, a := range out.Artifacts {
 		if limit > 0 && a.Size > limit {
-			notes = append(notes, agentpool.SkippedArtifact{Name: a.Name, Size: a.Size, Reason: "over this platform's upload limit"}.String())
+			notes = append(notes, skippedLine(agentpool.SkippedArtifact{Name: a.Name, Size: a.Size, Reason: agentpool.SkipFileTooLarge, Limit: limit}))
 			continue
 		}
 		id, err := s.r.Upload(ctx, a.Name, a.Data)
@@ -178,6 +178,32 @@ func (s *replySink) Deliver(ctx context.Context, out agentpool.Outcome) ([]strin
 		_ = s.r.React(ctx, react)
 	}
 	return ids, firstErr
+}
+
+// skippedLine words a file that was not uploaded for the reply: "not uploaded: report.pdf (12.3 MiB):
+// larger than the 10 MiB per-file limit".
+func skippedLine(s agentpool.SkippedArtifact) string {
+	var why string
+	switch s.Reason {
+	case agentpool.SkipUnchecked:
+		return fmt.Sprintf("not uploaded: %d more files: %s holds more than %d files; only the first were checked",
+			s.Count, agentpool.ArtifactDir, s.Limit)
+	case agentpool.SkipNotDirectory:
+		why = "not a directory (symlinks are never followed)"
+	case agentpool.SkipNotRegular:
+		why = "not a regular file"
+	case agentpool.SkipFileTooLarge:
+		why = "larger than the " + HumanSize(s.Limit) + " per-file limit"
+	case agentpool.SkipTooMany:
+		why = fmt.Sprintf("more than %d files in one reply", s.Limit)
+	case agentpool.SkipReplyTooLarge:
+		why = "the reply's files would exceed the " + HumanSize(s.Limit) + " per-reply limit"
+	case agentpool.SkipUnreadable:
+		why = "could not be read"
+	default:
+		why = "skipped"
+	}
+	return fmt.Sprintf("not uploaded: %s (%s): %s", s.Name, HumanSize(s.Size), why)
 }
 
 func oneLineCut(s string, n int) string {

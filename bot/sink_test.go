@@ -183,3 +183,36 @@ func TestFailedTurnReplyCarriesTheLoggedRef(t *testing.T) {
 
 	require.NoError(t, h.Wait(t.Context()))
 }
+
+func TestSkippedLine(t *testing.T) {
+	tests := []struct {
+		skip agentpool.SkippedArtifact
+		want string
+	}{
+		{agentpool.SkippedArtifact{Name: "output/display", Reason: agentpool.SkipNotDirectory},
+			"not uploaded: output/display (0 B): not a directory (symlinks are never followed)"},
+		{agentpool.SkippedArtifact{Name: "passwd", Reason: agentpool.SkipNotRegular}, "not uploaded: passwd (0 B): not a regular file"},
+		{agentpool.SkippedArtifact{Name: "big.bin", Size: 12_345_678, Reason: agentpool.SkipFileTooLarge, Limit: 10 << 20},
+			"not uploaded: big.bin (11.8 MiB): larger than the 10 MiB per-file limit"},
+		{agentpool.SkippedArtifact{Name: "c", Size: 1, Reason: agentpool.SkipTooMany, Limit: 2}, "not uploaded: c (1 B): more than 2 files in one reply"},
+		{agentpool.SkippedArtifact{Name: "c", Size: 60, Reason: agentpool.SkipReplyTooLarge, Limit: 150},
+			"not uploaded: c (60 B): the reply's files would exceed the 150 B per-reply limit"},
+		{agentpool.SkippedArtifact{Reason: agentpool.SkipUnchecked, Limit: 1000, Count: 7},
+			"not uploaded: 7 more files: output/display holds more than 1000 files; only the first were checked"},
+		{agentpool.SkippedArtifact{Name: "output/display", Reason: agentpool.SkipUnreadable}, "not uploaded: output/display (0 B): could not be read"},
+	}
+	for _, tt := range tests {
+		t.Run(string(tt.skip.Reason), func(t *testing.T) {
+			require.Equal(t, tt.want, skippedLine(tt.skip))
+		})
+	}
+}
+
+func TestHumanSize(t *testing.T) {
+	for n, want := range map[int64]string{
+		0: "0 B", 1023: "1023 B", 1024: "1 KiB", 1536: "1.5 KiB", 10 << 20: "10 MiB", 50 << 20: "50 MiB",
+		3 << 30: "3 GiB", 5 << 40: "5 TiB", 1<<20 + 1: "1.0 MiB",
+	} {
+		require.Equal(t, want, HumanSize(n), n)
+	}
+}
