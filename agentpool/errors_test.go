@@ -100,6 +100,11 @@ func TestTurnFailuresAreClassified(t *testing.T) {
 				return runtime.Result{}, fmt.Errorf("dial: %w", runtime.ErrSandboxDown)
 			}
 		}, want: ESANDBOX},
+		{name: "agent session lost twice", setup: func(_ *sandboxfake.Provider, rt *scriptRuntime) {
+			rt.promptFunc = func(context.Context, sandbox.Sandbox, string, runtime.Prompt, func(runtime.Event)) (runtime.Result, error) {
+				return runtime.Result{}, fmt.Errorf("session s1: %w", runtime.ErrSessionMissing)
+			}
+		}, want: ERUNTIME},
 		{name: "attachment cannot be fetched", files: []InboundFile{{Name: "a.txt", Open: func(context.Context) (io.ReadCloser, error) {
 			return nil, boom
 		}}}, want: EINVALID},

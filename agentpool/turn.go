@@ -98,8 +98,13 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 	)
 	for attempt := 0; ; attempt++ {
 		if attempt > 1 {
-			// Re-resolved and still down: the sandbox is the problem, whichever call noticed.
-			out.Err = classify(ESANDBOX, "sandbox stopped responding", lastRecoverErr)
+			// Recovered once and failed the same way again: the sandbox (or the agent's session in
+			// it) is the problem, whichever call noticed.
+			code, op := ESANDBOX, "sandbox stopped responding"
+			if runtime.Classify(lastRecoverErr) == runtime.ClassSessionMissing {
+				code, op = ERUNTIME, "agent session lost again"
+			}
+			out.Err = classify(code, op, lastRecoverErr)
 			return out
 		}
 		r, err := p.resolve(ctx, sess)
@@ -264,7 +269,7 @@ func readInbound(ctx context.Context, f InboundFile) ([]byte, error) {
 		return nil, err
 	}
 	if int64(len(data)) > MaxInboundFile {
-		return nil, &Error{Code: ETOOLARGE, Op: "read attachment", Err: fmt.Errorf("over the %d-byte limit", MaxInboundFile)}
+		return nil, &Error{Code: ETOOLARGE, Err: fmt.Errorf("over the %d-byte limit", MaxInboundFile)}
 	}
 	return data, nil
 }
