@@ -45,7 +45,12 @@ func (p *Pool) runTurn(ctx context.Context, req Request, turnID int64) {
 	defer release()
 	hold, err := p.store.HoldThread(ctx, req.ThreadKey)
 	if err != nil {
-		p.endTurn(req, turnID, Outcome{TurnID: turnID, Err: fmt.Errorf("waiting for the thread lock: %w", err), Cancelled: ctx.Err() != nil})
+		out := Outcome{TurnID: turnID, Err: classify(EINTERNAL, "wait for the thread lock", err)}
+		if ctx.Err() != nil {
+			// Why it was cancelled (reset, shutdown) is what the user needs to hear.
+			out.Cancelled, out.Err = true, context.Cause(ctx)
+		}
+		p.endTurn(req, turnID, out)
 		return
 	}
 	defer hold.Release()
@@ -61,7 +66,7 @@ func (p *Pool) runTurn(ctx context.Context, req Request, turnID int64) {
 			p.log.Info("turn taken over by another process; not running it here", zap.Int64("turn", turnID))
 			return
 		}
-		p.endTurn(req, turnID, Outcome{TurnID: turnID, Err: fmt.Errorf("starting turn: %w", err)})
+		p.endTurn(req, turnID, Outcome{TurnID: turnID, Err: classify(EINTERNAL, "start turn", err)})
 		return
 	}
 	w := newWatch(ctx, p.cfg.StuckAfter, req.Sink, func() { p.touch(turnID) })
@@ -90,7 +95,7 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 		OwnerUserID: req.UserID, Provider: p.prov.Name(), Runtime: p.rt.Name(),
 	})
 	if err != nil {
-		out.Err = fmt.Errorf("loading session: %w", err)
+		out.Err = classify(EINTERNAL, "load session", err)
 		return out
 	}
 	var (
@@ -101,14 +106,20 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 	)
 	for attempt := 0; ; attempt++ {
 		if attempt > 1 {
-			out.Err = lastRecoverErr
+			// Recovered once and failed the same way again: the sandbox (or the agent's session in
+			// it) is the problem, whichever call noticed.
+			code, op := ESANDBOX, "sandbox stopped responding"
+			if runtime.Classify(lastRecoverErr) == runtime.ClassSessionMissing {
+				code, op = ERUNTIME, "agent session lost again"
+			}
+			out.Err = classify(code, op, lastRecoverErr)
 			return out
 		}
 		r, err := p.life.resolve(ctx, sess, func() {
 			w.emitter().emit(runtime.Event{Kind: runtime.EventStatus, Text: NoteWaitingForProvider, At: p.now()})
 		})
 		if err != nil {
-			out.Err = err
+			out.Err = classify(ESANDBOX, "prepare sandbox", err)
 			return out
 		}
 		sess = r.sess
@@ -121,7 +132,7 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 				lastRecoverErr = err
 				continue
 			}
-			out.Err = err
+			out.Err = classify(ERUNTIME, "start agent runtime", err)
 			return out
 		}
 		prev := sess.AgentSessionID
@@ -134,25 +145,25 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 				lastRecoverErr = err
 				continue
 			}
-			out.Err = fmt.Errorf("agent session: %w", err)
+			out.Err = classify(ERUNTIME, "agent session", err)
 			return out
 		}
 		var history string
 		if r.created || replaced || forceNew || (sess.AgentSessionID != "" && sid != sess.AgentSessionID) {
 			if history, err = p.history(ctx, sess); err != nil {
-				out.Err = err
+				out.Err = classify(EINTERNAL, "load history", err)
 				return out
 			}
 		}
 		if sid != sess.AgentSessionID {
 			if sess, err = p.life.recordAgentSession(ctx, sess, sid); err != nil {
-				out.Err = err
+				out.Err = classify(EINTERNAL, "save agent session", err)
 				return out
 			}
 		}
 		if filesInGen != sess.Generation {
 			if err := p.copyInbound(ctx, r, req.Files); err != nil {
-				out.Err = err
+				out.Err = err // classified inside: the attachment or the sandbox
 				return out
 			}
 			filesInGen = sess.Generation
@@ -182,7 +193,11 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 			if interrupted {
 				p.abort(r, sid)
 			}
-			out.Err = err
+			code := ERUNTIME
+			if interrupted && ctx.Err() == nil {
+				code = ETIMEOUT // only the turn's own limit ended; a cancel of ctx is runTurn's to name
+			}
+			out.Err = classify(code, "prompt", err)
 			return out
 		}
 		p.log.Info("recovering from prompt failure", zap.String("thread", req.ThreadKey), zap.Error(err))
@@ -196,7 +211,8 @@ func (p *Pool) finishAnswer(ctx context.Context, r resolved, res runtime.Result,
 	if err != nil {
 		// The answer matters more than the files: deliver it, and say what went wrong.
 		p.log.Warn("collecting artifacts", zap.String("thread", r.sess.ThreadKey), zap.Error(err))
-		skipped = append(skipped, SkippedArtifact{Name: "output/display", Reason: "could not be read: " + err.Error()})
+		// The user is told it could not be read; the provider's words are in the log line above.
+		skipped = append(skipped, SkippedArtifact{Name: ArtifactDir, Reason: SkipUnreadable})
 	}
 	out.Artifacts, out.Skipped = found, skipped
 	return out
@@ -231,10 +247,11 @@ func (p *Pool) copyInbound(ctx context.Context, r resolved, files []InboundFile)
 		name := uniqueName(SanitizeName(f.Name), used)
 		data, err := readInbound(ctx, f)
 		if err != nil {
-			return fmt.Errorf("reading attachment %s: %w", name, err)
+			// The user can act on it: send the file again, or a smaller one (ETOOLARGE, set inside).
+			return classify(EINVALID, "read attachment "+name, err)
 		}
 		if err := r.sb.WriteFile(ctx, path.Join("input", name), data, 0o644); err != nil {
-			return fmt.Errorf("copying attachment %s into the sandbox: %w", name, err)
+			return classify(ESANDBOX, "copy attachment "+name+" into the sandbox", err)
 		}
 	}
 	return nil
@@ -254,7 +271,7 @@ func readInbound(ctx context.Context, f InboundFile) ([]byte, error) {
 		return nil, err
 	}
 	if int64(len(data)) > MaxInboundFile {
-		return nil, fmt.Errorf("over the %s limit", HumanSize(MaxInboundFile))
+		return nil, &Error{Code: ETOOLARGE, Err: fmt.Errorf("over the %d-byte limit", MaxInboundFile)}
 	}
 	return data, nil
 }

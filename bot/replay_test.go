@@ -29,5 +29,7 @@ func TestReplayNoteSaysWhyTheSandboxIsNew(t *testing.T) {
 
 func TestUserErrorProviderOutage(t *testing.T) {
 	err := fmt.Errorf("inspect sandbox: the sandbox service did not come back within 2m0s: docker inspect x: %w: Cannot connect to the Docker daemon", agentpool.ErrProviderUnavailable)
-	require.Equal(t, "the sandbox service is unavailable right now (it may be restarting); try again in a few minutes.", UserError(err))
+	p := Explain(nil, "turn failed", err)
+	require.Equal(t, agentpool.EUNAVAILABLE, p.Code)
+	require.NotContains(t, p.String(), "Docker daemon", "the daemon's own words stay in the log")
 }
