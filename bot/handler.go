@@ -166,9 +166,12 @@ func (h *Handler) reply(ctx context.Context, r Replier, answer func(ctx context.
 const commandTimeout = 5 * time.Minute
 
 // Wait blocks until the command replies in flight are done, or ctx ends (shutdown).
-func (h *Handler) Wait(ctx context.Context) error {
+func (h *Handler) Wait(ctx context.Context) error { return WaitGroupContext(ctx, &h.bg) }
+
+// WaitGroupContext waits for wg, or until ctx ends.
+func WaitGroupContext(ctx context.Context, wg *sync.WaitGroup) error {
 	done := make(chan struct{})
-	go func() { h.bg.Wait(); close(done) }()
+	go func() { wg.Wait(); close(done) }()
 	select {
 	case <-done:
 		return nil

@@ -17,7 +17,6 @@ import (
 
 	"github.com/threadbox/threadbox/bot/slack/slackfake"
 	"github.com/threadbox/threadbox/db/dbtest"
-	"github.com/threadbox/threadbox/sandbox"
 	"github.com/threadbox/threadbox/sandbox/docker"
 	"github.com/threadbox/threadbox/sandbox/docker/dockertest"
 )
@@ -47,12 +46,7 @@ func newCrashRig(t *testing.T, dbURL string) *crashRig {
 	fake := slackfake.New(slackfake.Options{})
 	t.Cleanup(fake.Close)
 	dep := fmt.Sprintf("crash-e2e-%d", time.Now().UnixNano())
-	t.Cleanup(func() {
-		list, _ := prov.List(context.Background(), map[string]string{sandbox.LabelDeployment: dep})
-		for _, i := range list {
-			_ = prov.Destroy(context.Background(), i.Handle)
-		}
-	})
+	destroyDeployment(t, prov, dep)
 	opts := fake.Options()
 	env := append(os.Environ(),
 		"THREADBOX_DATABASE_URL="+dbURL,

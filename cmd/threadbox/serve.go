@@ -78,6 +78,12 @@ func (m *Main) runServe(ctx context.Context) error {
 	closeChat()
 	// 2. Drain or cancel turns. 3. Stop the loops. The store closes with Main.Close.
 	a.shutdown(log, grace)
+	// Command replies (status, reset, …) still being posted get a moment to finish.
+	wctx, wcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if werr := a.handler.Wait(wctx); werr != nil {
+		log.Warn("command replies still in flight at exit", zap.Error(werr))
+	}
+	wcancel()
 	stopLoops()
 	loops.Wait()
 	return err
