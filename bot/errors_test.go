@@ -21,8 +21,8 @@ import (
 // container id, a path on the host.
 var internalDetail = []string{"docker", "Docker", "daemon", "db:", "d710c0ffee", "/var/run", "sandbox provider unavailable", "pq:", "sqlite"}
 
-// rawFailure is a realistic internal error: the text chat users used to see.
-var rawFailure = fmt.Errorf("inspect sandbox: docker inspect d710c0ffee: %w: Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?: db: session slack:T:C:1",
+// errRawFailure is a realistic internal error: the text chat users used to see.
+var errRawFailure = fmt.Errorf("inspect sandbox: docker inspect d710c0ffee: %w: Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?: db: session slack:T:C:1",
 	sandbox.ErrUnavailable)
 
 func observed(level zapcore.Level) (*zap.Logger, *observer.ObservedLogs) {
@@ -76,7 +76,7 @@ func TestEveryCodeSaysWhatToDo(t *testing.T) {
 		covered[tt.code] = true
 		t.Run(string(tt.code), func(t *testing.T) {
 			log, logs := observed(zapcore.DebugLevel)
-			p := Explain(log, "turn failed", &agentpool.Error{Code: tt.code, Op: "inspect sandbox", Err: rawFailure}, zap.String("thread", "slack:T:C:1"))
+			p := Explain(log, "turn failed", &agentpool.Error{Code: tt.code, Op: "inspect sandbox", Err: errRawFailure}, zap.String("thread", "slack:T:C:1"))
 			shown := p.String()
 			require.Equal(t, tt.code, p.Code)
 			require.Contains(t, shown, tt.what)
@@ -111,7 +111,7 @@ func TestExplainClassifiesUnwrappedErrors(t *testing.T) {
 	}{
 		{"an unclassified error is internal", errors.New("db: pq: connection refused"), agentpool.EINTERNAL, true},
 		{"a sentinel speaks for itself", fmt.Errorf("agentpool: submit: %w", agentpool.ErrQueueFull), agentpool.ECAPACITY, true},
-		{"a provider outage", rawFailure, agentpool.EUNAVAILABLE, true},
+		{"a provider outage", errRawFailure, agentpool.EUNAVAILABLE, true},
 		{"a missing row", fmt.Errorf("web:nope: db: %w", db.ErrNotFound), agentpool.ENOTFOUND, true},
 		{"an unknown code falls back to internal", &agentpool.Error{Code: "new", Err: errors.New("x")}, agentpool.EINTERNAL, true},
 		{"our own usage line is shown as it is", badRequest("usage: %s <thread>", "pause"), agentpool.EINVALID, false},
@@ -148,7 +148,7 @@ func TestRefsDiffer(t *testing.T) {
 // operation failed without the provider's words; admin inspect, for operators, shows them.
 func TestThreadStatusHidesTheRecordedError(t *testing.T) {
 	s := db.Session{ThreadKey: "slack:T:C:1", Status: db.SessionError, Provider: "docker", SandboxID: "d710c0ffee00aa",
-		Generation: 2, Runtime: "shell", LastError: "resume sandbox: " + rawFailure.Error()}
+		Generation: 2, Runtime: "shell", LastError: "resume sandbox: " + errRawFailure.Error()}
 	tests := []struct {
 		name      string
 		text      string
