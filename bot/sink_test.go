@@ -84,7 +84,7 @@ func TestDeliverSaysWhatHappenedAndLogsTheRef(t *testing.T) {
 			wantPost: "Not run: The bot is restarting", wantRef: true},
 		{name: "lock lost mid-turn is a failure, not a stop", out: agentpool.Outcome{Cancelled: true, Err: agentpool.ErrLockLost},
 			wantPost: "Sorry, that failed: A service I depend on", wantRef: true},
-		{name: "sandbox failed", out: agentpool.Outcome{Err: &agentpool.Error{Code: agentpool.ESANDBOX, Op: "prepare sandbox", Err: rawFailure}},
+		{name: "sandbox failed", out: agentpool.Outcome{Err: &agentpool.Error{Code: agentpool.ESANDBOX, Op: "prepare sandbox", Err: errRawFailure}},
 			wantPost: "Sorry, that failed: I could not get this thread's sandbox running", wantRef: true, wantReact: ReactError},
 		{name: "interrupted", out: agentpool.Outcome{Err: agentpool.ErrInterrupted},
 			wantPost: `send "retry"`, wantRef: true, wantReact: ReactError},
