@@ -38,7 +38,10 @@ func buildBinary(t *testing.T) string {
 type crashRig struct {
 	fake *slackfake.Server
 	env  []string
+	dep  string
 }
+
+func (c *crashRig) deployment() string { return c.dep }
 
 func newCrashRig(t *testing.T, dbURL string) *crashRig {
 	t.Helper()
@@ -61,7 +64,7 @@ func newCrashRig(t *testing.T, dbURL string) *crashRig {
 		"THREADBOX_LIFECYCLE_LOOP_INTERVAL=1s",
 		"THREADBOX_RUNTIME_NAME=shell",
 	)
-	return &crashRig{fake: fake, env: env}
+	return &crashRig{fake: fake, env: env, dep: dep}
 }
 
 func (c *crashRig) deliver(t *testing.T, s *server, ev slackfake.Event) {
@@ -80,10 +83,14 @@ func (c *crashRig) waitThread(t *testing.T, root slackfake.Event, what string, w
 	require.NoError(t, err, "%s; the thread has:\n%s", what, c.thread(root))
 }
 
+// thread is the bot's replies in root's thread (the users' own messages left out, since they quote
+// the words the tests look for).
 func (c *crashRig) thread(root slackfake.Event) string {
 	var b strings.Builder
 	for _, m := range c.fake.Replies(root.Channel, root.TS) {
-		b.WriteString(m.Text + "\n")
+		if m.BotID != "" {
+			b.WriteString(m.Text + "\n")
+		}
 	}
 	return b.String()
 }
