@@ -44,6 +44,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"TurnDedupeConcurrent", testTurnDedupeConcurrent},
 		{"TurnTranscriptCaps", testTurnTranscriptCaps},
 		{"TurnsStuck", testTurnsStuck},
+		{"TurnUsage", testTurnUsage},
 		{"Artifacts", testArtifacts},
 		{"Audit", testAudit},
 		{"MigrateTwice", testMigrateTwice},
