@@ -6,7 +6,7 @@ import (
 )
 
 func mkdirTemp() (string, error) { return os.MkdirTemp("/tmp", "tbgw") }
-func removeAll(dir string)        { _ = os.RemoveAll(dir) }
+func removeAll(dir string)       { _ = os.RemoveAll(dir) }
 
 type jsonRaw = json.RawMessage
 

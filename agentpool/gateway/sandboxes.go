@@ -150,3 +150,8 @@ func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
 	}
 	return os.Rename(tmp, path)
 }
+
+// SandboxDir is the host directory of a thread's sandbox generation (its socket and token).
+func (g *Gateway) SandboxDir(threadKey string, generation int64) string {
+	return g.dir(ident{thread: threadKey, gen: generation})
+}
