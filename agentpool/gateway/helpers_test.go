@@ -32,9 +32,11 @@ type env struct {
 	fake  *llmfake.Server
 	// url is the gateway's base URL (served over TCP here; sockets are tested apart).
 	url string
+	// upstreamURL is llmfake's.
+	upstreamURL string
 }
 
-func newEnv(t *testing.T, budget Budget) *env {
+func newEnv(t testing.TB, budget Budget) *env {
 	t.Helper()
 	fake := llmfake.New(llmfake.Script{
 		Rules:   []llmfake.Rule{{PromptContains: "HANG", Reply: llmfake.Reply{Hang: true}}},
@@ -50,11 +52,11 @@ func newEnv(t *testing.T, budget Budget) *env {
 	require.NoError(t, err)
 	gw := httptest.NewServer(g)
 	t.Cleanup(func() { gw.Close(); _ = g.Close() })
-	return &env{g: g, store: store, fake: fake, url: gw.URL}
+	return &env{g: g, store: store, fake: fake, url: gw.URL, upstreamURL: up.URL}
 }
 
 // session makes the thread's session active in its next generation and returns the generation.
-func (e *env) session(t *testing.T, thread string) int64 {
+func (e *env) session(t testing.TB, thread string) int64 {
 	t.Helper()
 	ctx := t.Context()
 	_, _, err := e.store.SessionCreate(ctx, db.NewSession{ThreadKey: thread, Platform: "web", Provider: "docker", Runtime: "claude-code"})
@@ -67,7 +69,7 @@ func (e *env) session(t *testing.T, thread string) int64 {
 }
 
 // turn starts a turn of user in the thread and returns its id.
-func (e *env) turn(t *testing.T, thread, user, event string) int64 {
+func (e *env) turn(t testing.TB, thread, user, event string) int64 {
 	t.Helper()
 	tr, err := e.store.TurnInsert(t.Context(), db.NewTurn{ThreadKey: thread, PlatformEventID: event, UserID: user, Prompt: "p"})
 	require.NoError(t, err)
@@ -140,10 +142,15 @@ func usageOf(t *testing.T, s db.Store, turnID int64) string {
 
 // shortTempDir is a temporary directory with a short path: a unix socket's path must stay under
 // ~108 bytes, which t.TempDir's long names can break.
-func shortTempDir(t *testing.T) string {
+func shortTempDir(t testing.TB) string {
 	t.Helper()
 	dir, err := mkdirTemp()
 	require.NoError(t, err)
 	t.Cleanup(func() { removeAll(dir) })
 	return dir
+}
+
+func readAllDiscard(resp *http.Response) (int64, error) {
+	defer resp.Body.Close()
+	return io.Copy(io.Discard, resp.Body)
 }
