@@ -136,6 +136,11 @@ func New(cfg Config, store db.Store, log *zap.Logger) (*Gateway, error) {
 	if g.openai, err = parseUpstream("openai_url", cfg.OpenAIURL); err != nil {
 		return nil, err
 	}
+	if cfg.Forwarder != "" {
+		if g.cfg.Forwarder, err = installForwarder(cfg.SocketDir, cfg.Forwarder); err != nil {
+			return nil, err
+		}
+	}
 	g.proxy = g.newProxy()
 	g.srv = &http.Server{
 		Handler:           g,

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -154,4 +155,28 @@ func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
 // SandboxDir is the host directory of a thread's sandbox generation (its socket and token).
 func (g *Gateway) SandboxDir(threadKey string, generation int64) string {
 	return g.dir(ident{thread: threadKey, gen: generation})
+}
+
+// installForwarder copies the forwarder binary into the socket directory and returns the copy's path.
+// Sandboxes mount the copy: it stays where it is when the bot's own binary is replaced or was a
+// temporary one (go run), and a stopped sandbox can start again after the bot is gone.
+func installForwarder(socketDir, src string) (string, error) {
+	if socketDir == "" || !filepath.IsAbs(socketDir) {
+		return "", fmt.Errorf("gateway: socket directory %q must be an absolute path", socketDir)
+	}
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return "", fmt.Errorf("gateway: reading the forwarder: %w", err)
+	}
+	if err := os.MkdirAll(socketDir, 0o755); err != nil {
+		return "", fmt.Errorf("gateway: %w", err)
+	}
+	dst := filepath.Join(socketDir, "threadbox-forward")
+	if cur, err := os.ReadFile(dst); err == nil && bytes.Equal(cur, data) {
+		return dst, nil
+	}
+	if err := writeFileAtomic(dst, data, 0o755); err != nil {
+		return "", fmt.Errorf("gateway: installing the forwarder: %w", err)
+	}
+	return dst, nil
 }
