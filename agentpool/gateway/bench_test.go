@@ -48,7 +48,8 @@ func BenchmarkStreamTTFB(b *testing.B) {
 				_, err = resp.Body.Read(one[:])
 				d := time.Since(start)
 				require.NoError(b, err)
-				_, _ = readAllDiscard(resp)
+				_, err = readAllDiscard(resp)
+				require.NoError(b, err, "the whole stream arrives")
 				return d
 			}
 			var ds, gs []time.Duration

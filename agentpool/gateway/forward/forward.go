@@ -5,9 +5,11 @@
 package forward
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -45,8 +47,28 @@ func Run(ctx context.Context, o Options) error {
 	return nil
 }
 
-// Handler is the forwarding proxy.
+// maxBody bounds a request body (model calls are JSON, megabytes at most).
+const maxBody = 64 << 20
+
+// Handler is the forwarding proxy. Request bodies are read whole first: a model call is useless
+// upstream until complete, and streaming the incoming body through a reverse proxy cut about one
+// streamed answer in a thousand under load.
 func Handler(o Options) http.Handler {
+	proxy := newProxy(o)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+		_ = r.Body.Close()
+		if err != nil || len(body) > maxBody {
+			http.Error(w, "threadbox forwarder: request body unreadable or over 64 MiB", http.StatusBadRequest)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+		proxy.ServeHTTP(w, r)
+	})
+}
+
+func newProxy(o Options) http.Handler {
 	dialer := &net.Dialer{}
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
