@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -10,7 +11,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/threadbox/threadbox/agentpool/runtime/llmfake"
 	"github.com/threadbox/threadbox/db"
 )
 
@@ -218,9 +218,7 @@ func TestStreamPassesThroughAndCancels(t *testing.T) {
 
 func mustField(t *testing.T, raw []byte, field string) []byte {
 	t.Helper()
-	var m map[string]jsonRaw
-	require.NoError(t, jsonUnmarshal(raw, &m))
+	var m map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(raw, &m))
 	return m[field]
 }
-
-var _ = llmfake.Bool

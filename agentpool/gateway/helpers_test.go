@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 
@@ -144,9 +145,9 @@ func usageOf(t *testing.T, s db.Store, turnID int64) string {
 // ~108 bytes, which t.TempDir's long names can break.
 func shortTempDir(t testing.TB) string {
 	t.Helper()
-	dir, err := mkdirTemp()
+	dir, err := os.MkdirTemp("/tmp", "tbgw")
 	require.NoError(t, err)
-	t.Cleanup(func() { removeAll(dir) })
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	return dir
 }
 
