@@ -21,4 +21,5 @@ fi
 export THREADBOX_SANDBOX_LOCAL_I_UNDERSTAND_NO_ISOLATION=true
 # The person at this machine administers the local web chat.
 export THREADBOX_ADMIN_USERS="${THREADBOX_ADMIN_USERS:-web:local}"
-exec go run -ldflags "-X main.version=${VERSION:-dev}" ./cmd/threadbox serve "$@"
+# Static (no cgo): the model gateway mounts this binary into Docker sandboxes as their forwarder.
+CGO_ENABLED=0 exec go run -ldflags "-X main.version=${VERSION:-dev}" ./cmd/threadbox serve "$@"
