@@ -39,9 +39,13 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Handl
 
 	b := newBackoff(200*time.Millisecond, 2, 5*time.Second)
 	var sb api.Sandbox
+	noEffect := false // the last failure surely did nothing
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			if werr := b.wait(ctx, retryAfter(err)); werr != nil {
+				if noEffect {
+					return sandbox.Handle{}, fmt.Errorf("daytona create: %w: %w (last: %w)", sandbox.ErrNoEffect, werr, err)
+				}
 				return sandbox.Handle{}, fmt.Errorf("daytona create: %w (last: %w)", werr, err)
 			}
 		}
@@ -52,6 +56,7 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Handl
 		switch {
 		case err == nil:
 		case status == http.StatusTooManyRequests || (isTransport(err) && unsent(err)):
+			noEffect = true
 			if attempt < 8 && ctx.Err() == nil {
 				continue
 			}
@@ -69,7 +74,8 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Handl
 			case found != "":
 				sb.Id, err = found, nil
 			case status >= 500 && attempt < 8 && ctx.Err() == nil:
-				continue // the lookup shows it did nothing
+				noEffect = true // the lookup shows it did nothing
+				continue
 			default:
 				return sandbox.Handle{}, fmt.Errorf("daytona create: no answer, and nothing labelled %s=%s yet (the reaper will find it if it appears): %w",
 					LabelCreate, token, err)

@@ -211,8 +211,21 @@ func (f *Fake) transition(w http.ResponseWriter, r *http.Request, via api.Sandbo
 	b.state, b.desired = via, desired
 	h := b.backend
 	dto := f.dto(b)
+	hold := f.hold
+	if hold != nil {
+		select {
+		case f.held <- b.id:
+		default:
+		}
+	}
 	f.mu.Unlock()
 	f.goBackground(func(ctx context.Context) {
+		if hold != nil {
+			select {
+			case <-hold:
+			case <-ctx.Done():
+			}
+		}
 		var err error
 		if !h.IsZero() {
 			err = do(ctx, h)
@@ -351,6 +364,35 @@ func (f *Fake) ExpirePreviewToken(id string) {
 	if b := f.boxes[id]; b != nil {
 		b.previewToken = newID()
 	}
+}
+
+// HoldTransitions keeps every state change started from now on in flight (stopping, starting,
+// destroying) until release is called, so that a test can meet Daytona's 409. held receives the
+// sandbox ID of each transition held.
+func (f *Fake) HoldTransitions() (held <-chan string, release func()) {
+	ch := make(chan struct{})
+	ids := make(chan string, 64)
+	f.mu.Lock()
+	f.hold, f.held = ch, ids
+	f.mu.Unlock()
+	return ids, func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.hold == ch {
+			f.hold = nil
+		}
+		close(ch)
+	}
+}
+
+// State reports a sandbox's state ("" when there is none).
+func (f *Fake) State(id string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if b := f.boxes[id]; b != nil {
+		return string(b.state)
+	}
+	return ""
 }
 
 // Count reports how many sandboxes the fake holds (in any state).

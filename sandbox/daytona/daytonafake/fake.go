@@ -64,6 +64,9 @@ type Fake struct {
 	faults     []*Fault
 	calls      map[string]int
 	violations []string
+	hold       chan struct{} // while set, transitions wait for it to close
+	held       chan string   // each held transition's sandbox ID
+	awaits     map[string][]chan struct{}
 }
 
 // New starts a fake and closes it (destroying its sandboxes) when tb ends.
@@ -131,6 +134,27 @@ func (f *Fake) Calls(operationID string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.calls[operationID]
+}
+
+// Await returns a channel closed when the next request for operationID has been answered.
+func (f *Fake) Await(operationID string) <-chan struct{} {
+	ch := make(chan struct{})
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.awaits == nil {
+		f.awaits = map[string][]chan struct{}{}
+	}
+	f.awaits[operationID] = append(f.awaits[operationID], ch)
+	return ch
+}
+
+func (f *Fake) answered(op string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, ch := range f.awaits[op] {
+		close(ch)
+	}
+	delete(f.awaits, op)
 }
 
 // Fault is an injected failure for one operation (an operationId of the specs).
@@ -208,6 +232,7 @@ func (f *Fake) middleware(next http.Handler) http.Handler {
 			f.violation("%s %s: X-Daytona-SDK-Version %q, want >= %s", r.Method, r.URL.Path,
 				r.Header.Get("X-Daytona-SDK-Version"), MinSDKVersion)
 		}
+		defer f.answered(op)
 		if ft := f.takeFault(op); ft != nil {
 			if !ft.Hang {
 				f.apiError(w, r, ft.Status, http.StatusText(ft.Status))
