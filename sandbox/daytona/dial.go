@@ -132,8 +132,14 @@ func (p *Provider) forward(ctx context.Context, in *http.Request, id string, por
 			resp.Body.Close()
 			continue
 		}
-		// The answer goes back over a plain conn: its framing is re-done by Response.Write.
+		// The answer goes back over a kept-alive HTTP/1.1 conn, framed anew by Response.Write: an
+		// answer of unknown length (streamed, or ended by the upstream closing) is sent chunked.
+		resp.Proto, resp.ProtoMajor, resp.ProtoMinor = "HTTP/1.1", 1, 1
 		resp.TransferEncoding = nil
+		if resp.ContentLength < 0 {
+			resp.TransferEncoding = []string{"chunked"}
+		}
+		resp.Close = false
 		return resp, nil
 	}
 }
