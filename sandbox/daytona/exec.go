@@ -23,10 +23,17 @@ import (
 // toolbox has no kill for a session command's descendants.
 const markerEnv = "THREADBOX_DAYTONA_EXEC"
 
-// execScript runs argv ($3…) in $2 with stdin from the file $1 (removed once open) or /dev/null.
-// The session shell runs it as one command: the sandbox's environment plus the exec's.
-const execScript = `in=$1; dir=$2; shift 2
-if [ -n "$in" ]; then exec <"$in"; rm -f "$in"; else exec </dev/null; fi
+// ensureWorkDir makes the work directory $wd on first use, with sudo where the image has it
+// (Daytona's base images do): the snapshot's user owns its home, not necessarily the work directory.
+// Doing it here rather than in Create saves a round trip per sandbox.
+const ensureWorkDir = `[ -d "$wd" ] || mkdir -p "$wd" 2>/dev/null || { sudo -n mkdir -p "$wd" && sudo -n chown "$(id -u):$(id -g)" "$wd"; }
+`
+
+// execScript runs argv ($4…) in $3 with stdin from the file $1 (removed once open) or /dev/null,
+// after making the work directory $2. The session shell runs it as one command: the sandbox's
+// environment plus the exec's.
+const execScript = `in=$1; wd=$2; dir=$3; shift 3
+` + ensureWorkDir + `if [ -n "$in" ]; then exec <"$in"; rm -f "$in"; else exec </dev/null; fi
 cd "$dir" || exit 1
 exec env "$@"`
 
@@ -74,7 +81,7 @@ func (p *Provider) Exec(ctx context.Context, h sandbox.Handle, req sandbox.ExecR
 			return sandbox.ExecResult{}, fmt.Errorf("exec: stdin: %w", err)
 		}
 	}
-	line := shellJoin(append(append([]string{"sh", "-c", execScript, "sh", in, dir}, env...), req.Cmd...))
+	line := shellJoin(append(append([]string{"sh", "-c", execScript, "sh", in, st.WorkDir, dir}, env...), req.Cmd...))
 
 	sid := "threadbox-" + marker
 	if err := p.tbCall(ctx, h, "create session", func(ctx context.Context) (*http.Response, error) {

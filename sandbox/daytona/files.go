@@ -41,10 +41,11 @@ const walkScript = `walk() {
 }
 `
 
-// writeScript moves an uploaded temporary file ($1) into place ($2) with mode $3.
-const writeScript = walkScript + `src=$1 dst=$2 mode=$3 top=$4 mk=1 d=${2%/*}
+// writeScript moves an uploaded temporary file ($1) into place ($2) with mode $3, making the work
+// directory ($5) first.
+const writeScript = walkScript + `src=$1 dst=$2 mode=$3 top=$4 wd=$5 mk=1 d=${2%/*}
 trap 'rm -f "$src"' EXIT
-walk
+` + ensureWorkDir + `walk
 if [ -L "$dst" ] || [ -d "$dst" ]; then echo "$dst: not a regular file"; exit 3; fi
 mv -f "$src" "$dst" && chmod "$mode" "$dst"`
 
@@ -87,7 +88,7 @@ func (p *Provider) WriteFile(ctx context.Context, h sandbox.Handle, name string,
 	if err := p.upload(ctx, h, tb, tmp, strings.NewReader(string(data))); err != nil {
 		return fmt.Errorf("write %s: %w", abs, err)
 	}
-	out, code, err := p.run(ctx, h, writeScript, tmp, abs, strconv.FormatUint(uint64(mode.Perm()), 8), top(st, abs))
+	out, code, err := p.run(ctx, h, writeScript, tmp, abs, strconv.FormatUint(uint64(mode.Perm()), 8), top(st, abs), st.WorkDir)
 	return scriptErr("write", abs, out, code, err)
 }
 

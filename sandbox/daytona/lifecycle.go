@@ -14,8 +14,7 @@ import (
 	"github.com/threadbox/threadbox/sandbox/daytona/internal/api"
 )
 
-// Create implements sandbox.Provider: POST /sandbox from the snapshot, then a wait for started and
-// the work directory made.
+// Create implements sandbox.Provider: POST /sandbox from the snapshot, then a wait for started.
 //
 // A 429 (and a request that never left) is retried: Daytona surely did nothing. A request that got no
 // answer, or a 5xx, may have created the sandbox: it is looked up by its create label (a random
@@ -98,18 +97,8 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Handl
 	if err != nil {
 		return fail(err)
 	}
-	st := handleState{Toolbox: sb.ToolboxProxyUrl, WorkDir: spec.WorkDir}
-	h := newHandle(sb.Id, st)
-	// The snapshot's user owns its home, not necessarily the work directory: make it, with sudo where
-	// the image has it (Daytona's base images do).
-	out, code, err := p.run(ctx, h, `mkdir -p "$1" 2>/dev/null || { sudo -n mkdir -p "$1" && sudo -n chown "$(id -u):$(id -g)" "$1"; }`, spec.WorkDir)
-	if err == nil && code != 0 {
-		err = fmt.Errorf("%w: cannot make work directory %s: %s", sandbox.ErrInvalidSpec, spec.WorkDir, out)
-	}
-	if err != nil {
-		return fail(err)
-	}
-	return h, nil
+	// The work directory is made by the first exec or write (see ensureWorkDir).
+	return newHandle(sb.Id, handleState{Toolbox: sb.ToolboxProxyUrl, WorkDir: spec.WorkDir}), nil
 }
 
 // createBody renders the spec as Daytona's CreateSandbox.
@@ -369,7 +358,7 @@ func settledState(s *api.SandboxState) bool {
 }
 
 // waitState polls GET /sandbox/{id} until the sandbox is in want: first at once, then with a
-// backoff from 10 ms growing by 1.2 up to 1 s (fine-grained early, so a quick transition is seen
+// backoff from 10 ms growing by 1.1 (as Daytona's SDK) up to 1 s (fine-grained early, so a quick transition is seen
 // quickly), under StateTimeout. It fails fast on error states, with Daytona's reason. While waiting
 // for destroyed, a 404 is what it waits for (returned as ErrNotFound).
 func (p *Provider) waitState(ctx context.Context, id string, want api.SandboxState) (api.Sandbox, error) {
@@ -384,7 +373,7 @@ func (p *Provider) waitSettled(ctx context.Context, id string) (api.Sandbox, err
 func (p *Provider) poll(ctx context.Context, id string, done func(api.Sandbox) bool, what string) (api.Sandbox, error) {
 	deadline, cancel := context.WithTimeout(ctx, p.opts.StateTimeout)
 	defer cancel()
-	b := newBackoff(10*time.Millisecond, 1.2, time.Second)
+	b := newBackoff(10*time.Millisecond, 1.1, time.Second)
 	for {
 		sb, err := p.get(deadline, id)
 		if err != nil {
