@@ -81,6 +81,14 @@ func (p *Provider) Exec(ctx context.Context, h sandbox.Handle, req sandbox.ExecR
 			return sandbox.ExecResult{}, fmt.Errorf("exec: stdin: %w", err)
 		}
 	}
+	started := false // once the command runs, it removes the stdin file itself
+	defer func() {
+		if in != "" && !started {
+			cctx, cancel := cleanupCtx(ctx)
+			defer cancel()
+			_, _, _ = p.run(cctx, h, `rm -f "$1"`, in)
+		}
+	}()
 	line := shellJoin(append(append([]string{"sh", "-c", execScript, "sh", in, st.WorkDir, dir}, env...), req.Cmd...))
 
 	sid := "threadbox-" + marker
@@ -98,12 +106,13 @@ func (p *Provider) Exec(ctx context.Context, h sandbox.Handle, req sandbox.ExecR
 			p.log.Debug("delete session failed")
 		}
 	}()
-	var started toolbox.SessionExecuteResponse
+	var cmd toolbox.SessionExecuteResponse
 	if err := p.tbCall(ctx, h, "exec", func(ctx context.Context) (*http.Response, error) {
 		return tb.c.SessionExecuteCommand(ctx, sid, toolbox.SessionExecuteRequest{Command: line, RunAsync: ptr(true)})
-	}, &started); err != nil {
+	}, &cmd); err != nil {
 		return sandbox.ExecResult{}, err
 	}
+	started = true
 	kill := func() {
 		cctx, cancel := cleanupCtx(ctx)
 		defer cancel()
@@ -114,7 +123,7 @@ func (p *Provider) Exec(ctx context.Context, h sandbox.Handle, req sandbox.ExecR
 
 	stdout := sandbox.NewCappedWriter(req.Stdout, req.MaxOutput)
 	stderr := sandbox.NewCappedWriter(req.Stderr, req.MaxOutput)
-	ws, err := p.followLogs(ctx, tb, sid, started.CmdId)
+	ws, err := p.followLogs(ctx, tb, sid, cmd.CmdId)
 	if err != nil {
 		kill()
 		return sandbox.ExecResult{}, p.classify(ctx, h, fmt.Errorf("exec: logs: %w", err))
@@ -149,7 +158,7 @@ func (p *Provider) Exec(ctx context.Context, h sandbox.Handle, req sandbox.ExecR
 		return res, p.classify(ctx, h, fmt.Errorf("exec in %s: reading output: %w", h.ID, err))
 	}
 	if !res.TimedOut {
-		code, err := p.exitCode(ctx, h, tb, sid, started.CmdId, timeout)
+		code, err := p.exitCode(ctx, h, tb, sid, cmd.CmdId, timeout)
 		switch {
 		case errors.Is(err, errTimedOut):
 			res.TimedOut = true
@@ -227,9 +236,7 @@ func (p *Provider) followLogs(ctx context.Context, tb toolboxClient, sid, cid st
 		u.Scheme = "ws"
 	}
 	hdr := http.Header{}
-	_ = p.headers(ctx, &http.Request{Header: hdr})
-	hdr.Del("User-Agent")
-	hdr.Set("User-Agent", "threadbox/"+SDKVersion)
+	_ = p.headers(ctx, &http.Request{Header: hdr}) // the same headers as every call: it cannot fail
 	conn, resp, err := websocket.DefaultDialer.DialContext(ctx, u.String(), hdr)
 	if err != nil {
 		if resp != nil {
@@ -374,16 +381,9 @@ func (p *Provider) toolbox(ctx context.Context, h sandbox.Handle, st handleState
 		if err != nil {
 			return toolboxClient{}, err
 		}
-		proxy = sb.ToolboxProxyUrl
-	}
-	if proxy == "" {
-		var u api.ToolboxProxyUrl
-		if err := p.call(ctx, "toolbox url", func(ctx context.Context) (*http.Response, error) {
-			return p.api.GetToolboxProxyUrl(ctx, h.ID, nil)
-		}, &u); err != nil {
+		if proxy, err = p.toolboxURL(ctx, h.ID, sb.ToolboxProxyUrl); err != nil {
 			return toolboxClient{}, err
 		}
-		proxy = u.Url
 	}
 	base := strings.TrimSuffix(proxy, "/") + "/" + h.ID
 	c, err := toolbox.NewClient(base, toolbox.WithHTTPClient(p.hc), toolbox.WithRequestEditorFn(p.headers))
@@ -391,6 +391,18 @@ func (p *Provider) toolbox(ctx context.Context, h sandbox.Handle, st handleState
 		return toolboxClient{}, fmt.Errorf("daytona toolbox %q: %w", base, err)
 	}
 	return toolboxClient{c: c, base: base}, nil
+}
+
+// toolboxURL returns fromSandbox, or when the sandbox object had none, asks the API.
+func (p *Provider) toolboxURL(ctx context.Context, id, fromSandbox string) (string, error) {
+	if fromSandbox != "" {
+		return fromSandbox, nil
+	}
+	var u api.ToolboxProxyUrl
+	err := p.call(ctx, "toolbox url", func(ctx context.Context) (*http.Response, error) {
+		return p.api.GetToolboxProxyUrl(ctx, id, nil)
+	}, &u)
+	return u.Url, err
 }
 
 // tbCall sends one toolbox request (not retried: most are not idempotent) and classifies a failure.

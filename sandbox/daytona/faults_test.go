@@ -174,3 +174,18 @@ func TestTransitionInFlight(t *testing.T) {
 	require.ErrorIs(t, err, sandbox.ErrNotFound)
 	require.NoError(t, p.Destroy(t.Context(), h), "destroying a destroyed sandbox succeeds")
 }
+
+// TestToolboxURLFallback: without toolboxProxyUrl in the sandbox object, the provider asks
+// GET /sandbox/{id}/toolbox-proxy-url, and a bare handle (an ID only) is enough to exec.
+func TestToolboxURLFallback(t *testing.T) {
+	f := daytonafake.New(t, daytonafake.Options{Backend: sandboxfake.New(), Snapshots: []string{memImage}, OmitToolboxURL: true})
+	t.Cleanup(func() { require.Empty(t, f.Violations()) })
+	p := newProvider(t, f, nil)
+	h, err := p.Create(t.Context(), memSpec(t))
+	require.NoError(t, err)
+	res, err := p.Exec(t.Context(), sandbox.Handle{Provider: daytona.Name, ID: h.ID}, sandbox.ExecRequest{Cmd: []string{"true"}})
+	require.NoError(t, err)
+	require.Equal(t, 0, res.ExitCode)
+	require.Equal(t, 2, f.Calls("getToolboxProxyUrl"), "once for Create's handle, once for the bare one")
+	require.NoError(t, p.Destroy(t.Context(), h))
+}

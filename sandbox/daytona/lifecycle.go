@@ -97,8 +97,12 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Handl
 	if err != nil {
 		return fail(err)
 	}
+	tbURL, err := p.toolboxURL(ctx, sb.Id, sb.ToolboxProxyUrl)
+	if err != nil {
+		return fail(err)
+	}
 	// The work directory is made by the first exec or write (see ensureWorkDir).
-	return newHandle(sb.Id, handleState{Toolbox: sb.ToolboxProxyUrl, WorkDir: spec.WorkDir}), nil
+	return newHandle(sb.Id, handleState{Toolbox: tbURL, WorkDir: spec.WorkDir}), nil
 }
 
 // createBody renders the spec as Daytona's CreateSandbox.

@@ -321,6 +321,9 @@ func (f *Fake) dto(b *box) api.Sandbox {
 		ToolboxProxyUrl: f.srv.URL + "/toolbox", State: &state, DesiredState: &desired, Snapshot: &b.snapshot,
 		CreatedAt: &created, AutoStopInterval: &autoStop,
 	}
+	if f.opts.OmitToolboxURL {
+		d.ToolboxProxyUrl = ""
+	}
 	if b.errorReason != "" {
 		reason := b.errorReason
 		d.ErrorReason = &reason

@@ -43,6 +43,9 @@ type Options struct {
 	Snapshots []string
 	// APIKey is the bearer token accepted (default APIKey).
 	APIKey string
+	// OmitToolboxURL leaves toolboxProxyUrl empty in sandbox objects, as older API versions did, so
+	// that clients must ask GET /sandbox/{id}/toolbox-proxy-url.
+	OmitToolboxURL bool
 	// Deployment labels the backend's sandboxes (default "daytonafake"), so they are told apart from
 	// anything else on the backend.
 	Deployment string
