@@ -29,13 +29,20 @@ const markerEnv = "THREADBOX_DAYTONA_EXEC"
 const ensureWorkDir = `[ -d "$wd" ] || mkdir -p "$wd" 2>/dev/null || { sudo -n mkdir -p "$wd" && sudo -n chown "$(id -u):$(id -g)" "$wd"; }
 `
 
-// execScript runs argv ($4…) in $3 with stdin from the file $1 (removed once open) or /dev/null,
-// after making the work directory $2. The session shell runs it as one command: the sandbox's
-// environment plus the exec's.
+// execScript runs argv (after "--") in $3 with the environment assignments before "--" exported,
+// stdin from the file $1 (removed once open) or /dev/null, after making the work directory $2. It
+// runs in a subshell of the session's shell (see execLine), so its exec ends only the subshell.
 const execScript = `in=$1; wd=$2; dir=$3; shift 3
 ` + ensureWorkDir + `if [ -n "$in" ]; then exec <"$in"; rm -f "$in"; else exec </dev/null; fi
 cd "$dir" || exit 1
-exec env "$@"`
+while [ $# -gt 0 ]; do [ "$1" = -- ] && { shift; break; }; export "$1"; shift; done
+exec "$@"`
+
+// execLine is the session command: execScript in a subshell with its arguments set. A subshell
+// forks where sh -c would also exec a shell binary: less work per exec.
+func execLine(args []string) string {
+	return "(set -- " + shellJoin(args) + "\n" + execScript + "\n)"
+}
 
 // Exec implements sandbox.Provider. The command runs in a toolbox session of its own, started
 // asynchronously; its output streams over the logs WebSocket, split into stdout and stderr by the
@@ -89,7 +96,8 @@ func (p *Provider) Exec(ctx context.Context, h sandbox.Handle, req sandbox.ExecR
 			_, _, _ = p.run(cctx, h, `rm -f "$1"`, in)
 		}
 	}()
-	line := shellJoin(append(append([]string{"sh", "-c", execScript, "sh", in, st.WorkDir, dir}, env...), req.Cmd...))
+	args := append(append([]string{in, st.WorkDir, dir}, env...), "--")
+	line := execLine(append(args, req.Cmd...))
 
 	sid := "threadbox-" + marker
 	if err := p.tbCall(ctx, h, "create session", func(ctx context.Context) (*http.Response, error) {

@@ -362,8 +362,8 @@ func settledState(s *api.SandboxState) bool {
 }
 
 // waitState polls GET /sandbox/{id} until the sandbox is in want: first at once, then with a
-// backoff from 10 ms growing by 1.1 (as Daytona's SDK) up to 1 s (fine-grained early, so a quick transition is seen
-// quickly), under StateTimeout. It fails fast on error states, with Daytona's reason. While waiting
+// backoff from 10 ms growing by 1.05 up to 1 s (fine-grained early, so that a transition of
+// a second is seen within a few percent of its end; after about 20 s it polls once a second), under StateTimeout. It fails fast on error states, with Daytona's reason. While waiting
 // for destroyed, a 404 is what it waits for (returned as ErrNotFound).
 func (p *Provider) waitState(ctx context.Context, id string, want api.SandboxState) (api.Sandbox, error) {
 	return p.poll(ctx, id, func(sb api.Sandbox) bool { return sb.State != nil && *sb.State == want }, string(want))
@@ -377,7 +377,7 @@ func (p *Provider) waitSettled(ctx context.Context, id string) (api.Sandbox, err
 func (p *Provider) poll(ctx context.Context, id string, done func(api.Sandbox) bool, what string) (api.Sandbox, error) {
 	deadline, cancel := context.WithTimeout(ctx, p.opts.StateTimeout)
 	defer cancel()
-	b := newBackoff(10*time.Millisecond, 1.1, time.Second)
+	b := newBackoff(10*time.Millisecond, 1.05, time.Second)
 	for {
 		sb, err := p.get(deadline, id)
 		if err != nil {
