@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/threadbox/threadbox/sandbox"
@@ -26,7 +27,8 @@ type previewLink struct {
 // its preview proxy, which carries HTTP: the returned conn takes HTTP/1.1 requests, sends each to
 // the port's preview link with its token (X-Daytona-Preview-Token), and writes the answers back,
 // streaming them. When the proxy answers 401 or 403 (the token expired), the link is fetched again
-// and the request replayed once. Raw TCP and protocol upgrades are not carried.
+// and the request replayed once; so is a request that could not reach the proxy at all. Raw TCP and
+// protocol upgrades are not carried.
 func (p *Provider) Dial(ctx context.Context, h sandbox.Handle, port int) (net.Conn, error) {
 	if _, err := decodeHandle(h); err != nil {
 		return nil, err
@@ -58,11 +60,27 @@ func (p *Provider) previewLink(ctx context.Context, id string, port int, refresh
 	if err != nil {
 		return previewLink{}, fmt.Errorf("dial port %d in %s: %w", port, id, err)
 	}
-	l = previewLink{url: strings.TrimSuffix(u.Url, "/"), token: u.Token}
+	if l, err = parsePreview(u.Url, u.Token); err != nil {
+		return previewLink{}, fmt.Errorf("dial port %d in %s: %w", port, id, err)
+	}
 	p.mu.Lock()
 	p.preview[key] = l
 	p.mu.Unlock()
 	return l, nil
+}
+
+// parsePreview normalises a preview link: the token may come in the URL's query as tkn instead of
+// beside it, and requests are appended to the URL's path, so the query is dropped.
+func parsePreview(raw, token string) (previewLink, error) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return previewLink{}, fmt.Errorf("preview url %q: not an absolute URL", raw)
+	}
+	if t := u.Query().Get("tkn"); t != "" && token == "" {
+		token = t
+	}
+	u.RawQuery, u.Fragment = "", ""
+	return previewLink{url: strings.TrimSuffix(u.String(), "/"), token: token}, nil
 }
 
 func (p *Provider) forgetPreviews(id string) {
@@ -126,6 +144,9 @@ func (p *Provider) forward(ctx context.Context, in *http.Request, id string, por
 		out.Header.Set("X-Daytona-Skip-Preview-Warning", "true")
 		resp, err := p.hc.Do(out)
 		if err != nil {
+			if attempt == 0 && unsent(err) {
+				continue // the link's host may have moved: refresh it (the request never left)
+			}
 			return nil, err
 		}
 		if (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) && attempt == 0 {

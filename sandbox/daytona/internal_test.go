@@ -36,3 +36,32 @@ func TestDemux(t *testing.T) {
 		})
 	}
 }
+
+// TestParsePreview: the token may come beside the link or in its query (tkn); the link is kept
+// without query, so request paths can be appended.
+func TestParsePreview(t *testing.T) {
+	for _, tc := range []struct {
+		name, raw, token   string
+		wantURL, wantToken string
+		wantErr            bool
+	}{
+		{name: "token beside", raw: "https://8080-abc.proxy.daytona.work", token: "t1",
+			wantURL: "https://8080-abc.proxy.daytona.work", wantToken: "t1"},
+		{name: "token in query", raw: "https://8080-abc.proxy.daytona.work/?tkn=t2",
+			wantURL: "https://8080-abc.proxy.daytona.work", wantToken: "t2"},
+		{name: "beside wins", raw: "https://h/?tkn=q", token: "b", wantURL: "https://h", wantToken: "b"},
+		{name: "path kept", raw: "http://127.0.0.1:1/preview/8080-abc/", token: "t",
+			wantURL: "http://127.0.0.1:1/preview/8080-abc", wantToken: "t"},
+		{name: "relative", raw: "/preview", wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := parsePreview(tc.raw, tc.token)
+			if tc.wantErr {
+				require.Error(t, err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, previewLink{url: tc.wantURL, token: tc.wantToken}, l)
+		})
+	}
+}
