@@ -100,7 +100,7 @@ func (p *Provider) Exec(ctx context.Context, h sandbox.Handle, req sandbox.ExecR
 	line := execLine(append(args, req.Cmd...))
 
 	sid := "threadbox-" + marker
-	if err := p.tbCall(ctx, h, "create session", func(ctx context.Context) (*http.Response, error) {
+	if err := p.tbCallIdempotent(ctx, h, "create session", true, func(ctx context.Context) (*http.Response, error) {
 		return tb.c.CreateSession(ctx, toolbox.CreateSessionRequest{SessionId: sid})
 	}, nil); err != nil {
 		return sandbox.ExecResult{}, err
@@ -108,7 +108,7 @@ func (p *Provider) Exec(ctx context.Context, h sandbox.Handle, req sandbox.ExecR
 	defer func() {
 		cctx, cancel := cleanupCtx(ctx)
 		defer cancel()
-		if err := p.tbCall(cctx, h, "delete session", func(ctx context.Context) (*http.Response, error) {
+		if err := p.tbCallIdempotent(cctx, h, "delete session", false, func(ctx context.Context) (*http.Response, error) {
 			return tb.c.DeleteSession(ctx, sid)
 		}, nil); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 			p.log.Debug("delete session failed")
@@ -209,7 +209,7 @@ func (p *Provider) exitCode(ctx context.Context, h sandbox.Handle, tb toolboxCli
 	b := newBackoff(5*time.Millisecond, 2, time.Second)
 	for {
 		var c toolbox.Command
-		if err := p.tbCall(ctx, h, "command status", func(ctx context.Context) (*http.Response, error) {
+		if err := p.tbCallIdempotent(ctx, h, "command status", false, func(ctx context.Context) (*http.Response, error) {
 			return tb.c.GetSessionCommand(ctx, sid, cid)
 		}, &c); err != nil {
 			return 0, err
@@ -423,6 +423,32 @@ func (p *Provider) tbCall(ctx context.Context, h sandbox.Handle, op string, send
 		return p.classify(ctx, h, err)
 	}
 	return nil
+}
+
+// tbCallIdempotent is tbCall for requests that may be repeated (a session by its ID, a command's
+// status, a session's removal): 429 and 5xx are retried with backoff. conflictOK treats a 409 as
+// success (the session exists: an earlier attempt made it).
+func (p *Provider) tbCallIdempotent(ctx context.Context, h sandbox.Handle, op string, conflictOK bool, send func(ctx context.Context) (*http.Response, error), out any) error {
+	b := newBackoff(50*time.Millisecond, 2, 2*time.Second)
+	for attempt := 0; ; attempt++ {
+		resp, err := send(ctx)
+		if err == nil {
+			err = decode("toolbox "+op, resp, out)
+		} else {
+			err = fmt.Errorf("daytona toolbox %s: %w", op, err)
+		}
+		status := statusOf(err)
+		switch {
+		case err == nil, conflictOK && attempt > 0 && status == http.StatusConflict:
+			return nil
+		case retryable(status) && attempt < 6:
+			if werr := b.wait(ctx, retryAfter(err)); werr != nil {
+				return fmt.Errorf("%w (last: %w)", werr, err)
+			}
+		default:
+			return p.classify(ctx, h, err)
+		}
+	}
 }
 
 // classify explains a failed toolbox call by the sandbox's state: gone (ErrNotFound, so the caller

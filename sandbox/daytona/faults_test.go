@@ -189,3 +189,26 @@ func TestToolboxURLFallback(t *testing.T) {
 	require.Equal(t, 2, f.Calls("getToolboxProxyUrl"), "once for Create's handle, once for the bare one")
 	require.NoError(t, p.Destroy(t.Context(), h))
 }
+
+// TestToolboxRetries: 429 and 5xx from the toolbox on calls that may be repeated (a session by its
+// ID, a command's status, a session's removal) are retried; the command itself runs once.
+func TestToolboxRetries(t *testing.T) {
+	f := newMemFake(t)
+	p := newProvider(t, f, nil)
+	h, err := p.Create(t.Context(), memSpec(t))
+	require.NoError(t, err)
+	for _, ft := range []daytonafake.Fault{
+		{Op: "CreateSession", Status: http.StatusBadGateway},
+		{Op: "GetSessionCommand", Status: http.StatusTooManyRequests},
+		{Op: "DeleteSession", Status: http.StatusServiceUnavailable},
+	} {
+		f.Inject(ft)
+	}
+	res, err := p.Exec(t.Context(), h, sandbox.ExecRequest{Cmd: []string{"true"}})
+	require.NoError(t, err)
+	require.Equal(t, 0, res.ExitCode)
+	require.Equal(t, 1, f.Calls("SessionExecuteCommand"), "the command is never sent twice")
+	require.Equal(t, 2, f.Calls("CreateSession"))
+	require.Equal(t, 2, f.Calls("DeleteSession"))
+	require.NoError(t, p.Destroy(t.Context(), h))
+}
