@@ -12,11 +12,14 @@ STATICCHECK_VERSION ?= v0.8.2
 HELM_VERSION        ?= v3.22.0
 # v2.28.1: later releases' go.mod has exclude directives, which `go run pkg@version` refuses.
 COMPOSE_VERSION     ?= v2.28.1
+OAPI_CODEGEN_VERSION ?= v2.8.2
 HELM          = $(GO) run helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 COMPOSE       = $(GO) run github.com/docker/compose/v2/cmd@$(COMPOSE_VERSION)
 CHART         := deploy/helm/threadbox
 # Generated code that must match `make generate` (checked by `make lint`).
-GENERATED     := db/internal/pgsqlc db/internal/sqlitesqlc
+GENERATED     := db/internal/pgsqlc db/internal/sqlitesqlc \
+                 sandbox/daytona/internal/spec sandbox/daytona/internal/api sandbox/daytona/internal/toolbox
+DAYTONA_GEN   := sandbox/daytona/internal
 TEST_FLAGS    ?= -race -timeout 25m
 BENCH_FLAGS   ?= -run '^$$' -bench . -benchmem -timeout 30m
 # `make fuzz`: how long each fuzz target runs, and extra go test flags (FUZZ_FLAGS=-parallel=1).
@@ -56,8 +59,12 @@ fuzz: ## run every fuzz target for FUZZTIME (default 10s), one at a time; crashe
 	GO=$(GO) FUZZTIME=$(FUZZTIME) deploy/fuzz.sh $(FUZZ_FLAGS)
 
 .PHONY: generate
-generate: ## regenerate sqlc code from queries/ and the migrations
+generate: ## regenerate sqlc code from queries/ and the migrations, and the Daytona clients from their specs
 	$(GO) run github.com/sqlc-dev/sqlc/cmd/sqlc@$(SQLC_VERSION) generate
+	@# The toolbox spec is Swagger 2.0: convert it to OpenAPI 3 (committed: the fake embeds it).
+	$(GO) run ./$(DAYTONA_GEN)/specconv $(DAYTONA_GEN)/spec/toolbox.swagger.json $(DAYTONA_GEN)/spec/toolbox.json
+	cd $(DAYTONA_GEN)/api && $(GO) run github.com/oapi-codegen/oapi-codegen/v2/cmd/oapi-codegen@$(OAPI_CODEGEN_VERSION) -config oapi-codegen.yaml ../spec/api.json
+	cd $(DAYTONA_GEN)/toolbox && $(GO) run github.com/oapi-codegen/oapi-codegen/v2/cmd/oapi-codegen@$(OAPI_CODEGEN_VERSION) -config oapi-codegen.yaml ../spec/toolbox.json
 
 .PHONY: check-generate
 check-generate: ## fail if generated code differs from `make generate`

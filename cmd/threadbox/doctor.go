@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/threadbox/threadbox/sandbox/daytona"
 	"github.com/threadbox/threadbox/sandbox/docker"
 )
 
@@ -59,6 +61,8 @@ func (m *Main) doctorChecks() []check {
 	switch cfg.Sandbox.Provider {
 	case "docker", "auto":
 		checks = append(checks, check{name: "docker", run: m.checkDocker})
+	case "daytona":
+		checks = append(checks, check{name: "daytona", run: m.checkDaytona})
 	case "local":
 		checks = append(checks, check{name: "sandbox", run: func(context.Context) (string, *problem) {
 			return "local provider: NO ISOLATION, agent commands run as host processes", nil
@@ -96,6 +100,31 @@ func (m *Main) checkDocker(ctx context.Context) (string, *problem) {
 		}
 	}
 	return fmt.Sprintf("daemon %s at %s, image %s present", ver, where, cfg.Sandbox.Image), nil
+}
+
+// checkDaytona checks the key, the snapshot and that the API answers.
+func (m *Main) checkDaytona(ctx context.Context) (string, *problem) {
+	p, err := m.newDaytona()
+	if err != nil {
+		return "", &problem{what: oneLine(err), fix: "set sandbox.daytona.api_key (or THREADBOX_SANDBOX_DAYTONA_API_KEY)"}
+	}
+	snapshot := m.Config.Sandbox.Daytona.Snapshot
+	if snapshot == "" {
+		snapshot = m.Config.Sandbox.Image
+	}
+	ok, err := p.Check(ctx, snapshot)
+	switch {
+	case errors.Is(err, daytona.ErrUnreachable):
+		return "", &problem{what: oneLine(err), fix: "check sandbox.daytona.api_url and this host's outbound network"}
+	case errors.Is(err, daytona.ErrBadKey):
+		return "", &problem{what: oneLine(err), fix: "create an API key in the Daytona dashboard and set sandbox.daytona.api_key"}
+	case errors.Is(err, daytona.ErrNoSnapshot):
+		return "", &problem{what: oneLine(err),
+			fix: "create the snapshot in Daytona (daytona snapshot create), or set sandbox.daytona.snapshot to an active one"}
+	case err != nil:
+		return "", &problem{what: oneLine(err), fix: "check sandbox.daytona"}
+	}
+	return ok, nil
 }
 
 func (m *Main) checkRuntime(context.Context) (string, *problem) {

@@ -14,6 +14,7 @@ import (
 	"github.com/threadbox/threadbox/db"
 	"github.com/threadbox/threadbox/prompts"
 	"github.com/threadbox/threadbox/sandbox"
+	"github.com/threadbox/threadbox/sandbox/daytona"
 	"github.com/threadbox/threadbox/sandbox/docker"
 	"github.com/threadbox/threadbox/sandbox/local"
 )
@@ -133,8 +134,11 @@ func (m *Main) newProvider(ctx context.Context) (sandbox.Provider, string, error
 		m.Logger.Warn(noIsolationWarning)
 		fmt.Fprintf(m.Stderr, "\n  *** WARNING: %s ***\n\n", noIsolationWarning)
 		return p, noIsolationWarning, nil
+	case "daytona":
+		p, err := m.newDaytona()
+		return p, "", err
 	}
-	return nil, "", fmt.Errorf("sandbox.provider %s: not available in this build yet (use docker or local)", name)
+	return nil, "", fmt.Errorf("sandbox.provider %s: not available in this build yet (use docker, local or daytona)", name)
 }
 
 // shutdown stops intake first, then lets turns finish within grace, then closes the rest. It never
@@ -145,4 +149,20 @@ func (a *app) shutdown(log *zap.Logger, grace time.Duration) {
 	if err := a.pool.Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		log.Warn("pool shutdown", zap.Error(err))
 	}
+}
+
+// newDaytona builds the Daytona provider from sandbox.daytona (it does not contact Daytona; doctor does).
+func (m *Main) newDaytona() (*daytona.Provider, error) {
+	d := m.Config.Sandbox.Daytona
+	opts := daytona.Options{
+		APIURL: d.APIURL, APIKey: d.APIKey, Target: d.Target, Snapshot: d.Snapshot,
+		AutoStopMinutes: d.AutoStopMinutes, Deployment: m.Config.Deployment, Logger: m.Logger,
+	}
+	if d.AutoArchiveMinutes > 0 {
+		opts.AutoArchiveMinutes = &d.AutoArchiveMinutes
+	}
+	if d.AutoDeleteMinutes >= 0 {
+		opts.AutoDeleteMinutes = &d.AutoDeleteMinutes
+	}
+	return daytona.New(opts)
 }

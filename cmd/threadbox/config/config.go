@@ -116,7 +116,16 @@ type LocalConfig struct {
 type Daytona struct {
 	APIURL string `koanf:"api_url"`
 	APIKey string `koanf:"api_key"`
+	// Target is the region; empty means the organisation's default.
 	Target string `koanf:"target"`
+	// Snapshot is what sandboxes are created from; empty means sandbox.image, as a snapshot name.
+	Snapshot string `koanf:"snapshot"`
+	// AutoStopMinutes stops an idle sandbox: a safety net behind the pool's own idle pause.
+	AutoStopMinutes int `koanf:"auto_stop_minutes"`
+	// AutoArchiveMinutes archives a sandbox stopped this long (0: Daytona's default, 7 days).
+	AutoArchiveMinutes int `koanf:"auto_archive_minutes"`
+	// AutoDeleteMinutes deletes a sandbox stopped this long (-1: never, Daytona's default; 0: at once).
+	AutoDeleteMinutes int `koanf:"auto_delete_minutes"`
 }
 
 // Deno is the Deno Deploy sandbox provider.
@@ -246,6 +255,7 @@ func Default() Config {
 			Resources: sandbox.DefaultResources(),
 			Env:       sandbox.EnvPolicy{Passthrough: []string{}, Set: map[string]string{}, Blocked: []string{}},
 			Local:     LocalConfig{Dir: "./data/sandboxes"},
+			Daytona:   Daytona{APIURL: "https://app.daytona.io/api", AutoStopMinutes: 30, AutoDeleteMinutes: -1},
 		},
 		Runtime: Runtime{Name: "auto"},
 		Gateway: Gateway{

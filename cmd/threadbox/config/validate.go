@@ -205,7 +205,16 @@ func (c Config) validateProvider() error {
 	if c.Sandbox.Local.Dir == "" {
 		return fmt.Errorf("sandbox.local.dir: must not be empty")
 	}
-	return checkURL("sandbox.daytona.api_url", c.Sandbox.Daytona.APIURL, []string{"http", "https"}, true)
+	d := c.Sandbox.Daytona
+	switch {
+	case d.AutoStopMinutes < 1:
+		return fmt.Errorf("sandbox.daytona.auto_stop_minutes = %d: must be at least 1 (a safety net against sandboxes left running)", d.AutoStopMinutes)
+	case d.AutoArchiveMinutes < 0:
+		return fmt.Errorf("sandbox.daytona.auto_archive_minutes = %d: must be 0 (Daytona's default) or more", d.AutoArchiveMinutes)
+	case d.AutoDeleteMinutes < -1:
+		return fmt.Errorf("sandbox.daytona.auto_delete_minutes = %d: must be -1 (never), 0 (when stopped) or more", d.AutoDeleteMinutes)
+	}
+	return checkURL("sandbox.daytona.api_url", d.APIURL, []string{"http", "https"}, true)
 }
 
 func sizeRange(name string, n int64) error {
