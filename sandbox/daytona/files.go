@@ -166,6 +166,10 @@ func (p *Provider) ListFiles(ctx context.Context, h sandbox.Handle, dir string) 
 		if fi.Mode.IsRegular() {
 			fi.Size = size
 		}
+		if len(list) == sandbox.MaxListEntries {
+			// As on every provider: past the cap the listing is refused, not returned in part.
+			return nil, fmt.Errorf("daytona: list %s: more than %d entries: %w", abs, sandbox.MaxListEntries, sandbox.ErrTooLarge)
+		}
 		list = append(list, fi)
 	}
 	sort.Slice(list, func(i, j int) bool { return list[i].Path < list[j].Path })
