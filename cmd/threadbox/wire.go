@@ -93,7 +93,11 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 		return nil, err
 	}
 	a.admin = bot.NewAdmin(st, agentpool.Ops{Pool: a.pool, Maint: a.maint}, cfg.Admin.Users, m.Logger)
-	a.handler = bot.NewHandler(bot.HandlerConfig{}, a.pool, st, a.admin, m.Logger)
+	ac := cfg.Access
+	a.handler = bot.NewHandler(bot.HandlerConfig{Access: bot.AccessPolicy{
+		SlackTeams: ac.SlackTeams, DiscordGuilds: ac.DiscordGuilds, Channels: ac.Channels, Users: ac.Users,
+		BlockDMs: !ac.DMs, OwnerOnlyControls: ac.OwnerOnlyControls, RefusalWindow: ac.RefusalWindow,
+	}}, a.pool, st, a.admin, m.Logger)
 	a.dir = bot.NewDirectory(st)
 	return a, nil
 }

@@ -29,6 +29,7 @@ type Config struct {
 	Slack      Slack     `koanf:"slack"`
 	Discord    Discord   `koanf:"discord"`
 	Admin      Admin     `koanf:"admin"`
+	Access     Access    `koanf:"access"`
 	RateLimit  RateLimit `koanf:"ratelimit"`
 }
 
@@ -185,6 +186,33 @@ type Admin struct {
 	Users []string `koanf:"users"`
 }
 
+// Access says who may use the bot on Slack and Discord. An empty list lets everyone through on its
+// dimension (doctor warns); admins (admin.users) always get in. The web chat is gated by http.token
+// and http.trust_loopback instead.
+type Access struct {
+	// SlackTeams are the Slack workspace ids (T…) the bot answers in.
+	SlackTeams []string `koanf:"slack_teams"`
+	// DiscordGuilds are the Discord server ids the bot answers in.
+	DiscordGuilds []string `koanf:"discord_guilds"`
+	// Channels are platform:channel_id (slack:C0123, discord:4567); a Discord thread matches by the
+	// channel it was started in.
+	Channels []string `koanf:"channels"`
+	// Users are platform:user_id (slack:U0123, discord:4567), as admin.users.
+	Users []string `koanf:"users"`
+	// DMs lets people use the bot in direct messages (still subject to users).
+	DMs bool `koanf:"dms"`
+	// OwnerOnlyControls limits reset and stop to the person who started the thread, and admins.
+	OwnerOnlyControls bool `koanf:"owner_only_controls"`
+	// RefusalWindow is how often a refused person is told so; more messages are dropped quietly.
+	RefusalWindow time.Duration `koanf:"refusal_window"`
+}
+
+// Open reports whether anyone on a configured chat platform may use the bot: no list restricts
+// who, where or in which workspace.
+func (a Access) Open() bool {
+	return len(a.SlackTeams) == 0 && len(a.DiscordGuilds) == 0 && len(a.Channels) == 0 && len(a.Users) == 0
+}
+
 // Default returns the embedded defaults.
 func Default() Config {
 	return Config{
@@ -211,7 +239,11 @@ func Default() Config {
 			LoopInterval:  time.Minute,
 			MaxQueued:     50,
 		},
-		Admin:     Admin{Users: []string{}},
+		Admin: Admin{Users: []string{}},
+		Access: Access{
+			SlackTeams: []string{}, DiscordGuilds: []string{}, Channels: []string{}, Users: []string{},
+			DMs: true, OwnerOnlyControls: true, RefusalWindow: time.Hour,
+		},
 		Slack:     Slack{MaxFileBytes: 1 << 30, MaxInboundFileBytes: 25 << 20},
 		RateLimit: RateLimit{UserMessages: 30, ChannelMessages: 120, Window: time.Minute},
 	}

@@ -105,12 +105,16 @@ func (c Config) Validate() error {
 		func() error { return perWindow("ratelimit.channel_messages", c.RateLimit.ChannelMessages) },
 		func() error { return checkURL("discord.api_url", c.Discord.APIURL, []string{"http", "https"}, true) },
 		func() error {
-			for _, u := range c.Admin.Users {
-				if p, id, ok := strings.Cut(u, ":"); !ok || p == "" || id == "" {
-					return fmt.Errorf("admin.users: %q must be platform:user_id, for example slack:U012AB3CD", u)
-				}
-			}
-			return nil
+			return qualified("admin.users", c.Admin.Users, "platform:user_id, for example slack:U012AB3CD")
+		},
+		func() error {
+			return qualified("access.users", c.Access.Users, "platform:user_id, for example slack:U012AB3CD")
+		},
+		func() error {
+			return qualified("access.channels", c.Access.Channels, "platform:channel_id, for example slack:C012AB3CD")
+		},
+		func() error {
+			return duration("access.refusal_window", c.Access.RefusalWindow, time.Minute, 7*24*time.Hour)
 		},
 	}
 	for _, check := range checks {
@@ -171,6 +175,17 @@ func (c Config) validateProvider() error {
 		return fmt.Errorf("sandbox.local.dir: must not be empty")
 	}
 	return checkURL("sandbox.daytona.api_url", c.Sandbox.Daytona.APIURL, []string{"http", "https"}, true)
+}
+
+// qualified checks that every entry is platform:id with a platform the bot knows.
+func qualified(name string, list []string, want string) error {
+	for _, u := range list {
+		p, id, ok := strings.Cut(u, ":")
+		if !ok || id == "" || !slices.Contains([]string{"slack", "discord", "web"}, p) {
+			return fmt.Errorf("%s: %q must be %s (platform slack, discord or web)", name, u, want)
+		}
+	}
+	return nil
 }
 
 func sizeRange(name string, n int64) error {

@@ -1,0 +1,24 @@
+package bot
+
+import "fmt"
+
+// Texts the access policy and the sandbox limits show users, kept together so that the coded error
+// model can take them over in one place.
+
+// refusalText is the one polite reply a refused person gets per refusal window.
+func refusalText(reason string) string {
+	switch reason {
+	case RefusedDM:
+		return "Sorry, I don't take direct messages here. Mention me in a channel I serve instead."
+	case RefusedChannel:
+		return "Sorry, I'm not enabled in this channel. Ask the bot's operator to add it, or mention me in a channel where I work."
+	case RefusedTeam, RefusedGuild:
+		return "Sorry, I'm not enabled for this workspace. Ask the bot's operator to add it."
+	}
+	return "Sorry, I only work for the people the bot's operator has listed. Ask them to add you."
+}
+
+// notOwnerText answers a control command (reset, stop) from someone other than the thread's starter.
+func notOwnerText(cmd string) string {
+	return fmt.Sprintf("Only the person who started this thread, or an admin, can %s it.", cmd)
+}
