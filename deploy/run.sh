@@ -19,6 +19,8 @@ if [[ -z "${THREADBOX_SANDBOX_IMAGE:-}" ]] && docker info >/dev/null 2>&1; then
 	fi
 fi
 export THREADBOX_SANDBOX_LOCAL_I_UNDERSTAND_NO_ISOLATION=true
-# The person at this machine administers the local web chat.
+# The person at this machine administers the local web chat: trust loopback clients (never do this
+# behind a reverse proxy or tunnel on this machine), and print a one-time login link for the browser.
 export THREADBOX_ADMIN_USERS="${THREADBOX_ADMIN_USERS:-web:local}"
-exec go run -ldflags "-X main.version=${VERSION:-dev}" ./cmd/threadbox serve "$@"
+export THREADBOX_HTTP_TRUST_LOOPBACK="${THREADBOX_HTTP_TRUST_LOOPBACK:-true}"
+exec go run -ldflags "-X main.version=${VERSION:-dev}" ./cmd/threadbox serve --login-link "$@"

@@ -57,13 +57,22 @@ type Redis struct {
 // HTTP is the listener for webhooks, the web chat and health checks.
 type HTTP struct {
 	Addr string `koanf:"addr"`
-	// Token is required for the web chat and admin API when Addr is not loopback.
+	// Token lets web chat and admin API clients in (Authorization: Bearer, or the page's ?token=).
 	Token string `koanf:"token"`
+	// TrustLoopback lets clients on this machine into the web chat without the token, as web:local.
+	// Off by default: behind a reverse proxy or a tunnel on this machine every visitor would be local.
+	TrustLoopback bool `koanf:"trust_loopback"`
+	// PublicAddr, when set, is a second listener with only the public webhooks (/slack/*,
+	// /discord/*) and health checks, so that Addr (the web chat and admin API) can stay on loopback.
+	PublicAddr string `koanf:"public_addr"`
 }
 
-// loopback reports whether Addr listens on loopback only.
-func (h HTTP) loopback() bool {
-	host, _, err := net.SplitHostPort(h.Addr)
+// Loopback reports whether Addr listens on loopback only.
+func (h HTTP) Loopback() bool { return IsLoopbackAddr(h.Addr) }
+
+// IsLoopbackAddr reports whether a host:port listens on loopback only.
+func IsLoopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return false
 	}
@@ -72,6 +81,17 @@ func (h HTTP) loopback() bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// ChatPlatform names the first chat platform configured (slack or discord), or "".
+func (c Config) ChatPlatform() string {
+	switch {
+	case c.Slack.BotToken != "":
+		return "slack.bot_token"
+	case c.Discord.Token != "":
+		return "discord.token"
+	}
+	return ""
 }
 
 // Sandbox configures where agents run.

@@ -39,6 +39,15 @@ func (c Config) Validate() error {
 			}
 			return nil
 		},
+		func() error {
+			if _, _, err := net.SplitHostPort(c.HTTP.PublicAddr); c.HTTP.PublicAddr != "" && err != nil {
+				return fmt.Errorf("http.public_addr = %q: must be empty or host:port, for example 0.0.0.0:8443", c.HTTP.PublicAddr)
+			}
+			if c.HTTP.PublicAddr != "" && c.HTTP.PublicAddr == c.HTTP.Addr {
+				return fmt.Errorf("http.public_addr = %q: must differ from http.addr (leave it empty for one listener)", c.HTTP.PublicAddr)
+			}
+			return nil
+		},
 		func() error { return oneOf("sandbox.provider", c.Sandbox.Provider, Providers) },
 		func() error {
 			if c.Sandbox.Image == "" {
