@@ -11,6 +11,7 @@ import (
 	"github.com/threadbox/threadbox/agentpool"
 	"github.com/threadbox/threadbox/agentpool/runtime"
 	"github.com/threadbox/threadbox/bot"
+	"github.com/threadbox/threadbox/cmd/threadbox/config"
 	"github.com/threadbox/threadbox/db"
 	"github.com/threadbox/threadbox/prompts"
 	"github.com/threadbox/threadbox/sandbox"
@@ -68,9 +69,14 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 		m.Logger.Warn("sandbox.env asks for blocked variables; they are left out", zap.Strings("blocked", blocked))
 	}
 	network, _ := sandbox.ParseNetworkMode(cfg.Sandbox.Network)
+	readOnly := cfg.Sandbox.ReadOnlyRoot && config.ReadOnlyRootApplies(a.rt.Name())
+	if cfg.Sandbox.ReadOnlyRoot && !readOnly {
+		m.Logger.Info("sandbox.read_only_root does not apply: the runtime keeps its sessions in the home directory, so the root stays writable",
+			zap.String("runtime", a.rt.Name()))
+	}
 	a.pool, err = agentpool.New(agentpool.Config{
 		Deployment: cfg.Deployment, Image: cfg.Sandbox.Image, Resources: cfg.Sandbox.Resources,
-		Network: network, ReadOnlyRoot: cfg.Sandbox.ReadOnlyRoot, Env: env, BlockedEnv: cfg.Sandbox.Env.Blocked,
+		Network: network, ReadOnlyRoot: readOnly, Env: env, BlockedEnv: cfg.Sandbox.Env.Blocked,
 		StuckAfter: cfg.Lifecycle.StuckAfter, MaxQueued: cfg.Lifecycle.MaxQueued,
 		SystemPrompt: prompts.System(prompts.SystemData{WorkDir: sandbox.DefaultWorkDir}),
 	}, agentpool.Deps{Store: st, Provider: a.prov, Runtime: a.rt, Logger: m.Logger,

@@ -103,13 +103,19 @@ type Sandbox struct {
 	Network   string            `koanf:"network"`
 	Resources sandbox.Resources `koanf:"resources"`
 	Env       sandbox.EnvPolicy `koanf:"env"`
-	// ReadOnlyRoot mounts the image read-only with a tmpfs /tmp; the workdir stays writable.
+	// ReadOnlyRoot mounts the image read-only with a tmpfs /tmp; the workdir stays writable. It
+	// applies only where the runtime allows it (ReadOnlyRootApplies).
 	ReadOnlyRoot bool         `koanf:"read_only_root"`
 	Docker       DockerConfig `koanf:"docker"`
 	Local        LocalConfig  `koanf:"local"`
 	Daytona      Daytona      `koanf:"daytona"`
 	Deno         Deno         `koanf:"deno"`
 }
+
+// ReadOnlyRootApplies reports whether sandbox.read_only_root can be honoured with the runtime: the
+// AI runtimes keep their sessions in the sandbox user's home directory, on the root filesystem, and
+// must find them again after a pause.
+func ReadOnlyRootApplies(runtimeName string) bool { return runtimeName == "shell" }
 
 // DockerConfig is the Docker provider's own settings.
 type DockerConfig struct {
@@ -247,6 +253,8 @@ func Default() Config {
 			Resources: sandbox.DefaultResources(),
 			Env:       sandbox.EnvPolicy{Passthrough: []string{}, Set: map[string]string{}, Blocked: []string{}},
 			Local:     LocalConfig{Dir: "./data/sandboxes"},
+			// Where the runtime allows it (see ReadOnlyRootApplies).
+			ReadOnlyRoot: true,
 		},
 		Runtime: Runtime{Name: "auto"},
 		Lifecycle: Lifecycle{
