@@ -46,6 +46,11 @@ type Config struct {
 	// MaxQueued caps the turns of one thread that run or wait in this process (default 50); Submit
 	// refuses more with ErrQueueFull.
 	MaxQueued int
+	// EnforceLimits measures each turn against the sandbox's limits through Exec (limits.go): the
+	// work directory against Resources.DiskMB, every LimitCheckInterval (default 5s) while the turn
+	// runs and once after it, and the memory cgroup's kill count, so a turn ends with a LimitError.
+	EnforceLimits      bool
+	LimitCheckInterval time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -53,6 +58,7 @@ func (c Config) withDefaults() Config {
 	c.EnsureTimeout = cmp.Or(c.EnsureTimeout, 2*time.Minute)
 	c.StuckAfter = cmp.Or(c.StuckAfter, 10*time.Minute)
 	c.MaxQueued = cmp.Or(c.MaxQueued, DefaultMaxQueued)
+	c.LimitCheckInterval = cmp.Or(c.LimitCheckInterval, DefaultLimitCheckInterval)
 	c.Transcript.MaxTurns = cmp.Or(c.Transcript.MaxTurns, 20)
 	c.Transcript.MaxChars = cmp.Or(c.Transcript.MaxChars, 12000)
 	c.Artifacts = c.Artifacts.withDefaults()
@@ -111,6 +117,9 @@ type Pool struct {
 	// instMu protects the following.
 	instMu   sync.Mutex
 	instHold db.Hold
+
+	// limits remembers each sandbox's last limit reading.
+	limits limitState
 
 	// hooks are test seams; nil in production.
 	hooks hooks

@@ -355,6 +355,7 @@ func shortID(id string) string {
 
 // UserError renders an error for a chat: one line, bounded, and without internal noise.
 func UserError(err error) string {
+	var limit *agentpool.LimitError
 	switch {
 	case err == nil:
 		return ""
@@ -368,6 +369,8 @@ func UserError(err error) string {
 		return "this message was interrupted by a restart before it finished. I did not run it again on my own, since it may have done part of its work: send \"retry\" to run it again."
 	case errors.Is(err, agentpool.ErrLockLost):
 		return "the bot lost its database lock on this thread and stopped the turn so it cannot run twice; send it again."
+	case errors.As(err, &limit):
+		return limitText(limit)
 	case errors.Is(err, context.Canceled):
 		return "stopped."
 	case errors.Is(err, context.DeadlineExceeded):

@@ -1,6 +1,10 @@
 package bot
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/threadbox/threadbox/agentpool"
+)
 
 // Texts the access policy and the sandbox limits show users, kept together so that the coded error
 // model can take them over in one place.
@@ -21,4 +25,19 @@ func refusalText(reason string) string {
 // notOwnerText answers a control command (reset, stop) from someone other than the thread's starter.
 func notOwnerText(cmd string) string {
 	return fmt.Sprintf("Only the person who started this thread, or an admin, can %s it.", cmd)
+}
+
+// limitText explains a turn that hit a sandbox limit, and what to do about it.
+func limitText(e *agentpool.LimitError) string {
+	if e.Kind == agentpool.LimitMemory {
+		return fmt.Sprintf("this turn hit the %d MiB memory limit: the sandbox killed the process using the most memory. "+
+			"Use less memory at once (smaller inputs, fewer parallel jobs), or ask the operator to raise sandbox.resources.memory_mb.", e.LimitMB)
+	}
+	used := HumanSize(e.UsedKB << 10)
+	if e.Stopped {
+		return fmt.Sprintf("this thread's sandbox went over its %d MiB disk limit (its files use %s), so I stopped the turn. "+
+			"Delete files you no longer need, or send \"reset\" to start a fresh sandbox.", e.LimitMB, used)
+	}
+	return fmt.Sprintf("this thread's sandbox is over its %d MiB disk limit (its files use %s). "+
+		"Delete files you no longer need, or send \"reset\" to start a fresh sandbox.", e.LimitMB, used)
 }

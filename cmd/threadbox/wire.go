@@ -78,7 +78,9 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 		Deployment: cfg.Deployment, Image: cfg.Sandbox.Image, Resources: cfg.Sandbox.Resources,
 		Network: network, ReadOnlyRoot: readOnly, Env: env, BlockedEnv: cfg.Sandbox.Env.Blocked,
 		StuckAfter: cfg.Lifecycle.StuckAfter, MaxQueued: cfg.Lifecycle.MaxQueued,
-		SystemPrompt: prompts.System(prompts.SystemData{WorkDir: sandbox.DefaultWorkDir}),
+		// disk_mb on the work directory, and memory kills named as such: no provider here caps volumes.
+		EnforceLimits: true,
+		SystemPrompt:  prompts.System(prompts.SystemData{WorkDir: sandbox.DefaultWorkDir}),
 	}, agentpool.Deps{Store: st, Provider: a.prov, Runtime: a.rt, Logger: m.Logger,
 		// The handler is built below; turns are restored only once serve has registered the adapters.
 		Restore: func(ctx context.Context, t db.Turn) (agentpool.Request, error) { return a.handler.Restore(ctx, t) },
