@@ -1,7 +1,10 @@
 package bot
 
 import (
+	"fmt"
 	"slices"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -157,4 +160,21 @@ func (h *Handler) Refusals() map[string]int64 {
 		out[k] = v
 	}
 	return out
+}
+
+// formatRefusals is the refusals line of admin stats.
+func formatRefusals(counts map[string]int64) string {
+	if len(counts) == 0 {
+		return "Refused by the access policy: none since start."
+	}
+	reasons := make([]string, 0, len(counts))
+	for r := range counts {
+		reasons = append(reasons, r)
+	}
+	sort.Strings(reasons)
+	parts := make([]string, len(reasons))
+	for i, r := range reasons {
+		parts[i] = fmt.Sprintf("%s %d", r, counts[r])
+	}
+	return "Refused by the access policy since start: " + strings.Join(parts, ", ") + "."
 }

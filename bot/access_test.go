@@ -10,6 +10,7 @@ import (
 
 	"github.com/threadbox/threadbox/agentpool"
 	"github.com/threadbox/threadbox/db"
+	"github.com/threadbox/threadbox/db/dbtest"
 )
 
 // fakeTurns records what the handler asked of the pool.
@@ -193,4 +194,22 @@ func TestControlsAreOwnerOnly(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAdminStatsCountsRefusals: the operator sees the refusals in admin stats.
+func TestAdminStatsCountsRefusals(t *testing.T) {
+	st := &auditStore{Store: dbtest.OpenSQLite(t)}
+	admin := NewAdmin(st, &recordingOps{store: st}, []string{"slack:UADMIN"}, nil)
+	h := NewHandler(HandlerConfig{Access: AccessPolicy{BlockDMs: true}}, &fakeTurns{}, ownerStore{}, admin, nil)
+	out, err := admin.Run(t.Context(), "slack:UADMIN", []string{"stats"})
+	require.NoError(t, err)
+	require.Contains(t, out, "Refused by the access policy: none since start.")
+
+	for range 2 {
+		require.NoError(t, h.Handle(t.Context(), Message{Thread: SlackDM("T1", "U9"), User: User{ID: "U9"}, Text: "hi"}, &posts{}))
+	}
+	require.NoError(t, h.Wait(t.Context()))
+	out, err = admin.Run(t.Context(), "slack:UADMIN", []string{"stats"})
+	require.NoError(t, err)
+	require.Contains(t, out, "Refused by the access policy since start: dm 2.")
 }

@@ -73,10 +73,14 @@ func NewHandler(cfg HandlerConfig, turns Turns, store Store, admin *Admin, log *
 		cfg.Now = time.Now
 	}
 	log = log.Named("handler")
-	return &Handler{
+	h := &Handler{
 		cfg: cfg, turns: turns, store: store, admin: admin, log: log,
 		access: newAccess(cfg.Access, admin.IsAdmin, cfg.Now, log.Named("access")),
 	}
+	if admin != nil {
+		admin.refusals = h.Refusals // admin stats shows them
+	}
+	return h
 }
 
 // Command words recognised in a thread. Only a message that is exactly one of these (any case) is a
