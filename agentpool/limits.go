@@ -49,12 +49,16 @@ const DefaultLimitCheckInterval = 5 * time.Second
 // the kernel killed for memory (cgroup v2 memory.events, or v1 memory.oom_control; kernel ≥ 4.13).
 // Exit codes 137 look the same whether the kernel, a user or a timeout sent the SIGKILL; this count
 // does not.
+// The start time of the sandbox's PID 1 tells a restart (a resume), which resets the count.
 const limitProbe = `printf 'disk_kb %s\n' "$(du -sk . 2>/dev/null | cut -f1)"; ` +
-	`cat /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null | grep '^oom_kill '; true`
+	`cat /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null | grep '^oom_kill '; ` +
+	`printf 'started %s\n' "$(cut -d' ' -f22 /proc/1/stat 2>/dev/null)"; true`
 
 // limitReading is what one probe found; -1 where it could not tell.
 type limitReading struct {
 	diskKB, oomKills int64
+	// started is when the sandbox's PID 1 started (clock ticks since boot); "" when unknown.
+	started string
 }
 
 // limitState remembers, per sandbox, the last reading, so a warm turn needs no probe before it runs.
@@ -77,6 +81,10 @@ func (p *Pool) probeLimits(ctx context.Context, sb sandbox.Sandbox) (limitReadin
 	for line := range strings.Lines(out.String()) {
 		f := strings.Fields(line)
 		if len(f) != 2 {
+			continue
+		}
+		if f[0] == "started" {
+			r.started = f[1]
 			continue
 		}
 		n, err := strconv.ParseInt(f[1], 10, 64)
@@ -187,8 +195,12 @@ func (w *limitWatch) finish(ctx context.Context) error {
 	}
 	w.p.limits.last.Store(w.sb.Handle().ID, r)
 	limit := w.p.cfg.Resources
+	baseOOM := w.base.oomKills
+	if w.base.started != "" && w.base.started != r.started {
+		baseOOM = 0 // restarted (paused and resumed) since: a new cgroup counts from zero
+	}
 	switch {
-	case r.oomKills >= 0 && w.base.oomKills >= 0 && r.oomKills > w.base.oomKills:
+	case r.oomKills >= 0 && baseOOM >= 0 && r.oomKills > baseOOM:
 		return &LimitError{Kind: LimitMemory, LimitMB: limit.MemoryMB}
 	case w.hit != nil:
 		w.hit.UsedKB = max(w.hit.UsedKB, r.diskKB)

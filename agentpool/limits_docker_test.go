@@ -46,6 +46,17 @@ func TestDockerMemoryLimitEndsTheTurn(t *testing.T) {
 	out = sink.wait(t, 1)[0]
 	require.NoError(t, out.Err)
 	require.Equal(t, "fine", out.Answer)
+
+	// Stopped and started again (as a pause and resume do), the sandbox's memory cgroup counts from
+	// zero: one more kill must still be seen.
+	sess, err := f.store.SessionGet(t.Context(), "web:oom")
+	require.NoError(t, err)
+	require.NoError(t, f.prov.Stop(t.Context(), mustHandle(t, sess)))
+	submit(t, f.pool, "web:oom", "e4", "tail /dev/zero", sink)
+	out = sink.wait(t, 1)[0]
+	lim, ok = out.Err.(*LimitError)
+	require.True(t, ok, "after a restart too, not %v", out.Err)
+	require.Equal(t, LimitMemory, lim.Kind)
 }
 
 // TestDockerDiskQuotaStopsTheTurn is the Security issue's acceptance for disk_mb on an engine that
