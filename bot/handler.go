@@ -115,7 +115,7 @@ Files the agent writes to output/display/ are posted here.`
 func (h *Handler) Handle(ctx context.Context, msg Message, r Replier) error {
 	if reason := h.access.admit(msg); reason != "" {
 		if h.access.refused(msg, reason) {
-			h.reply(ctx, r, func(context.Context) string { return refusalText(reason) })
+			h.replyPrivately(ctx, r, msg.User.ID, refusalText(reason))
 		}
 		return nil
 	}
@@ -222,6 +222,25 @@ func (h *Handler) reply(ctx context.Context, r Replier, answer func(ctx context.
 		defer cancel()
 		if err := r.Post(ctx, answer(ctx)); err != nil {
 			h.log.Warn("posting a command reply", zap.Error(err))
+		}
+	})
+}
+
+// replyPrivately posts text only userID sees where the platform can (Slack's ephemeral messages),
+// so that a refusal does not land in a channel for everyone; elsewhere it is an ordinary post.
+func (h *Handler) replyPrivately(ctx context.Context, r Replier, userID, text string) {
+	ctx = context.WithoutCancel(ctx)
+	h.bg.Go(func() {
+		ctx, cancel := context.WithTimeout(ctx, commandTimeout)
+		defer cancel()
+		var err error
+		if pp, ok := r.(PrivatePoster); ok {
+			err = pp.PostPrivate(ctx, userID, text)
+		} else {
+			err = r.Post(ctx, text)
+		}
+		if err != nil {
+			h.log.Warn("posting a refusal", zap.Error(err))
 		}
 	})
 }

@@ -73,14 +73,24 @@ func TestServeAccessPolicyOnSlack(t *testing.T) {
 	second := fake.Mention("C1", "USTRANGER", "echo again")
 	deliver(second)
 	refusal := regexp.MustCompile(`only work for the people`)
-	require.NoError(t, fake.Wait(wctx, func() bool { return botSaid("C1", first.TS, refusal) == 1 }))
+	toldStranger := func() int {
+		n := 0
+		for _, e := range fake.Ephemerals("C1") {
+			if e.User == "USTRANGER" && refusal.MatchString(e.Text) {
+				n++
+			}
+		}
+		return n
+	}
+	require.NoError(t, fake.Wait(wctx, func() bool { return toldStranger() == 1 }), "told privately, not in the channel")
 
 	// The owner starts a thread; a member then tries to reset it.
 	own := fake.Mention("C1", "UOWNER", "echo owned")
 	deliver(own)
 	require.NoError(t, fake.Wait(wctx, func() bool { return botSaid("C1", own.TS, regexp.MustCompile(`owned`)) == 1 }))
 	require.Len(t, sandboxes(), 1, "the owner's thread has its sandbox; the stranger got none")
-	require.Zero(t, botSaid("C1", second.TS, refusal), "told once, not per message")
+	require.Equal(t, 1, toldStranger(), "told once, not per message")
+	require.Zero(t, botSaid("C1", first.TS, refusal)+botSaid("C1", second.TS, refusal), "nothing in the channel")
 
 	deliver(fake.Mention("C1", "UMEMBER", "reset", slackfake.InThread(own.TS)))
 	require.NoError(t, fake.Wait(wctx, func() bool {
