@@ -19,6 +19,9 @@ CHART         := deploy/helm/threadbox
 GENERATED     := db/internal/pgsqlc db/internal/sqlitesqlc
 TEST_FLAGS    ?= -race -timeout 25m
 BENCH_FLAGS   ?= -run '^$$' -bench . -benchmem -timeout 30m
+# `make fuzz`: how long each fuzz target runs, and extra go test flags (FUZZ_FLAGS=-parallel=1).
+FUZZTIME      ?= 10s
+FUZZ_FLAGS    ?=
 SERVICES_ENV  = eval "$$(deploy/test-services.sh --env)"
 
 .PHONY: help
@@ -46,6 +49,10 @@ test: services lint ## bring up real services, check generated code and lint, ru
 .PHONY: bench
 bench: services ## run the benchmarks (provider latency vs raw Docker, store loop queries, …)
 	$(SERVICES_ENV) && THREADBOX_REQUIRE_SERVICES=1 $(GO) test $(BENCH_FLAGS) ./...
+
+.PHONY: fuzz
+fuzz: ## run every fuzz target for FUZZTIME (default 10s), one at a time; crashers land in testdata/fuzz
+	GO=$(GO) FUZZTIME=$(FUZZTIME) deploy/fuzz.sh $(FUZZ_FLAGS)
 
 .PHONY: generate
 generate: ## regenerate sqlc code from queries/ and the migrations

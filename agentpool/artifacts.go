@@ -83,41 +83,39 @@ type Artifact struct {
 }
 
 // SkippedArtifact is a file that was not uploaded; the reply lists it, so nothing is dropped silently.
+// It says why as a SkipReason and the bound that was broken; the bot words it (DESIGN §10: no
+// presentation text in the domain).
 type SkippedArtifact struct {
 	// Name is the sanitized display name.
 	Name   string
 	Size   int64
-	Reason string
+	Reason SkipReason
+	// Limit is the bound the file broke: bytes for the size reasons, files for SkipTooMany and
+	// SkipUnchecked.
+	Limit int64
+	// Count is how many files a SkipUnchecked entry stands for.
+	Count int
 }
 
-// String renders the line for the reply: "not uploaded: report.pdf (12.3 MiB): larger than …".
-func (s SkippedArtifact) String() string {
-	return fmt.Sprintf("not uploaded: %s (%s): %s", s.Name, HumanSize(s.Size), s.Reason)
-}
+// SkipReason says why a file was not uploaded.
+type SkipReason string
 
-// HumanSize renders a byte count in binary units: 512 B, 1.5 KiB, 10 MiB. It is the one size
-// formatter: bot re-exports it for the chat adapters, which may not import agentpool. A count just
-// over a round size keeps its ".0" ("1.0 MiB"), so "1.0 MiB of text; the limit is 1 MiB" does not
-// read as equal.
-func HumanSize(n int64) string {
-	if n < 1024 {
-		return strconv.FormatInt(n, 10) + " B"
-	}
-	v := float64(n)
-	unit := ""
-	for _, u := range []string{"KiB", "MiB", "GiB", "TiB"} {
-		v /= 1024
-		unit = u
-		if v < 1024 {
-			break
-		}
-	}
-	s := strconv.FormatFloat(v, 'f', 1, 64)
-	if v == float64(int64(v)) {
-		s = strings.TrimSuffix(s, ".0")
-	}
-	return s + " " + unit
-}
+const (
+	// SkipNotDirectory: output/display itself is a symlink or a file, so nothing under it is trusted.
+	SkipNotDirectory SkipReason = "not_directory"
+	// SkipNotRegular: a symlink, device or the like; never read.
+	SkipNotRegular SkipReason = "not_regular"
+	// SkipFileTooLarge: over Limit bytes (the per-file cap, or the platform's upload limit).
+	SkipFileTooLarge SkipReason = "file_too_large"
+	// SkipTooMany: the reply already has Limit files.
+	SkipTooMany SkipReason = "too_many"
+	// SkipReplyTooLarge: the reply's files would exceed Limit bytes.
+	SkipReplyTooLarge SkipReason = "reply_too_large"
+	// SkipUnchecked: output/display holds more than Limit files; Count more were not looked at.
+	SkipUnchecked SkipReason = "unchecked"
+	// SkipUnreadable: output/display could not be read (the error is logged, not shown).
+	SkipUnreadable SkipReason = "unreadable"
+)
 
 // CollectArtifacts returns the regular files under output/display that are new or changed since the
 // thread last uploaded them (by path and sha256), within lim, in path order; and what it skipped, with
@@ -140,7 +138,10 @@ func CollectArtifacts(ctx context.Context, sb sandbox.Sandbox, store db.Artifact
 		return nil, nil, nil
 	case errors.Is(err, sandbox.ErrNotRegular):
 		// output/display (or output) is itself a symlink or a file: nothing under it is trusted.
-		return nil, []SkippedArtifact{{Name: ArtifactDir, Reason: "not a directory (symlinks are never followed)"}}, nil
+		return nil, []SkippedArtifact{{Name: ArtifactDir, Reason: SkipNotDirectory}}, nil
+	case errors.Is(err, sandbox.ErrTooLarge):
+		// The provider refused to list more than sandbox.MaxListEntries entries: say so, upload none.
+		return nil, []SkippedArtifact{{Name: ArtifactDir, Reason: SkipUnchecked, Limit: sandbox.MaxListEntries}}, nil
 	case err != nil:
 		return nil, nil, fmt.Errorf("agentpool: list %s: %w", ArtifactDir, err)
 	}
@@ -151,8 +152,8 @@ func CollectArtifacts(ctx context.Context, sb sandbox.Sandbox, store db.Artifact
 		checked int
 		names   = map[string]int{}
 	)
-	skip := func(name string, size int64, reason string) {
-		skipped = append(skipped, SkippedArtifact{Name: name, Size: size, Reason: reason})
+	skip := func(name string, size int64, reason SkipReason, limit int64) {
+		skipped = append(skipped, SkippedArtifact{Name: name, Size: size, Reason: reason, Limit: limit})
 	}
 	for i, e := range entries {
 		if e.Mode.IsDir() {
@@ -160,16 +161,15 @@ func CollectArtifacts(ctx context.Context, sb sandbox.Sandbox, store db.Artifact
 		}
 		name := sanitizeName(e.Path, lim.MaxNameLen)
 		if !e.Mode.IsRegular() {
-			skip(name, e.Size, "not a regular file")
+			skip(name, e.Size, SkipNotRegular, 0)
 			continue
 		}
 		if e.Size > lim.MaxFileBytes {
-			skip(name, e.Size, "larger than the "+HumanSize(lim.MaxFileBytes)+" per-file limit")
+			skip(name, e.Size, SkipFileTooLarge, lim.MaxFileBytes)
 			continue
 		}
 		if checked == maxArtifactEntries {
-			skip(fmt.Sprintf("%d more files", countRegular(entries[i:])), 0,
-				fmt.Sprintf("output/display holds more than %d files; only the first were checked", maxArtifactEntries))
+			skipped = append(skipped, SkippedArtifact{Reason: SkipUnchecked, Limit: maxArtifactEntries, Count: countRegular(entries[i:])})
 			break
 		}
 		checked++
@@ -178,11 +178,11 @@ func CollectArtifacts(ctx context.Context, sb sandbox.Sandbox, store db.Artifact
 		case errors.Is(err, fs.ErrNotExist):
 			continue // removed since the listing
 		case errors.Is(err, sandbox.ErrNotRegular):
-			skip(name, e.Size, "not a regular file")
+			skip(name, e.Size, SkipNotRegular, 0)
 			continue
 		case errors.Is(err, sandbox.ErrFileTooLarge):
 			// It grew since the listing.
-			skip(name, max(e.Size, lim.MaxFileBytes+1), "larger than the "+HumanSize(lim.MaxFileBytes)+" per-file limit")
+			skip(name, max(e.Size, lim.MaxFileBytes+1), SkipFileTooLarge, lim.MaxFileBytes)
 			continue
 		case err != nil:
 			return nil, nil, fmt.Errorf("agentpool: read %s/%s: %w", ArtifactDir, e.Path, err)
@@ -198,10 +198,10 @@ func CollectArtifacts(ctx context.Context, sb sandbox.Sandbox, store db.Artifact
 		}
 		switch {
 		case len(found) >= lim.MaxCount:
-			skip(name, a.Size, fmt.Sprintf("more than %d files in one reply", lim.MaxCount))
+			skip(name, a.Size, SkipTooMany, int64(lim.MaxCount))
 			continue
 		case total+a.Size > lim.MaxTurnBytes:
-			skip(name, a.Size, "the reply's files would exceed the "+HumanSize(lim.MaxTurnBytes)+" per-reply limit")
+			skip(name, a.Size, SkipReplyTooLarge, lim.MaxTurnBytes)
 			continue
 		}
 		total += a.Size
@@ -277,7 +277,7 @@ func sanitizeName(name string, maxLen int) string {
 		return "file"
 	}
 	stem, ext := splitExt(name)
-	return capName(stem, ext, maxLen)
+	return capName(stem, "", ext, maxLen)
 }
 
 // splitExt splits off a short extension. A long "extension" is part of the name: keeping 100
@@ -290,16 +290,34 @@ func splitExt(name string) (stem, ext string) {
 	return strings.TrimSuffix(name, ext), ext
 }
 
-// capName joins stem and ext, cutting the stem so that the whole fits maxLen characters.
-func capName(stem, ext string, maxLen int) string {
-	keep := maxLen - utf8.RuneCountInString(ext)
+// capName joins stem, a de-duplicating tag ("-2", or "") and ext, cutting the stem so that the whole
+// fits maxLen characters. An extension that would leave no room for the stem becomes part of it (and
+// is cut with it) rather than the tag, which must survive for the name to stay unique. maxLen must
+// exceed the tag's length.
+func capName(stem, tag, ext string, maxLen int) string {
+	tagN, extN := utf8.RuneCountInString(tag), utf8.RuneCountInString(ext)
+	if tagN+extN >= maxLen {
+		stem, ext, extN = stem+ext, "", 0
+	}
+	keep := maxLen - tagN - extN
 	if utf8.RuneCountInString(stem) > keep {
-		stem = strings.TrimRight(string([]rune(stem)[:max(keep, 1)]), ". ")
+		stem = strings.TrimRight(firstRunes(stem, keep), ". ")
 	}
 	if stem == "" {
-		stem = "file"
+		stem = firstRunes("file", keep)
 	}
-	return stem + ext
+	return stem + tag + ext
+}
+
+// firstRunes returns s's first n runes.
+func firstRunes(s string, n int) string {
+	for i := range s {
+		if n == 0 {
+			return s[:i]
+		}
+		n--
+	}
+	return s
 }
 
 // uniqueName returns name, or name-2, name-3, … (before the extension) if used already has it, and
@@ -313,7 +331,7 @@ func uniqueNameLen(name string, used map[string]int, maxLen int) string {
 	if used[name] > 0 {
 		stem, ext := splitExt(name)
 		for n := used[name] + 1; ; n++ {
-			out = capName(stem, "-"+strconv.Itoa(n)+ext, maxLen)
+			out = capName(stem, "-"+strconv.Itoa(n), ext, maxLen)
 			if used[out] == 0 {
 				used[name] = n
 				break

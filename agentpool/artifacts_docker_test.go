@@ -55,15 +55,11 @@ func TestDockerArtifacts(t *testing.T) {
 		const thread = "web:docker-art"
 		sb := &readSpy{Sandbox: sandbox.Bind(p, maintDockerBox(t, p, dep, thread))}
 		lim := ArtifactLimits{MaxFileBytes: 1 << 10, MaxTurnBytes: 4 << 10}
-		collect := func() ([]Artifact, []string) {
+		collect := func() ([]Artifact, []SkippedArtifact) {
 			t.Helper()
 			found, skipped, err := CollectArtifacts(ctx, sb, st, thread, lim)
 			require.NoError(t, err)
-			var lines []string
-			for _, s := range skipped {
-				lines = append(lines, s.String())
-			}
-			return found, lines
+			return found, skipped
 		}
 
 		found, skipped := collect()
@@ -87,9 +83,9 @@ head -c 2048 /dev/zero > output/display/big.bin`)
 			"sub/n.txt=n.txt",
 		}, names(found))
 		require.Equal(t, "hello", string(found[2].Data))
-		require.Equal(t, []string{
-			"not uploaded: big.bin (2 KiB): larger than the 1 KiB per-file limit",
-			"not uploaded: passwd (0 B): not a regular file",
+		require.Equal(t, []SkippedArtifact{
+			{Name: "big.bin", Size: 2048, Reason: SkipFileTooLarge, Limit: 1024},
+			{Name: "passwd", Reason: SkipNotRegular},
 		}, skipped)
 		reads := sb.takeReads()
 		require.NotContains(t, reads, "passwd", "the symlink is never read")

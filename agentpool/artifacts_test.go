@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
@@ -74,18 +75,6 @@ func TestUniqueName(t *testing.T) {
 	long := strings.Repeat("b", 20) + ".txt"
 	require.Equal(t, "bbbbbbbbbbbb.txt", uniqueNameLen(sanitizeName(long, 16), used, 16))
 	require.Equal(t, "bbbbbbbbbb-2.txt", uniqueNameLen(sanitizeName(long, 16), used, 16), "the suffix fits the cap")
-}
-
-func TestSkippedArtifactStringAndHumanSize(t *testing.T) {
-	s := SkippedArtifact{Name: "big.bin", Size: 12_345_678, Reason: "larger than the 10 MiB per-file limit"}
-	require.Equal(t, "not uploaded: big.bin (11.8 MiB): larger than the 10 MiB per-file limit", s.String())
-
-	for n, want := range map[int64]string{
-		0: "0 B", 1023: "1023 B", 1024: "1 KiB", 1536: "1.5 KiB", 10 << 20: "10 MiB", 50 << 20: "50 MiB",
-		3 << 30: "3 GiB", 5 << 40: "5 TiB", 1<<20 + 1: "1.0 MiB",
-	} {
-		require.Equal(t, want, HumanSize(n), n)
-	}
 }
 
 func TestArtifactLimitsDefaultsAndValidation(t *testing.T) {
@@ -224,7 +213,7 @@ func TestCollectArtifactsCapsAndKinds(t *testing.T) {
 		box         *artBox
 		lim         ArtifactLimits
 		wantFound   []string // path=name
-		wantSkipped []string // SkippedArtifact.String()
+		wantSkipped []SkippedArtifact
 		wantReads   []string
 		wantErr     error
 	}{
@@ -235,7 +224,12 @@ func TestCollectArtifactsCapsAndKinds(t *testing.T) {
 		{
 			name:        "output/display is a symlink",
 			box:         &artBox{listErr: fmt.Errorf("list: %w", sandbox.ErrNotRegular)},
-			wantSkipped: []string{"not uploaded: output/display (0 B): not a directory (symlinks are never followed)"},
+			wantSkipped: []SkippedArtifact{{Name: "output/display", Reason: SkipNotDirectory}},
+		},
+		{
+			name:        "output/display holds more entries than a listing may",
+			box:         &artBox{listErr: fmt.Errorf("list: more than %d entries: %w", sandbox.MaxListEntries, sandbox.ErrTooLarge)},
+			wantSkipped: []SkippedArtifact{{Name: "output/display", Reason: SkipUnchecked, Limit: sandbox.MaxListEntries}},
 		},
 		{
 			name:    "listing fails",
@@ -249,10 +243,10 @@ func TestCollectArtifactsCapsAndKinds(t *testing.T) {
 				put("sub/nested.txt", "nested").put("big.bin", strings.Repeat("x", 101)),
 			lim:       ArtifactLimits{MaxFileBytes: 100},
 			wantFound: []string{"ok.txt=ok.txt", "sub/nested.txt=nested.txt"},
-			wantSkipped: []string{
-				"not uploaded: big.bin (101 B): larger than the 100 B per-file limit",
-				"not uploaded: null (0 B): not a regular file",
-				"not uploaded: passwd (0 B): not a regular file",
+			wantSkipped: []SkippedArtifact{
+				{Name: "big.bin", Size: 101, Reason: SkipFileTooLarge, Limit: 100},
+				{Name: "null", Reason: SkipNotRegular},
+				{Name: "passwd", Reason: SkipNotRegular},
 			},
 			wantReads: []string{"ok.txt", "sub/nested.txt"},
 		},
@@ -261,9 +255,9 @@ func TestCollectArtifactsCapsAndKinds(t *testing.T) {
 			box:       newArtBox().put("a", "1").put("b", "2").put("c", "3").put("d", "4"),
 			lim:       ArtifactLimits{MaxCount: 2},
 			wantFound: []string{"a=a", "b=b"},
-			wantSkipped: []string{
-				"not uploaded: c (1 B): more than 2 files in one reply",
-				"not uploaded: d (1 B): more than 2 files in one reply",
+			wantSkipped: []SkippedArtifact{
+				{Name: "c", Size: 1, Reason: SkipTooMany, Limit: 2},
+				{Name: "d", Size: 1, Reason: SkipTooMany, Limit: 2},
 			},
 			wantReads: []string{"a", "b", "c", "d"},
 		},
@@ -273,7 +267,7 @@ func TestCollectArtifactsCapsAndKinds(t *testing.T) {
 				put("c", strings.Repeat("c", 60)).put("d", "small"),
 			lim:         ArtifactLimits{MaxFileBytes: 100, MaxTurnBytes: 150},
 			wantFound:   []string{"a=a", "b=b", "d=d"},
-			wantSkipped: []string{"not uploaded: c (60 B): the reply's files would exceed the 150 B per-reply limit"},
+			wantSkipped: []SkippedArtifact{{Name: "c", Size: 60, Reason: SkipReplyTooLarge, Limit: 150}},
 			wantReads:   []string{"a", "b", "c", "d"},
 		},
 		{
@@ -293,9 +287,9 @@ func TestCollectArtifactsCapsAndKinds(t *testing.T) {
 			}(),
 			lim:       ArtifactLimits{MaxFileBytes: 100},
 			wantFound: []string{"fine=fine"},
-			wantSkipped: []string{
-				"not uploaded: grew (101 B): larger than the 100 B per-file limit",
-				"not uploaded: swapped (4 B): not a regular file",
+			wantSkipped: []SkippedArtifact{
+				{Name: "grew", Size: 101, Reason: SkipFileTooLarge, Limit: 100},
+				{Name: "swapped", Size: 4, Reason: SkipNotRegular},
 			},
 			wantReads: []string{"fine", "gone", "grew", "swapped"},
 		},
@@ -315,11 +309,7 @@ func TestCollectArtifactsCapsAndKinds(t *testing.T) {
 				return
 			}
 			require.Equal(t, append([]string{}, tt.wantFound...), names(found))
-			var gotSkipped []string
-			for _, s := range skipped {
-				gotSkipped = append(gotSkipped, s.String())
-			}
-			require.Equal(t, tt.wantSkipped, gotSkipped)
+			require.Equal(t, tt.wantSkipped, skipped)
 			require.Equal(t, tt.wantReads, tt.box.readPaths())
 			for _, a := range found {
 				sum := sha256.Sum256(a.Data)
@@ -380,4 +370,57 @@ func TestCollectArtifactsUploadsOnlyNewOrChanged(t *testing.T) {
 		require.ErrorContains(t, err, "a.txt")
 		require.ErrorContains(t, err, "b.txt")
 	})
+}
+
+// FuzzSanitizeName checks what a display name may never be, whatever the agent named the file.
+func FuzzSanitizeName(f *testing.F) {
+	f.Add("report.pdf", 0)
+	f.Add("../../etc/passwd", 5)
+	f.Add("invoice\u202Efdp.exe", 100)
+	f.Add("abc."+strings.Repeat("e", 15), 0)
+	f.Add(" .x.eeeeeeeeeeeeeee", 0)
+	f.Add("bad\xffutf8\x00.txt", 3)
+	f.Fuzz(func(t *testing.T, name string, n int) {
+		maxLen := minNameLen + int(uint(n)%200)
+		got := sanitizeName(name, maxLen)
+		requireDisplayName(t, got, maxLen)
+		require.Equal(t, got, sanitizeName(got, maxLen), "sanitizing is idempotent")
+	})
+}
+
+// FuzzUniqueName feeds a turn's worth of names through sanitizing and de-duplication: every result
+// is a valid display name, and no two are equal.
+func FuzzUniqueName(f *testing.F) {
+	f.Add("report.pdf\nreport.pdf\nreport-2.pdf\nreport.pdf", 0)
+	f.Add(strings.Repeat("x.eeeeeeeeeeeeeee\n", 12), 0)
+	f.Add("a\na\na-2\na-2\na-2-2", 1)
+	f.Fuzz(func(t *testing.T, list string, n int) {
+		maxLen := minNameLen + int(uint(n)%200)
+		used := map[string]int{}
+		seen := map[string]bool{}
+		for i, name := range strings.Split(list, "\n") {
+			if i == 64 {
+				break
+			}
+			got := uniqueNameLen(sanitizeName(name, maxLen), used, maxLen)
+			requireDisplayName(t, got, maxLen)
+			require.False(t, seen[got], "%q given twice", got)
+			seen[got] = true
+		}
+	})
+}
+
+func requireDisplayName(t *testing.T, got string, maxLen int) {
+	t.Helper()
+	require.NotEmpty(t, got)
+	require.True(t, utf8.ValidString(got), "%q", got)
+	require.LessOrEqual(t, utf8.RuneCountInString(got), maxLen, "%q", got)
+	require.False(t, strings.ContainsAny(got, `/\<>:"|?*`), "%q", got)
+	require.False(t, strings.HasPrefix(got, ".") || strings.HasPrefix(got, "-") || strings.HasPrefix(got, " "), "%q", got)
+	require.False(t, strings.HasSuffix(got, ".") || strings.HasSuffix(got, " "), "%q", got)
+	require.NotContains(t, got, "  ")
+	for _, r := range got {
+		require.False(t, unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == utf8.RuneError, "%q holds %U", got, r)
+		require.False(t, unicode.IsSpace(r) && r != ' ', "%q holds %U", got, r)
+	}
 }

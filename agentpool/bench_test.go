@@ -3,8 +3,10 @@ package agentpool
 import (
 	"context"
 	"fmt"
+	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -104,7 +106,7 @@ func BenchmarkPoolScale(b *testing.B) {
 		sink := newCollector()
 		sink.got = make(chan Outcome, 20000)
 
-		const threads, concurrent = 10_000, 1_000
+		threads, concurrent := benchScale()
 		start := time.Now()
 		for i := range threads {
 			submit(b, p, fmt.Sprint("web:t", i), fmt.Sprint("a", i), "hi", sink)
@@ -131,10 +133,24 @@ func BenchmarkPoolScale(b *testing.B) {
 		inFlight.Wait() // all 1,000 turns are inside the runtime at once
 		runtime.ReadMemStats(&ms)
 		b.ReportMetric(float64(runtime.NumGoroutine()-base), "busy-goroutines")
+		b.ReportMetric(float64(runtime.NumGoroutine()-base)/float64(concurrent), "goroutines/turn")
 		b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "busy-heap-MB")
 		close(gate)
 		sink.wait(b, concurrent)
 		b.ReportMetric(float64(concurrent)/time.Since(start).Seconds(), "concurrent-turns/s")
 		require.NoError(b, p.Shutdown(context.Background()))
 	}
+}
+
+// benchScale is BenchmarkPoolScale's size: 100,000 threads and 10,000 turns in flight (the Core
+// issue's figures), or THREADBOX_BENCH_THREADS / THREADBOX_BENCH_CONCURRENT.
+func benchScale() (threads, concurrent int) {
+	threads, concurrent = 100_000, 10_000
+	if n, err := strconv.Atoi(os.Getenv("THREADBOX_BENCH_THREADS")); err == nil && n > 0 {
+		threads = n
+	}
+	if n, err := strconv.Atoi(os.Getenv("THREADBOX_BENCH_CONCURRENT")); err == nil && n > 0 {
+		concurrent = min(n, threads)
+	}
+	return threads, concurrent
 }

@@ -30,6 +30,11 @@ type MaintainerConfig struct {
 	// StuckAfter aborts a running turn with no runtime event for this long (lifecycle.stuck_after,
 	// default 10m).
 	StuckAfter time.Duration
+	// ReconcileGrace is how long a session may sit in creating, resuming, pausing, destroying or
+	// error before the reconcile pass drives it to a stable state (lifecycle.reconcile_grace, default
+	// 5m). A turn working on the session holds its lock, so the grace only delays the cleanup after a
+	// crash or a failed call.
+	ReconcileGrace time.Duration
 	// Interval is how often the leader runs each pass, and how often a follower asks for leadership
 	// (default 1m).
 	Interval time.Duration
@@ -47,8 +52,10 @@ const (
 	DefaultPausedTTL   = 72 * time.Hour
 	DefaultReapGrace   = 10 * time.Minute
 	DefaultStuckAfter  = 10 * time.Minute
-	DefaultInterval    = time.Minute
-	DefaultPassTimeout = 30 * time.Second
+	// DefaultReconcileGrace is lifecycle.reconcile_grace's default.
+	DefaultReconcileGrace = 5 * time.Minute
+	DefaultInterval       = time.Minute
+	DefaultPassTimeout    = 30 * time.Second
 )
 
 func (c MaintainerConfig) withDefaults() MaintainerConfig {
@@ -56,6 +63,7 @@ func (c MaintainerConfig) withDefaults() MaintainerConfig {
 	c.PausedTTL = cmp.Or(c.PausedTTL, DefaultPausedTTL)
 	c.ReapGrace = cmp.Or(c.ReapGrace, DefaultReapGrace)
 	c.StuckAfter = cmp.Or(c.StuckAfter, DefaultStuckAfter)
+	c.ReconcileGrace = cmp.Or(c.ReconcileGrace, DefaultReconcileGrace)
 	c.Interval = cmp.Or(c.Interval, DefaultInterval)
 	c.PassTimeout = cmp.Or(c.PassTimeout, DefaultPassTimeout)
 	c.BatchSize = cmp.Or(c.BatchSize, db.DefaultBatch)
@@ -72,6 +80,7 @@ func (c MaintainerConfig) validate() error {
 		{"PausedTTL (lifecycle.paused_ttl)", c.PausedTTL},
 		{"ReapGrace (lifecycle.reap_grace)", c.ReapGrace},
 		{"StuckAfter (lifecycle.stuck_after)", c.StuckAfter},
+		{"ReconcileGrace (lifecycle.reconcile_grace)", c.ReconcileGrace},
 		{"Interval", c.Interval},
 		{"PassTimeout", c.PassTimeout},
 	} {
@@ -117,13 +126,13 @@ type Maintainer struct {
 	now        func() time.Time
 	onStuck    func(context.Context, db.Turn)
 	recover    func(context.Context) (RecoverReport, error)
+	// life makes every session transition, as for turns and admin commands. It never creates, and
+	// never waits out a provider outage: a pass fails the item and the next pass retries it.
+	life *lifecycle
 
 	// lockWait is how long a pass waits for a thread's lock before it counts the thread as busy: a
 	// turn holds the lock for its whole run, and waiting for it would stall the pass behind it.
 	lockWait time.Duration
-	// settleTimeout bounds the status write after a provider call, which runs even when the pass's
-	// context has ended so that no session is left in pausing or destroying.
-	settleTimeout time.Duration
 	// afterPass is a test hook: Run calls it after every pass, with the pass's name.
 	afterPass func(name string)
 }
@@ -143,20 +152,20 @@ func NewMaintainer(cfg MaintainerConfig, deps MaintainerDeps) (*Maintainer, erro
 		return nil, errors.New("agentpool: maintainer: Deployment is required (the reaper only touches its own deployment's sandboxes)")
 	}
 	m := &Maintainer{
-		cfg:           cfg,
-		store:         deps.Store,
-		prov:          deps.Provider,
-		deployment:    deps.Deployment,
-		log:           cmp.Or(deps.Logger, zap.NewNop()).Named("maintainer"),
-		now:           deps.Now,
-		onStuck:       deps.OnStuck,
-		recover:       deps.Recover,
-		lockWait:      250 * time.Millisecond,
-		settleTimeout: 10 * time.Second,
+		cfg:        cfg,
+		store:      deps.Store,
+		prov:       deps.Provider,
+		deployment: deps.Deployment,
+		log:        cmp.Or(deps.Logger, zap.NewNop()).Named("maintainer"),
+		now:        deps.Now,
+		onStuck:    deps.OnStuck,
+		recover:    deps.Recover,
+		lockWait:   250 * time.Millisecond,
 	}
 	if m.now == nil {
 		m.now = time.Now
 	}
+	m.life = &lifecycle{store: m.store, prov: m.prov, log: m.log}
 	return m, nil
 }
 
@@ -165,11 +174,12 @@ func (m *Maintainer) Config() MaintainerConfig { return m.cfg }
 
 // Pass names, used as logger names and by the test hook.
 const (
-	passWatchdog = "watchdog"
-	passIdle     = "idle-pause"
-	passCleanup  = "cleanup"
-	passReaper   = "reaper"
-	passRecover  = "recover"
+	passWatchdog  = "watchdog"
+	passIdle      = "idle-pause"
+	passCleanup   = "cleanup"
+	passReconcile = "reconcile"
+	passReaper    = "reaper"
+	passRecover   = "recover"
 )
 
 // Run runs the loops until ctx ends. It asks for leadership every Interval; while it leads, it runs
@@ -274,6 +284,7 @@ func (m *Maintainer) passes() []maintPass {
 		{passWatchdog, m.WatchdogPass},
 		{passIdle, m.IdlePass},
 		{passCleanup, m.CleanupPass},
+		{passReconcile, m.ReconcilePass},
 		{passReaper, func(ctx context.Context) (PassReport, error) {
 			r, err := m.ReapPass(ctx, m.cfg.ReapDryRun)
 			return r.passReport(), err

@@ -2,6 +2,7 @@ package agentpool
 
 import (
 	"context"
+	"encoding/json"
 	"os/exec"
 	"strings"
 	"testing"
@@ -155,4 +156,59 @@ func TestDockerReaperTouchesOnlyOwnOrphans(t *testing.T) {
 			requireState(t, p, h, sandbox.StateStopped) // created, never started, still there
 		}
 	})
+}
+
+// TestDockerRecreateAfterRmLeavesNoVolume: docker rm -f (without -v) between turns leaves the work
+// volume behind; the turn recreates the sandbox, and the reaper removes the old volume once it is
+// older than the grace, so the labelled containers and volumes equal the live sessions again. A
+// volume of another deployment, and the live sandbox's, are kept.
+func TestDockerRecreateAfterRmLeavesNoVolume(t *testing.T) {
+	st := dbtest.OpenPostgres(t)
+	f := newDockerFixture(t, st)
+	sink := newCollector()
+	submit(t, f.pool, "web:vol", "e1", "echo first", sink)
+	require.NoError(t, sink.wait(t, 1)[0].Err)
+	old := mustHandle(t, sessionStatus(t, st, "web:vol"))
+	oldVol := handleVolume(t, old)
+	dockerCLI(t, "rm", "-f", old.ID)
+
+	submit(t, f.pool, "web:vol", "e2", "echo second", sink)
+	out := sink.wait(t, 1)[0]
+	require.NoError(t, out.Err)
+	require.Equal(t, RecreateGone, out.Recreate)
+	cur := mustHandle(t, sessionStatus(t, st, "web:vol"))
+	neighbourVol := "tbx-neighbour-" + maintRandom()
+	dockerCLI(t, "volume", "create", "--label", sandbox.LabelDeployment+"="+f.deployment+"-other", neighbourVol)
+	t.Cleanup(func() { dockerCLI(t, "volume", "rm", "-f", neighbourVol) })
+
+	clock := dbtest.NewClock(time.Now().UTC())
+	m := newTestMaintainer(t, MaintainerConfig{}, st, f.docker, f.deployment, clock, nil)
+	rep, err := m.ReapPass(t.Context(), false)
+	require.NoError(t, err)
+	require.Empty(t, rep.OrphanVolumes, "within the grace nothing is an orphan")
+
+	clock.Advance(DefaultReapGrace + time.Minute)
+	rep, err = m.ReapPass(t.Context(), false)
+	require.NoError(t, err)
+	require.Empty(t, rep.Orphans)
+	require.Len(t, rep.OrphanVolumes, 1)
+	require.Equal(t, oldVol, rep.OrphanVolumes[0].Name)
+	require.Equal(t, 1, rep.VolumesRemoved)
+
+	vols, err := f.docker.ListVolumes(t.Context(), map[string]string{sandbox.LabelDeployment: f.deployment})
+	require.NoError(t, err)
+	require.Len(t, vols, 1, "one volume per live session")
+	require.Equal(t, handleVolume(t, cur), vols[0].Name)
+	require.Len(t, f.sandboxes(t), 1, "one container per live session")
+	dockerCLI(t, "volume", "inspect", neighbourVol) // still there
+}
+
+func handleVolume(t *testing.T, h sandbox.Handle) string {
+	t.Helper()
+	var st struct {
+		Volume string `json:"volume"`
+	}
+	require.NoError(t, json.Unmarshal(h.State, &st))
+	require.NotEmpty(t, st.Volume)
+	return st.Volume
 }

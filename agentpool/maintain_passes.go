@@ -2,7 +2,6 @@ package agentpool
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -106,30 +105,6 @@ func (m *Maintainer) withThread(ctx context.Context, threadKey string, f func(cu
 	return f(cur)
 }
 
-// settleCtx is for the status write that follows a provider call. It survives the end of the pass's
-// context (bounded by settleTimeout): the sandbox has already been acted on, and a session left in
-// pausing or destroying would only be finished by a later pass.
-func (m *Maintainer) settleCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), m.settleTimeout)
-}
-
-// sandboxHandle decodes the session's handle; a session that never had a sandbox gives a zero
-// handle. A handle of another provider (the deployment switched providers) is an error: this process
-// cannot act on it, and guessing could touch the wrong thing.
-func (m *Maintainer) sandboxHandle(s db.Session) (sandbox.Handle, error) {
-	var h sandbox.Handle
-	if len(s.Handle) > 0 {
-		if err := json.Unmarshal(s.Handle, &h); err != nil {
-			return h, fmt.Errorf("session %s: sandbox handle: %w", s.ThreadKey, err)
-		}
-	}
-	if h.ID != "" && h.Provider != "" && h.Provider != m.prov.Name() {
-		return h, fmt.Errorf("session %s: its sandbox belongs to provider %q, this process runs %q",
-			s.ThreadKey, h.Provider, m.prov.Name())
-	}
-	return h, nil
-}
-
 // IdlePass pauses active sessions idle since before now-IdleTimeout: active → pausing, provider
 // Stop, → paused. A sandbox that turns out to be gone is recorded as destroyed (the next turn
 // creates a new one). A failed Stop moves the session back to active with LastError set; since that
@@ -145,7 +120,7 @@ func (m *Maintainer) IdlePass(ctx context.Context) (PassReport, error) {
 				if cur.Status != db.SessionPausing {
 					return outSkipped, nil
 				}
-				return m.stopLocked(ctx, cur)
+				return m.settled(m.life.pause(ctx, cur))
 			})
 		})
 	if err != nil {
@@ -163,19 +138,7 @@ func (m *Maintainer) IdlePass(ctx context.Context) (PassReport, error) {
 				if cur.Status != db.SessionActive || !cur.LastActivityAt.Before(cutoff) {
 					return outSkipped, nil
 				}
-				if _, err := m.sandboxHandle(cur); err != nil {
-					return outFailed, err
-				}
-				_, err := m.store.SessionTransition(ctx, cur.ThreadKey, db.Transition{
-					From: []db.SessionStatus{db.SessionActive}, To: db.SessionPausing,
-				})
-				switch {
-				case errors.Is(err, db.ErrConflict):
-					return outSkipped, nil
-				case err != nil:
-					return outFailed, err
-				}
-				return m.stopLocked(ctx, cur)
+				return m.settled(m.life.pause(ctx, cur))
 			})
 		})
 	if err != nil {
@@ -184,37 +147,16 @@ func (m *Maintainer) IdlePass(ctx context.Context) (PassReport, error) {
 	return rep, nil
 }
 
-// stopLocked stops the sandbox of a session in pausing and settles its status. The caller holds the
-// thread lock.
-func (m *Maintainer) stopLocked(ctx context.Context, cur db.Session) (itemOutcome, error) {
-	h, err := m.sandboxHandle(cur)
-	if err == nil && !h.IsZero() {
-		err = m.prov.Stop(ctx, h)
-		if err != nil {
-			err = fmt.Errorf("stop sandbox %s of %s: %w", h.ID, cur.ThreadKey, err)
-		}
-	}
-	sctx, cancel := m.settleCtx(ctx)
-	defer cancel()
-	from := []db.SessionStatus{db.SessionPausing}
+// settled turns a lifecycle transition's result into a pass outcome: a conflict means the row changed
+// under the pass (another writer, or a newer generation), which is for a later pass, not a failure.
+func (m *Maintainer) settled(_ db.Session, err error) (itemOutcome, error) {
 	switch {
-	case err == nil && h.IsZero(), errors.Is(err, sandbox.ErrNotFound):
-		// Nothing left to pause (never created, or removed behind our back).
-		_, err = m.store.SessionTransition(sctx, cur.ThreadKey, db.Transition{From: from, To: db.SessionDestroyed})
 	case err == nil:
-		_, err = m.store.SessionTransition(sctx, cur.ThreadKey, db.Transition{
-			From: from, To: db.SessionPaused, Patch: db.SessionPatch{LastError: new("")},
-		})
-	default:
-		_, terr := m.store.SessionTransition(sctx, cur.ThreadKey, db.Transition{
-			From: from, To: db.SessionActive, Patch: db.SessionPatch{LastError: new("idle pause: " + err.Error())},
-		})
-		return outFailed, errors.Join(err, terr)
+		return outDone, nil
+	case errors.Is(err, db.ErrConflict):
+		return outSkipped, nil
 	}
-	if err != nil {
-		return outFailed, err
-	}
-	return outDone, nil
+	return outFailed, err
 }
 
 // CleanupPass destroys sessions paused since before now-PausedTTL: paused → destroying, provider
@@ -232,7 +174,7 @@ func (m *Maintainer) CleanupPass(ctx context.Context) (PassReport, error) {
 				if cur.Status != db.SessionDestroying {
 					return outSkipped, nil
 				}
-				return m.destroyLocked(ctx, cur)
+				return m.settled(m.life.destroy(ctx, cur))
 			})
 		})
 	if err != nil {
@@ -250,19 +192,7 @@ func (m *Maintainer) CleanupPass(ctx context.Context) (PassReport, error) {
 				if cur.Status != db.SessionPaused || !cur.PausedAt.Before(cutoff) {
 					return outSkipped, nil
 				}
-				if _, err := m.sandboxHandle(cur); err != nil {
-					return outFailed, err
-				}
-				_, err := m.store.SessionTransition(ctx, cur.ThreadKey, db.Transition{
-					From: []db.SessionStatus{db.SessionPaused}, To: db.SessionDestroying,
-				})
-				switch {
-				case errors.Is(err, db.ErrConflict):
-					return outSkipped, nil
-				case err != nil:
-					return outFailed, err
-				}
-				return m.destroyLocked(ctx, cur)
+				return m.settled(m.life.destroy(ctx, cur))
 			})
 		})
 	if err != nil {
@@ -271,31 +201,36 @@ func (m *Maintainer) CleanupPass(ctx context.Context) (PassReport, error) {
 	return rep, nil
 }
 
-// destroyLocked destroys the sandbox of a session in destroying and settles its status. The caller
-// holds the thread lock.
-func (m *Maintainer) destroyLocked(ctx context.Context, cur db.Session) (itemOutcome, error) {
-	h, err := m.sandboxHandle(cur)
-	if err == nil && !h.IsZero() {
-		// Destroy is idempotent; ErrNotFound is tolerated too, in case a provider reports it anyway.
-		if err = m.prov.Destroy(ctx, h); errors.Is(err, sandbox.ErrNotFound) {
-			err = nil
-		}
-		if err != nil {
-			err = fmt.Errorf("destroy sandbox %s of %s: %w", h.ID, cur.ThreadKey, err)
-		}
-	}
-	sctx, cancel := m.settleCtx(ctx)
-	defer cancel()
+// ReconcilePass drives sessions left between two stable states to a stable one: those in creating,
+// resuming, pausing, destroying or error whose row has not changed for ReconcileGrace (a crash, a
+// cancelled turn, a failed call). A destroying session is destroyed; the others are inspected: gone,
+// or without a usable handle, they are marked destroyed (the next turn recreates); otherwise their
+// sandbox is stopped and they are paused (the next turn resumes). So nothing is left running.
+func (m *Maintainer) ReconcilePass(ctx context.Context) (PassReport, error) {
+	var rep PassReport
+	cutoff := m.now().Add(-m.cfg.ReconcileGrace)
+	err := drainBatches(ctx, m.cfg.BatchSize, &rep, sessionThreadKey,
+		func(ctx context.Context) ([]db.Session, error) {
+			return m.store.SessionsUnsettled(ctx, cutoff, m.cfg.BatchSize)
+		},
+		func(ctx context.Context, s db.Session) (itemOutcome, error) {
+			return m.withThread(ctx, s.ThreadKey, func(cur db.Session) (itemOutcome, error) {
+				// A turn may have settled it between the query and the lock.
+				if cur.Generation != s.Generation || !cur.UpdatedAt.Before(cutoff) {
+					return outSkipped, nil
+				}
+				out, err := m.settled(m.life.reconcile(ctx, cur))
+				if out == outDone {
+					m.log.Named(passReconcile).Info("reconciled session", zap.String("thread", cur.ThreadKey),
+						zap.String("was", string(cur.Status)), zap.String("last_error", cur.LastError))
+				}
+				return out, err
+			})
+		})
 	if err != nil {
-		_, uerr := m.store.SessionUpdate(sctx, cur.ThreadKey, db.SessionPatch{LastError: new("cleanup: " + err.Error())})
-		return outFailed, errors.Join(err, uerr)
+		return rep, fmt.Errorf("agentpool: reconcile: %w", err)
 	}
-	if _, err := m.store.SessionTransition(sctx, cur.ThreadKey, db.Transition{
-		From: []db.SessionStatus{db.SessionDestroying}, To: db.SessionDestroyed, Patch: db.SessionPatch{LastError: new("")},
-	}); err != nil {
-		return outFailed, err
-	}
-	return outDone, nil
+	return rep, nil
 }
 
 // ReapReport is what the reaper found and did.
@@ -307,17 +242,29 @@ type ReapReport struct {
 	// Destroyed is how many orphans were destroyed (zero in a dry run).
 	Destroyed int
 	DryRun    bool
-	// Failed counts orphans whose Destroy failed; Errors holds the first few.
+	// OrphanVolumes are the labelled volumes of this deployment that no sandbox mounts, older than
+	// ReapGrace (providers with sandbox.VolumeReaper only): what a sandbox removed behind our back
+	// leaves. VolumesRemoved is how many were removed (zero in a dry run).
+	OrphanVolumes  []sandbox.Volume
+	VolumesRemoved int
+	// Failed counts orphans whose Destroy (or volume removal) failed; Errors holds the first few.
 	Failed int
 	Errors []error
 }
 
 func (r ReapReport) passReport() PassReport {
-	p := PassReport{Found: len(r.Orphans), Done: r.Destroyed, Failed: r.Failed, Errors: r.Errors}
+	p := PassReport{Found: len(r.Orphans) + len(r.OrphanVolumes), Done: r.Destroyed + r.VolumesRemoved, Failed: r.Failed, Errors: r.Errors}
 	if r.DryRun {
-		p.Done = len(r.Orphans) // reporting them is the dry run's work
+		p.Done = p.Found // reporting them is the dry run's work
 	}
 	return p
+}
+
+func (r *ReapReport) fail(err error) {
+	r.Failed++
+	if len(r.Errors) < maxReportErrors {
+		r.Errors = append(r.Errors, err)
+	}
 }
 
 // ReapPass destroys (or, with dryRun, only reports) the sandboxes of this deployment that no live
@@ -376,10 +323,7 @@ func (m *Maintainer) ReapPass(ctx context.Context, dryRun bool) (ReapReport, err
 				if ctx.Err() != nil {
 					return rep, fmt.Errorf("agentpool: reaper: %w", ctx.Err())
 				}
-				rep.Failed++
-				if len(rep.Errors) < maxReportErrors {
-					rep.Errors = append(rep.Errors, fmt.Errorf("destroy orphan %s: %w", info.Handle.ID, err))
-				}
+				rep.fail(fmt.Errorf("destroy orphan %s: %w", info.Handle.ID, err))
 				continue
 			}
 			rep.Destroyed++
@@ -387,7 +331,48 @@ func (m *Maintainer) ReapPass(ctx context.Context, dryRun bool) (ReapReport, err
 				zap.String("thread", info.Labels[sandbox.LabelThread]), zap.Time("created", info.CreatedAt))
 		}
 	}
+	if err := m.reapVolumes(ctx, &rep); err != nil {
+		return rep, fmt.Errorf("agentpool: reaper: %w", err)
+	}
 	return rep, nil
+}
+
+// reapVolumes removes this deployment's labelled volumes that no sandbox mounts, once older than
+// ReapGrace. A volume belongs to exactly one sandbox (Create makes it with the container, Destroy
+// removes both), so one that nothing mounts is owned by no session: its sandbox was removed behind
+// our back (docker rm -f), and a recreate gave the thread a new one. The grace covers the window in
+// Create between the volume and its container. The provider refuses a volume in use, so one mounted
+// meanwhile is kept.
+func (m *Maintainer) reapVolumes(ctx context.Context, rep *ReapReport) error {
+	vr, ok := m.prov.(sandbox.VolumeReaper)
+	if !ok {
+		return nil
+	}
+	vols, err := vr.ListVolumes(ctx, map[string]string{sandbox.LabelDeployment: m.deployment})
+	if err != nil {
+		return fmt.Errorf("list volumes: %w", err)
+	}
+	cutoff := m.now().Add(-m.cfg.ReapGrace)
+	for _, v := range vols {
+		if v.InUse || v.Labels[sandbox.LabelDeployment] != m.deployment || v.CreatedAt.IsZero() || !v.CreatedAt.Before(cutoff) {
+			continue
+		}
+		rep.OrphanVolumes = append(rep.OrphanVolumes, v)
+		if rep.DryRun {
+			continue
+		}
+		if err := vr.RemoveVolume(ctx, v.Name); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			rep.fail(fmt.Errorf("remove orphan volume %s: %w", v.Name, err))
+			continue
+		}
+		rep.VolumesRemoved++
+		m.log.Named(passReaper).Info("removed orphan volume", zap.String("volume", v.Name),
+			zap.String("thread", v.Labels[sandbox.LabelThread]), zap.Time("created", v.CreatedAt))
+	}
+	return nil
 }
 
 // WatchdogPass aborts running turns with no runtime event since before now-StuckAfter: it calls

@@ -110,7 +110,7 @@ func nextPass(t *testing.T, passes <-chan string) string {
 	}
 }
 
-var passRound = []string{passWatchdog, passIdle, passCleanup, passReaper}
+var passRound = []string{passWatchdog, passIdle, passCleanup, passReconcile, passReaper}
 
 func TestMaintainerRunPassesOnTicksAndStopsCleanly(t *testing.T) {
 	clock := dbtest.NewClock(time.Now().UTC())

@@ -20,7 +20,8 @@ func TestMaintainerConfigDefaultsAndValidation(t *testing.T) {
 	def := MaintainerConfig{}.withDefaults()
 	require.Equal(t, MaintainerConfig{
 		IdleTimeout: 15 * time.Minute, PausedTTL: 72 * time.Hour, ReapGrace: 10 * time.Minute,
-		StuckAfter: 10 * time.Minute, Interval: time.Minute, PassTimeout: 30 * time.Second, BatchSize: 100,
+		StuckAfter: 10 * time.Minute, ReconcileGrace: 5 * time.Minute, Interval: time.Minute, PassTimeout: 30 * time.Second,
+		BatchSize: 100,
 	}, def)
 	require.NoError(t, def.validate())
 
@@ -34,6 +35,7 @@ func TestMaintainerConfigDefaultsAndValidation(t *testing.T) {
 		{"negative paused ttl", func(c *MaintainerConfig) { c.PausedTTL = -1 }, "PausedTTL (lifecycle.paused_ttl)"},
 		{"negative reap grace", func(c *MaintainerConfig) { c.ReapGrace = -1 }, "ReapGrace (lifecycle.reap_grace)"},
 		{"negative stuck after", func(c *MaintainerConfig) { c.StuckAfter = -1 }, "StuckAfter (lifecycle.stuck_after)"},
+		{"negative reconcile grace", func(c *MaintainerConfig) { c.ReconcileGrace = -1 }, "ReconcileGrace (lifecycle.reconcile_grace)"},
 		{"negative interval", func(c *MaintainerConfig) { c.Interval = -1 }, "Interval"},
 		{"negative pass timeout", func(c *MaintainerConfig) { c.PassTimeout = -1 }, "PassTimeout"},
 		{"negative batch", func(c *MaintainerConfig) { c.BatchSize = -1 }, "BatchSize = -1"},

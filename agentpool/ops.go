@@ -50,7 +50,7 @@ func (p *Pool) Reset(ctx context.Context, threadKey string) error {
 	// Queued turns would only run in a sandbox about to be destroyed: drop them, stop the running one.
 	p.q.clear(threadKey, ErrReset)
 	err := p.onThread(ctx, threadKey, func(ctx context.Context, cur db.Session) error {
-		if err := p.destroyLocked(ctx, cur); err != nil {
+		if _, err := p.life.destroy(ctx, cur); err != nil {
 			return err
 		}
 		// The replay starts after the newest finished turn: a reset thread starts fresh.
@@ -72,67 +72,28 @@ func (p *Pool) Reset(ctx context.Context, threadKey string) error {
 	return err
 }
 
-// Destroy destroys the thread's sandbox; its history is kept and replayed into the next one.
+// Destroy destroys the thread's sandbox; its history is kept and replayed into the next one. A
+// sandbox already gone is success.
 func (p *Pool) Destroy(ctx context.Context, threadKey string) error {
-	return p.onThread(ctx, threadKey, p.destroyLocked)
-}
-
-func (p *Pool) destroyLocked(ctx context.Context, cur db.Session) error {
-	if cur.Status == db.SessionDestroyed {
-		return nil
-	}
-	if _, err := p.store.SessionTransition(ctx, cur.ThreadKey, db.Transition{From: liveStatuses, To: db.SessionDestroying}); err != nil {
+	return p.onThread(ctx, threadKey, func(ctx context.Context, cur db.Session) error {
+		_, err := p.life.destroy(ctx, cur)
 		return err
-	}
-	if len(cur.Handle) > 0 {
-		h, err := decodeHandle(cur.Handle)
-		if err == nil {
-			err = p.prov.Destroy(ctx, h)
-		}
-		if err != nil {
-			msg := "destroy: " + err.Error()
-			_, _ = p.store.SessionUpdate(context.WithoutCancel(ctx), cur.ThreadKey, db.SessionPatch{LastError: &msg})
-			return fmt.Errorf("destroy sandbox of %s: %w", cur.ThreadKey, err)
-		}
-	}
-	none := ""
-	_, err := p.store.SessionTransition(context.WithoutCancel(ctx), cur.ThreadKey, db.Transition{
-		From: []db.SessionStatus{db.SessionDestroying}, To: db.SessionDestroyed, Patch: db.SessionPatch{LastError: &none},
 	})
-	return err
 }
 
 // Pause stops the thread's sandbox now, keeping its files (what the idle loop does after the
-// timeout).
+// timeout). A sandbox found gone leaves the session destroyed: the next message recreates it.
 func (p *Pool) Pause(ctx context.Context, threadKey string) error {
 	return p.onThread(ctx, threadKey, func(ctx context.Context, cur db.Session) error {
-		if cur.Status == db.SessionPaused {
-			return nil
-		}
-		if _, err := p.store.SessionTransition(ctx, cur.ThreadKey, db.Transition{
-			From: []db.SessionStatus{db.SessionActive, db.SessionError, db.SessionPausing}, To: db.SessionPausing,
-		}); err != nil {
-			return err
-		}
-		h, err := decodeHandle(cur.Handle)
-		if err == nil {
-			err = p.prov.Stop(ctx, h)
-		}
-		to, msg := db.SessionPaused, ""
-		if err != nil {
-			to, msg = db.SessionActive, "pause: "+err.Error()
-		}
-		_, terr := p.store.SessionTransition(context.WithoutCancel(ctx), cur.ThreadKey, db.Transition{
-			From: []db.SessionStatus{db.SessionPausing}, To: to, Patch: db.SessionPatch{LastError: &msg},
-		})
-		return errors.Join(err, terr)
+		_, err := p.life.pause(ctx, cur)
+		return err
 	})
 }
 
 // Resume starts the thread's sandbox again (or recreates it if it is gone) without running a turn.
 func (p *Pool) Resume(ctx context.Context, threadKey string) error {
 	return p.onThread(ctx, threadKey, func(ctx context.Context, cur db.Session) error {
-		r, err := p.resolve(ctx, cur)
+		r, err := p.life.resolve(ctx, cur, nil)
 		if err != nil {
 			return err
 		}
@@ -173,14 +134,20 @@ func (o Ops) Reap(ctx context.Context, dryRun bool) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	verb := "destroyed"
+	verb, volVerb := "destroyed", "removed"
 	if dryRun {
-		verb = "would destroy"
+		verb, volVerb = "would destroy", "would remove"
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "Reaper %s %d orphaned sandbox(es)", verb, len(rep.Orphans))
 	for _, o := range rep.Orphans {
 		fmt.Fprintf(&b, "\n  %s (thread %q, created %s)", o.Handle.ID, o.Labels["threadbox.thread"], o.CreatedAt.Format("2006-01-02 15:04"))
+	}
+	if len(rep.OrphanVolumes) > 0 {
+		fmt.Fprintf(&b, "\nand %s %d orphaned volume(s)", volVerb, len(rep.OrphanVolumes))
+		for _, v := range rep.OrphanVolumes {
+			fmt.Fprintf(&b, "\n  %s (thread %q, created %s)", v.Name, v.Labels["threadbox.thread"], v.CreatedAt.Format("2006-01-02 15:04"))
+		}
 	}
 	return b.String(), nil
 }

@@ -46,6 +46,15 @@ type Config struct {
 	// MaxQueued caps the turns of one thread that run or wait in this process (default 50); Submit
 	// refuses more with ErrQueueFull.
 	MaxQueued int
+	// MaxActive caps the live sandboxes of the deployment (0: no cap); see capacity.go.
+	MaxActive int
+	// MaxResumeFailures is how many failed resumes of a thread's sandbox the next turn tolerates
+	// before it recreates the sandbox, with the history replayed (lifecycle.max_resume_failures,
+	// default 2).
+	MaxResumeFailures int
+	// ProviderWait is how long a turn waits out a provider outage (sandbox.ErrUnavailable) before it
+	// fails (lifecycle.provider_wait, default 2m).
+	ProviderWait time.Duration
 	// EnforceLimits measures each turn against the sandbox's limits through Exec (limits.go): the
 	// work directory against Resources.DiskMB, every LimitCheckInterval (default 5s) while the turn
 	// runs and once after it, and the memory cgroup's kill count, so a turn ends with a LimitError.
@@ -59,6 +68,8 @@ func (c Config) withDefaults() Config {
 	c.StuckAfter = cmp.Or(c.StuckAfter, 10*time.Minute)
 	c.MaxQueued = cmp.Or(c.MaxQueued, DefaultMaxQueued)
 	c.LimitCheckInterval = cmp.Or(c.LimitCheckInterval, DefaultLimitCheckInterval)
+	c.MaxResumeFailures = cmp.Or(c.MaxResumeFailures, DefaultMaxResumeFailures)
+	c.ProviderWait = cmp.Or(c.ProviderWait, DefaultProviderWait)
 	c.Transcript.MaxTurns = cmp.Or(c.Transcript.MaxTurns, 20)
 	c.Transcript.MaxChars = cmp.Or(c.Transcript.MaxChars, 12000)
 	c.Artifacts = c.Artifacts.withDefaults()
@@ -74,10 +85,12 @@ func (c Config) validate() error {
 		return errors.New("agentpool: Deployment is required")
 	case c.Image == "":
 		return errors.New("agentpool: Image is required")
-	case c.TurnTimeout < 0, c.EnsureTimeout < 0, c.StuckAfter < 0:
+	case c.TurnTimeout < 0, c.EnsureTimeout < 0, c.StuckAfter < 0, c.ProviderWait < 0:
 		return errors.New("agentpool: timeouts must not be negative")
-	case c.MaxQueued < 0:
-		return errors.New("agentpool: MaxQueued must not be negative")
+	case c.MaxQueued < 0, c.MaxActive < 0:
+		return errors.New("agentpool: MaxQueued and MaxActive must not be negative")
+	case c.MaxResumeFailures < 0:
+		return errors.New("agentpool: MaxResumeFailures must not be negative")
 	}
 	return c.Artifacts.validate()
 }
@@ -107,12 +120,16 @@ type Pool struct {
 	log   *zap.Logger
 	now   func() time.Time
 
+	// life owns every session transition.
+	life *lifecycle
+
 	// stop cancels every running turn; it is the queues' base context.
 	stop context.CancelFunc
 	q    *queues
 
 	instance string
 	restore  func(ctx context.Context, t db.Turn) (Request, error)
+	capa     *capacity
 
 	// instMu protects the following.
 	instMu   sync.Mutex
@@ -120,15 +137,13 @@ type Pool struct {
 
 	// limits remembers each sandbox's last limit reading.
 	limits limitState
-
-	// hooks are test seams; nil in production.
-	hooks hooks
 }
 
-// hooks let tests observe points inside a turn without sleeping.
-type hooks struct {
-	beforeCreate func(ctx context.Context, threadKey string)
-}
+// Lifecycle defaults (lifecycle.max_resume_failures, lifecycle.provider_wait).
+const (
+	DefaultMaxResumeFailures = 2
+	DefaultProviderWait      = 2 * time.Minute
+)
 
 // New builds a pool.
 func New(cfg Config, deps Deps) (*Pool, error) {
@@ -148,10 +163,30 @@ func New(cfg Config, deps Deps) (*Pool, error) {
 	if p.instance == "" {
 		p.instance = newInstanceID()
 	}
+	if cfg.MaxActive > 0 {
+		p.capa = newCapacity(cfg.MaxActive)
+	}
 	if p.now == nil {
 		p.now = time.Now
 	}
+	p.life = &lifecycle{
+		store: p.store, prov: p.prov, log: p.log, spec: p.spec,
+		maxResumeFailures: cfg.MaxResumeFailures, providerWait: cfg.ProviderWait,
+	}
 	return p, nil
+}
+
+// spec is the sandbox a session gets.
+func (p *Pool) spec(sess db.Session) sandbox.Spec {
+	return sandbox.Spec{
+		Image:        p.cfg.Image,
+		Labels:       sandbox.Labels{Deployment: p.cfg.Deployment, Thread: sess.ThreadKey, Generation: sess.Generation},
+		Env:          p.cfg.Env,
+		BlockedEnv:   p.cfg.BlockedEnv,
+		Resources:    p.cfg.Resources,
+		Network:      p.cfg.Network,
+		ReadOnlyRoot: p.cfg.ReadOnlyRoot,
+	}
 }
 
 // Request is one message for a thread.

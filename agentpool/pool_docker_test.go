@@ -69,6 +69,17 @@ func destroyDeployment(t *testing.T, p sandbox.Provider, dep string) {
 	for _, info := range list {
 		_ = p.Destroy(ctx, info.Handle)
 	}
+	// Volumes whose container was removed behind the provider's back (tests do docker rm -f).
+	if vr, ok := p.(sandbox.VolumeReaper); ok {
+		vols, err := vr.ListVolumes(ctx, map[string]string{sandbox.LabelDeployment: dep})
+		if err != nil {
+			t.Logf("cleanup list volumes: %v", err)
+			return
+		}
+		for _, v := range vols {
+			_ = vr.RemoveVolume(ctx, v.Name)
+		}
+	}
 }
 
 func (f dockerFixture) sandboxes(t *testing.T) []sandbox.Info {
@@ -253,8 +264,9 @@ func TestDockerShutdownKeepsSandboxesAndNewPoolPicksThemUp(t *testing.T) {
 
 func mustHandle(t *testing.T, s db.Session) sandbox.Handle {
 	t.Helper()
-	h, err := decodeHandle(s.Handle)
+	h, err := sandbox.DecodeHandle(s.Handle, s.Provider)
 	require.NoError(t, err)
+	require.False(t, h.IsZero())
 	return h
 }
 

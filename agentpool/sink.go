@@ -34,6 +34,9 @@ type Outcome struct {
 	// create the sandbox again (the history was replayed).
 	Generation int64
 	Recreated  bool
+	// Recreate says why an existing sandbox was replaced ("" when none was, also on a thread's first
+	// turn), so the bot can tell the user why their files are gone and the history was replayed.
+	Recreate RecreateReason
 	// Replayed is true when the conversation so far was replayed to a new sandbox or agent session.
 	Replayed bool
 	Usage    runtime.Usage

@@ -35,9 +35,22 @@ const deliverTimeout = 2 * time.Minute
 // runTurn is one turn, start to end, on the thread's queue goroutine. It never returns an error:
 // every failure becomes an Outcome for the sink and a turn row.
 func (p *Pool) runTurn(ctx context.Context, req Request, turnID int64) {
+	// Admission first: a turn waiting in line for a sandbox slot stays queued (the watchdog leaves it
+	// alone) and holds no lock.
+	release, err := p.admit(ctx, req.ThreadKey, req.Sink)
+	if err != nil {
+		p.endTurn(req, turnID, Outcome{TurnID: turnID, Err: err, Cancelled: ctx.Err() != nil})
+		return
+	}
+	defer release()
 	hold, err := p.store.HoldThread(ctx, req.ThreadKey)
 	if err != nil {
-		p.endTurn(req, turnID, Outcome{TurnID: turnID, Err: fmt.Errorf("waiting for the thread lock: %w", err), Cancelled: ctx.Err() != nil})
+		out := Outcome{TurnID: turnID, Err: classify(EINTERNAL, "wait for the thread lock", err)}
+		if ctx.Err() != nil {
+			// Why it was cancelled (reset, shutdown) is what the user needs to hear.
+			out.Cancelled, out.Err = true, context.Cause(ctx)
+		}
+		p.endTurn(req, turnID, out)
 		return
 	}
 	defer hold.Release()
@@ -53,7 +66,7 @@ func (p *Pool) runTurn(ctx context.Context, req Request, turnID int64) {
 			p.log.Info("turn taken over by another process; not running it here", zap.Int64("turn", turnID))
 			return
 		}
-		p.endTurn(req, turnID, Outcome{TurnID: turnID, Err: fmt.Errorf("starting turn: %w", err)})
+		p.endTurn(req, turnID, Outcome{TurnID: turnID, Err: classify(EINTERNAL, "start turn", err)})
 		return
 	}
 	w := newWatch(ctx, p.cfg.StuckAfter, req.Sink, func() { p.touch(turnID) })
@@ -82,7 +95,7 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 		OwnerUserID: req.UserID, Provider: p.prov.Name(), Runtime: p.rt.Name(),
 	})
 	if err != nil {
-		out.Err = fmt.Errorf("loading session: %w", err)
+		out.Err = classify(EINTERNAL, "load session", err)
 		return out
 	}
 	var (
@@ -93,22 +106,33 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 	)
 	for attempt := 0; ; attempt++ {
 		if attempt > 1 {
-			out.Err = lastRecoverErr
+			// Recovered once and failed the same way again: the sandbox (or the agent's session in
+			// it) is the problem, whichever call noticed.
+			code, op := ESANDBOX, "sandbox stopped responding"
+			if runtime.Classify(lastRecoverErr) == runtime.ClassSessionMissing {
+				code, op = ERUNTIME, "agent session lost again"
+			}
+			out.Err = classify(code, op, lastRecoverErr)
 			return out
 		}
-		r, err := p.resolve(ctx, sess)
+		r, err := p.life.resolve(ctx, sess, func() {
+			w.emitter().emit(runtime.Event{Kind: runtime.EventStatus, Text: NoteWaitingForProvider, At: p.now()})
+		})
 		if err != nil {
-			out.Err = err
+			out.Err = classify(ESANDBOX, "prepare sandbox", err)
 			return out
 		}
 		sess = r.sess
 		out.Generation, out.Recreated = sess.Generation, out.Recreated || r.created
+		if r.recreate != "" {
+			out.Recreate = r.recreate
+		}
 		if err := p.ensureRuntime(ctx, r); err != nil {
 			if runtime.Classify(err) == runtime.ClassSandboxDown {
 				lastRecoverErr = err
 				continue
 			}
-			out.Err = err
+			out.Err = classify(ERUNTIME, "start agent runtime", err)
 			return out
 		}
 		prev := sess.AgentSessionID
@@ -121,27 +145,25 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 				lastRecoverErr = err
 				continue
 			}
-			out.Err = fmt.Errorf("agent session: %w", err)
+			out.Err = classify(ERUNTIME, "agent session", err)
 			return out
 		}
 		var history string
 		if r.created || replaced || forceNew || (sess.AgentSessionID != "" && sid != sess.AgentSessionID) {
 			if history, err = p.history(ctx, sess); err != nil {
-				out.Err = err
+				out.Err = classify(EINTERNAL, "load history", err)
 				return out
 			}
 		}
 		if sid != sess.AgentSessionID {
-			if s, err := p.store.SessionUpdate(ctx, sess.ThreadKey, db.SessionPatch{AgentSessionID: &sid}); err == nil {
-				sess = s
-			} else {
-				out.Err = fmt.Errorf("saving agent session: %w", err)
+			if sess, err = p.life.recordAgentSession(ctx, sess, sid); err != nil {
+				out.Err = classify(EINTERNAL, "save agent session", err)
 				return out
 			}
 		}
 		if filesInGen != sess.Generation {
 			if err := p.copyInbound(ctx, r, req.Files); err != nil {
-				out.Err = err
+				out.Err = err // classified inside: the attachment or the sandbox
 				return out
 			}
 			filesInGen = sess.Generation
@@ -149,9 +171,11 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 		emit := w.emitter()
 		tctx, cancel := context.WithTimeout(ctx, p.cfg.TurnTimeout)
 		tctx, limits := p.watchLimits(tctx, r.sb, r.created)
+		alive := w.processAlive(p.rt)
 		res, err = p.rt.Prompt(tctx, r.sb, sid, runtime.Prompt{
 			Text: req.Text, System: p.cfg.SystemPrompt, History: history, Env: p.cfg.RuntimeEnv, Timeout: p.cfg.TurnTimeout,
 		}, emit.emit)
+		alive()
 		// Stopped by us (cancel, watchdog, shutdown, disk quota) or by the turn timeout: a server
 		// runtime would keep working unless told.
 		interrupted := tctx.Err() != nil
@@ -182,7 +206,11 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 			if interrupted {
 				p.abort(r, sid)
 			}
-			out.Err = err
+			code := ERUNTIME
+			if interrupted && ctx.Err() == nil {
+				code = ETIMEOUT // only the turn's own limit ended; a cancel of ctx is runTurn's to name
+			}
+			out.Err = classify(code, "prompt", err)
 			return out
 		}
 		p.log.Info("recovering from prompt failure", zap.String("thread", req.ThreadKey), zap.Error(err))
@@ -196,7 +224,8 @@ func (p *Pool) finishAnswer(ctx context.Context, r resolved, res runtime.Result,
 	if err != nil {
 		// The answer matters more than the files: deliver it, and say what went wrong.
 		p.log.Warn("collecting artifacts", zap.String("thread", r.sess.ThreadKey), zap.Error(err))
-		skipped = append(skipped, SkippedArtifact{Name: "output/display", Reason: "could not be read: " + err.Error()})
+		// The user is told it could not be read; the provider's words are in the log line above.
+		skipped = append(skipped, SkippedArtifact{Name: ArtifactDir, Reason: SkipUnreadable})
 	}
 	out.Artifacts, out.Skipped = found, skipped
 	return out
@@ -211,25 +240,14 @@ func (p *Pool) ensureRuntime(ctx context.Context, r resolved) error {
 		err = p.rt.Ensure(ectx, r.sb)
 		cancel()
 		if err == nil {
-			now := p.now()
-			if _, err := p.store.SessionUpdate(ctx, r.sess.ThreadKey, db.SessionPatch{LastHealthOKAt: &now}); err != nil {
-				return fmt.Errorf("recording runtime health: %w", err)
-			}
-			return nil
+			return p.life.healthy(ctx, r.sess, p.now())
 		}
 		if ctx.Err() != nil || runtime.Classify(err) == runtime.ClassSandboxDown {
 			break
 		}
 	}
 	if ctx.Err() == nil && runtime.Classify(err) != runtime.ClassSandboxDown {
-		p.failSession(r.sess.ThreadKey, db.SessionActive, fmt.Sprintf("runtime %s unhealthy: %v", p.rt.Name(), err), true)
-		// Nothing pauses a session in error: stop the sandbox now rather than leave it running (and
-		// billing) until the next message, which resumes it and tries the runtime again.
-		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		if serr := p.prov.Stop(sctx, r.sb.Handle()); serr != nil {
-			p.log.Warn("stopping a sandbox whose runtime failed", zap.String("thread", r.sess.ThreadKey), zap.Error(serr))
-		}
-		cancel()
+		p.life.runtimeFailed(ctx, r.sess, r.sb.Handle(), fmt.Sprintf("runtime %s unhealthy: %v", p.rt.Name(), err))
 	}
 	return fmt.Errorf("runtime %s: %w", p.rt.Name(), err)
 }
@@ -242,10 +260,11 @@ func (p *Pool) copyInbound(ctx context.Context, r resolved, files []InboundFile)
 		name := uniqueName(SanitizeName(f.Name), used)
 		data, err := readInbound(ctx, f)
 		if err != nil {
-			return fmt.Errorf("reading attachment %s: %w", name, err)
+			// The user can act on it: send the file again, or a smaller one (ETOOLARGE, set inside).
+			return classify(EINVALID, "read attachment "+name, err)
 		}
 		if err := r.sb.WriteFile(ctx, path.Join("input", name), data, 0o644); err != nil {
-			return fmt.Errorf("copying attachment %s into the sandbox: %w", name, err)
+			return classify(ESANDBOX, "copy attachment "+name+" into the sandbox", err)
 		}
 	}
 	return nil
@@ -265,7 +284,7 @@ func readInbound(ctx context.Context, f InboundFile) ([]byte, error) {
 		return nil, err
 	}
 	if int64(len(data)) > MaxInboundFile {
-		return nil, fmt.Errorf("over the %s limit", HumanSize(MaxInboundFile))
+		return nil, &Error{Code: ETOOLARGE, Err: fmt.Errorf("over the %d-byte limit", MaxInboundFile)}
 	}
 	return data, nil
 }
@@ -326,47 +345,103 @@ func (p *Pool) touch(turnID int64) {
 	_ = p.store.TurnTouch(ctx, turnID)
 }
 
-// watch is a turn's in-process watchdog: it cancels the turn after StuckAfter without an event, and
-// every so often records liveness in the store.
+// watch is a turn's in-process watchdog: it cancels the turn after StuckAfter without a sign of life,
+// and every so often records liveness in the store (which the leader's watchdog reads). A sign of
+// life is a runtime event, or a prompt of a runtime.ProcessBound runtime still in flight: its process
+// is running, quiet or not (deploy/runbook.md, "Watchdog").
 type watch struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	timer  *time.Timer
 	sink   Sink
-	touchT *time.Ticker
-	done   chan struct{}
-	seen   atomic.Bool
-	after  time.Duration
-	once   sync.Once
+	touchT *time.Timer
+	period time.Duration
+	touch  func()
+	// ticking is held by a tick in flight, so stop can wait for its store write to end.
+	ticking sync.Mutex
+	done    chan struct{}
+	seen    atomic.Bool
+	// processes counts prompts in flight whose running process counts as life.
+	processes atomic.Int32
+	after     time.Duration
+	once      sync.Once
+
+	// mu protects the following (set once, read by the timer's callback).
+	mu    sync.Mutex
+	timer *time.Timer
 }
 
 func newWatch(parent context.Context, after time.Duration, sink Sink, touch func()) *watch {
 	ctx, cancel := context.WithCancelCause(parent)
 	w := &watch{ctx: ctx, cancel: cancel, sink: sink, after: after, done: make(chan struct{})}
-	w.timer = time.AfterFunc(after, func() { cancel(ErrStuck) })
-	// Liveness is written at most a few times per StuckAfter, never per event.
-	w.touchT = time.NewTicker(max(after/4, time.Second))
-	go func() {
-		for {
-			select {
-			case <-w.touchT.C:
-				if w.seen.Swap(false) {
-					touch()
-				}
-			case <-w.done:
-				return
-			}
-		}
-	}()
+	w.mu.Lock()
+	w.timer = time.AfterFunc(after, w.expired)
+	w.mu.Unlock()
+	// Liveness is written at most a few times per StuckAfter, never per event. A timer that re-arms
+	// itself, rather than a ticker and a goroutine, so a turn waiting on its agent costs no goroutine
+	// of its own (10,000 turns in flight hold 10,000 queue goroutines, not 20,000).
+	w.period, w.touch = max(after/4, time.Second), touch
+	w.mu.Lock()
+	w.touchT = time.AfterFunc(w.period, w.tick)
+	w.mu.Unlock()
 	return w
+}
+
+// tick records liveness if there was a sign of life since the last tick, then re-arms.
+func (w *watch) tick() {
+	w.ticking.Lock()
+	defer w.ticking.Unlock()
+	select {
+	case <-w.done:
+		return
+	default:
+	}
+	if w.seen.Swap(false) || w.processes.Load() > 0 {
+		w.touch()
+	}
+	w.mu.Lock()
+	select {
+	case <-w.done:
+	default:
+		w.touchT.Reset(w.period)
+	}
+	w.mu.Unlock()
+}
+
+// expired runs after StuckAfter without an event: a running process of the turn keeps it alive for
+// another StuckAfter, anything else is stuck.
+func (w *watch) expired() {
+	if w.processes.Load() > 0 {
+		w.mu.Lock()
+		w.timer.Reset(w.after)
+		w.mu.Unlock()
+		return
+	}
+	w.cancel(ErrStuck)
+}
+
+// processAlive marks a prompt of rt in flight, if rt is runtime.ProcessBound; the returned function
+// ends the mark.
+func (w *watch) processAlive(rt runtime.Runtime) (done func()) {
+	if pb, ok := rt.(runtime.ProcessBound); !ok || !pb.PromptIsProcess() {
+		return func() {}
+	}
+	w.processes.Add(1)
+	var once sync.Once
+	return func() { once.Do(func() { w.processes.Add(-1) }) }
 }
 
 func (w *watch) stop() {
 	w.once.Do(func() {
+		w.mu.Lock()
 		w.timer.Stop()
 		w.touchT.Stop()
-		close(w.done)
+		close(w.done) // under mu: tick re-arms only while done is open
+		w.mu.Unlock()
+		// A tick already past its check of done finishes its write first: nothing of the turn's
+		// outlives it.
+		w.ticking.Lock()
 		w.cancel(nil)
+		w.ticking.Unlock()
 	})
 }
 
@@ -384,7 +459,9 @@ func (e *attemptEmitter) emit(ev runtime.Event) {
 	if e.retired.Load() {
 		return
 	}
+	e.w.mu.Lock()
 	e.w.timer.Reset(e.w.after)
+	e.w.mu.Unlock()
 	e.w.seen.Store(true)
 	e.w.sink.Progress(ev)
 }

@@ -112,8 +112,14 @@ func (a *Admin) Run(ctx context.Context, actor string, argv []string) (string, e
 	out, err := a.dispatch(ctx, cmd, argv)
 	result := AuditOK
 	if err != nil {
-		result = "error: " + UserError(err)
-		out = fmt.Sprintf("%s failed: %s", cmd, UserError(err))
+		p := Explain(a.log, "admin command failed", err, zap.String("actor", actor), zap.String("command", cmd),
+			zap.String("target", target))
+		// The audit keeps the code and the ref; the log has the full error under the ref.
+		result = "error: " + string(p.Code)
+		if p.Ref != "" {
+			result += " (ref " + p.Ref + ")"
+		}
+		out = fmt.Sprintf("%s failed: %s", cmd, p)
 	}
 	// The action has happened: failing to record its outcome changes nothing for the caller, and the
 	// "started" entry already says who did what.
@@ -142,7 +148,7 @@ func (a *Admin) dispatch(ctx context.Context, cmd string, argv []string) (string
 	}
 	one := func() (string, error) {
 		if len(args) != 1 {
-			return "", fmt.Errorf("usage: %s <thread>", cmd)
+			return "", badRequest("usage: %s <thread>", cmd)
 		}
 		return args[0], nil
 	}
@@ -154,7 +160,7 @@ func (a *Admin) dispatch(ctx context.Context, cmd string, argv []string) (string
 		fs.SetOutput(io.Discard)
 		status := fs.String("status", "", "")
 		if err := fs.Parse(args); err != nil {
-			return "", fmt.Errorf("usage: sessions [--status S]")
+			return "", badRequest("usage: sessions [--status S]")
 		}
 		return a.sessions(ctx, *status)
 	case "inspect":
@@ -192,7 +198,7 @@ func (a *Admin) dispatch(ctx context.Context, cmd string, argv []string) (string
 		}
 		return out, err
 	}
-	return "", fmt.Errorf("unknown admin command %q\n%s", cmd, AdminHelp)
+	return "", badRequest("unknown admin command %q\n%s", cmd, AdminHelp)
 }
 
 // SessionStatuses is the order sessions are listed in when no status is given (chat, CLI and web).

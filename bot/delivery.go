@@ -8,6 +8,8 @@ import (
 	"io"
 	"sync"
 
+	"go.uber.org/zap"
+
 	"github.com/threadbox/threadbox/agentpool"
 	"github.com/threadbox/threadbox/db"
 )
@@ -53,7 +55,8 @@ func encodeDelivery(msg Message) (json.RawMessage, error) {
 		return nil, err
 	}
 	if len(b) > maxDeliveryBytes {
-		return nil, fmt.Errorf("the message's reply address is %d bytes; the limit is %d", len(b), maxDeliveryBytes)
+		return nil, &agentpool.Error{Code: agentpool.ETOOLARGE, Op: "record reply address",
+			Err: fmt.Errorf("%d bytes; the limit is %d", len(b), maxDeliveryBytes)}
 	}
 	return b, nil
 }
@@ -110,7 +113,7 @@ func (h *Handler) Restore(ctx context.Context, t db.Turn) (agentpool.Request, er
 			return p.OpenFile(ctx, ref)
 		}}
 	}
-	sink := newReplySink(context.WithoutCancel(ctx), r, h.cfg.ProgressInterval, h.log)
+	sink := newReplySink(context.WithoutCancel(ctx), r, h.cfg.ProgressInterval, h.log.With(zap.String("thread", t.ThreadKey)))
 	sink.notes = d.Notes
 	return agentpool.Request{
 		ThreadKey: t.ThreadKey, Platform: d.Platform, ChannelID: d.Channel, UserID: t.UserID,

@@ -139,7 +139,7 @@ func statusFilter(status SessionStatus) ([]db.SessionStatus, error) {
 	case status == "":
 		return SessionStatuses, nil
 	case !status.Valid():
-		return nil, fmt.Errorf("%w %s", ErrUnknownStatus, status)
+		return nil, &requestError{msg: fmt.Sprintf("%s %s", ErrUnknownStatus, status), err: ErrUnknownStatus}
 	}
 	return []db.SessionStatus{db.SessionStatus(status)}, nil
 }

@@ -153,7 +153,7 @@ func (h *Handler) Handle(ctx context.Context, msg Message, r Replier) error {
 				return refusal
 			}
 			if err := h.turns.Reset(ctx, key); err != nil {
-				return "Reset failed: " + UserError(err)
+				return "Reset failed: " + Explain(h.log, "reset failed", err, zap.String("thread", key)).String()
 			}
 			return "Reset: this thread's sandbox is gone; the next message starts a fresh one."
 		})
@@ -199,7 +199,7 @@ func (h *Handler) control(ctx context.Context, msg Message, cmd string) string {
 	case errors.Is(err, db.ErrNotFound):
 		return ""
 	case err != nil:
-		return cmd + " is unavailable: " + UserError(err)
+		return cmd + " is unavailable: " + Explain(h.log, "looking up the thread's owner", err, zap.String("thread", msg.Thread.String())).String()
 	case s.OwnerUserID == "" || s.OwnerUserID == msg.User.ID:
 		return ""
 	}
@@ -249,9 +249,12 @@ func (h *Handler) replyPrivately(ctx context.Context, r Replier, userID, text st
 const commandTimeout = 5 * time.Minute
 
 // Wait blocks until the command replies in flight are done, or ctx ends (shutdown).
-func (h *Handler) Wait(ctx context.Context) error {
+func (h *Handler) Wait(ctx context.Context) error { return WaitGroupContext(ctx, &h.bg) }
+
+// WaitGroupContext waits for wg, or until ctx ends.
+func WaitGroupContext(ctx context.Context, wg *sync.WaitGroup) error {
 	done := make(chan struct{})
-	go func() { h.bg.Wait(); close(done) }()
+	go func() { wg.Wait(); close(done) }()
 	select {
 	case <-done:
 		return nil
@@ -291,19 +294,21 @@ func (h *Handler) turn(ctx context.Context, msg Message, r Replier) error {
 		})
 		return nil
 	}
+	key := msg.Thread.String()
 	dl, err := encodeDelivery(msg)
 	if err != nil {
-		h.reply(ctx, r, func(context.Context) string { return "I could not take that: " + err.Error() })
+		p := Explain(h.log, "message not taken", err, zap.String("thread", key), zap.String("event", msg.EventID))
+		h.reply(ctx, r, func(context.Context) string { return "I could not take that: " + p.String() })
 		return nil
 	}
-	sink := newReplySink(context.WithoutCancel(ctx), r, h.cfg.ProgressInterval, h.log)
+	sink := newReplySink(context.WithoutCancel(ctx), r, h.cfg.ProgressInterval, h.log.With(zap.String("thread", key)))
 	sink.notes = msg.Notes
 	files := make([]agentpool.InboundFile, len(msg.Files))
 	for i, f := range msg.Files {
 		files[i] = agentpool.InboundFile{Name: f.Name, Size: f.Size, Open: f.Open}
 	}
 	tk, err := h.turns.Submit(ctx, agentpool.Request{
-		ThreadKey: msg.Thread.String(), Platform: msg.Thread.Platform, ChannelID: msg.ChannelID,
+		ThreadKey: key, Platform: msg.Thread.Platform, ChannelID: msg.ChannelID,
 		UserID: msg.User.ID, EventID: msg.EventID, Text: msg.Text, Files: files, Sink: sink, Delivery: dl,
 	})
 	switch {
@@ -314,10 +319,11 @@ func (h *Handler) turn(ctx context.Context, msg Message, r Replier) error {
 		}
 		return nil
 	case errors.Is(err, agentpool.ErrQueueFull):
+		p := Explain(h.log, "message refused", err, zap.String("thread", key), zap.String("event", msg.EventID))
 		h.bg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commandTimeout)
 			defer cancel()
-			_ = r.Post(ctx, "Too many messages are already waiting in this thread; I did not take this one. Send it again once the queue has moved (\"status\" shows it).")
+			_ = r.Post(ctx, p.String())
 			_ = r.React(ctx, ReactError)
 		})
 		return nil
@@ -344,13 +350,18 @@ func (h *Handler) status(ctx context.Context, thread ThreadKey) string {
 		return fmt.Sprintf("No sandbox yet for this thread. Queued turns: %d.", depth)
 	}
 	if err != nil {
-		return "Status unavailable: " + UserError(err)
+		return "Status unavailable: " + Explain(h.log, "status failed", err, zap.String("thread", key)).String()
 	}
-	return FormatSession(s, depth)
+	return formatSession(s, depth, false)
 }
 
-// FormatSession renders a session for status and admin inspect.
-func FormatSession(s db.Session, depth int) string {
+// FormatSession renders a session for admin inspect, with its last error as recorded: operators see
+// the provider's own words.
+func FormatSession(s db.Session, depth int) string { return formatSession(s, depth, true) }
+
+// formatSession renders a session; withError includes the recorded last error, which is internal
+// text, so the in-thread status (read by every user of the thread) only says there was one.
+func formatSession(s db.Session, depth int, withError bool) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Sandbox: %s (%s %s), generation %d\n", s.Status, s.Provider, shortID(s.SandboxID), s.Generation)
 	fmt.Fprintf(&b, "Runtime: %s, queued or running turns: %d\n", s.Runtime, depth)
@@ -360,8 +371,11 @@ func FormatSession(s db.Session, depth int) string {
 	if !s.PausedAt.IsZero() && s.Status == db.SessionPaused {
 		fmt.Fprintf(&b, "Paused since: %s\n", s.PausedAt.Format(time.RFC3339))
 	}
-	if s.LastError != "" {
+	switch {
+	case s.LastError != "" && withError:
 		fmt.Fprintf(&b, "Last error: %s\n", s.LastError)
+	case s.LastError != "":
+		b.WriteString("The last sandbox operation failed; the next message tries again (an operator sees why with \"admin inspect\").\n")
 	}
 	return strings.TrimRight(b.String(), "\n")
 }
@@ -374,34 +388,4 @@ func shortID(id string) string {
 		return "none"
 	}
 	return id
-}
-
-// UserError renders an error for a chat: one line, bounded, and without internal noise.
-func UserError(err error) string {
-	var limit *agentpool.LimitError
-	switch {
-	case err == nil:
-		return ""
-	case errors.Is(err, agentpool.ErrClosed):
-		return "the bot is shutting down; try again in a minute."
-	case errors.Is(err, agentpool.ErrStuck):
-		return err.Error()
-	case errors.Is(err, agentpool.ErrReset):
-		return "the thread was reset before it ran."
-	case errors.Is(err, agentpool.ErrInterrupted):
-		return "this message was interrupted by a restart before it finished. I did not run it again on my own, since it may have done part of its work: send \"retry\" to run it again."
-	case errors.Is(err, agentpool.ErrLockLost):
-		return "the bot lost its database lock on this thread and stopped the turn so it cannot run twice; send it again."
-	case errors.As(err, &limit):
-		return limitText(limit)
-	case errors.Is(err, context.Canceled):
-		return "stopped."
-	case errors.Is(err, context.DeadlineExceeded):
-		return "it took too long and was stopped."
-	}
-	msg := strings.Join(strings.Fields(err.Error()), " ")
-	if len(msg) > 300 {
-		msg = msg[:297] + "…"
-	}
-	return msg
 }

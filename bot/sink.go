@@ -2,7 +2,6 @@ package bot
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -119,17 +118,21 @@ func (s *replySink) Deliver(ctx context.Context, out agentpool.Outcome) ([]strin
 			firstErr = err
 		}
 	}
-	switch {
-	case out.Cancelled && (errors.Is(out.Err, agentpool.ErrClosed) || errors.Is(out.Err, agentpool.ErrReset)):
-		post("Not run: " + UserError(out.Err))
-	case out.Cancelled:
+	turn := zap.Int64("turn", out.TurnID)
+	switch code := agentpool.ErrorCode(out.Err); {
+	case out.Cancelled && (code == agentpool.ECANCELLED || out.Err == nil):
+		// The user asked for it: nothing failed, nothing to look up.
+		s.log.Debug("turn stopped", turn, zap.Error(out.Err))
 		post("Stopped.")
+	case out.Cancelled && (code == agentpool.ERESET || code == agentpool.ESHUTDOWN):
+		post("Not run: " + Explain(s.log, "turn not run", out.Err, turn).String())
 	case out.Err != nil:
-		post("Sorry, that failed: " + UserError(out.Err))
+		// The one log line of a failed turn: the full error, under the ref the user is shown.
+		post("Sorry, that failed: " + Explain(s.log, "turn failed", out.Err, turn).String())
 	}
 	if out.Err == nil || out.Answer != "" {
-		if out.Replayed {
-			post(fmt.Sprintf("(This thread's sandbox or agent session was new, generation %d: I replayed the conversation so far to it.)", out.Generation))
+		if out.Replayed || out.Recreate != "" {
+			post(replayNote(out))
 		}
 		lay := LayoutAnswer(out.Answer, s.r.Limits())
 		for _, c := range lay.Chunks {
@@ -137,24 +140,26 @@ func (s *replySink) Deliver(ctx context.Context, out agentpool.Outcome) ([]strin
 		}
 		if lay.File != nil {
 			if _, err := s.r.Upload(ctx, "answer.md", lay.File); err != nil {
-				post("(The full answer could not be attached: " + UserError(err) + ")")
+				p := Explain(s.log, "uploading the answer", err, turn)
+				post(fmt.Sprintf("(The full answer could not be attached: the upload failed, ref %s.)", p.Ref))
 			}
 		}
 	}
 	ids := make([]string, len(out.Artifacts))
 	notes := append([]string(nil), s.notes...)
 	for _, sk := range out.Skipped {
-		notes = append(notes, sk.String())
+		notes = append(notes, skippedLine(sk))
 	}
 	limit := s.r.Limits().MaxFileBytes
 	for i, a := range out.Artifacts {
 		if limit > 0 && a.Size > limit {
-			notes = append(notes, agentpool.SkippedArtifact{Name: a.Name, Size: a.Size, Reason: "over this platform's upload limit"}.String())
+			notes = append(notes, skippedLine(agentpool.SkippedArtifact{Name: a.Name, Size: a.Size, Reason: agentpool.SkipFileTooLarge, Limit: limit}))
 			continue
 		}
 		id, err := s.r.Upload(ctx, a.Name, a.Data)
 		if err != nil {
-			notes = append(notes, fmt.Sprintf("not uploaded: %s (%s): %s", a.Name, HumanSize(a.Size), UserError(err)))
+			p := Explain(s.log, "uploading a file", err, turn, zap.String("file", a.Name))
+			notes = append(notes, fmt.Sprintf("not uploaded: %s (%s): the upload failed, ref %s", a.Name, HumanSize(a.Size), p.Ref))
 			continue
 		}
 		ids[i] = id
@@ -175,10 +180,56 @@ func (s *replySink) Deliver(ctx context.Context, out agentpool.Outcome) ([]strin
 	return ids, firstErr
 }
 
+// skippedLine words a file that was not uploaded for the reply: "not uploaded: report.pdf (12.3 MiB):
+// larger than the 10 MiB per-file limit".
+func skippedLine(s agentpool.SkippedArtifact) string {
+	var why string
+	switch s.Reason {
+	case agentpool.SkipUnchecked:
+		return fmt.Sprintf("not uploaded: %d more files: %s holds more than %d files; only the first were checked",
+			s.Count, agentpool.ArtifactDir, s.Limit)
+	case agentpool.SkipNotDirectory:
+		why = "not a directory (symlinks are never followed)"
+	case agentpool.SkipNotRegular:
+		why = "not a regular file"
+	case agentpool.SkipFileTooLarge:
+		why = "larger than the " + HumanSize(s.Limit) + " per-file limit"
+	case agentpool.SkipTooMany:
+		why = fmt.Sprintf("more than %d files in one reply", s.Limit)
+	case agentpool.SkipReplyTooLarge:
+		why = "the reply's files would exceed the " + HumanSize(s.Limit) + " per-reply limit"
+	case agentpool.SkipUnreadable:
+		why = "could not be read"
+	default:
+		why = "skipped"
+	}
+	return fmt.Sprintf("not uploaded: %s (%s): %s", s.Name, HumanSize(s.Size), why)
+}
+
 func oneLineCut(s string, n int) string {
 	s = strings.Join(strings.Fields(s), " ")
 	if utf8.RuneCountInString(s) <= n {
 		return s
 	}
 	return string([]rune(s)[:n-1]) + "…"
+}
+
+// replayNote tells the user that the thread's sandbox or agent session is new, and, when an existing
+// sandbox had to be replaced, why: their files from before may be gone.
+func replayNote(out agentpool.Outcome) string {
+	var why string
+	switch out.Recreate {
+	case agentpool.RecreateGone:
+		why = "The previous sandbox was removed, so this thread got a new one; files from before are gone. "
+	case agentpool.RecreateFailed:
+		why = "The previous sandbox broke, so this thread got a new one; files from before are gone. "
+	case agentpool.RecreateResumeFailed:
+		why = "The previous sandbox failed to start several times, so this thread got a new one; files from before are gone. "
+	case agentpool.RecreateUnusable:
+		why = "The previous sandbox could not be reached with this configuration, so this thread got a new one. "
+	}
+	if why == "" {
+		return fmt.Sprintf("(This thread's sandbox or agent session was new, generation %d: I replayed the conversation so far to it.)", out.Generation)
+	}
+	return fmt.Sprintf("(%sI replayed the conversation so far to it, generation %d.)", why, out.Generation)
 }

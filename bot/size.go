@@ -1,11 +1,30 @@
 package bot
 
-import "github.com/threadbox/threadbox/agentpool"
+import (
+	"strconv"
+	"strings"
+)
 
-// HumanSize renders a byte count in binary units (512 B, 1.5 KiB, 10 MiB) for chat and API text.
-//
-// The chat adapters may import only bot (DESIGN §2), and agentpool needs the same formatter for its
-// skipped-file notes but may not import bot. So the one implementation lives in agentpool, the
-// lowest package that uses it and that bot may import, and this forwards to it: one formatter, every
-// size in a reply or an error spelled the same way.
-func HumanSize(n int64) string { return agentpool.HumanSize(n) }
+// HumanSize renders a byte count in binary units: 512 B, 1.5 KiB, 10 MiB. It is the one size
+// formatter for chat and API text (the adapters use it through bot); the domain reports sizes as
+// numbers. A count just over a round size keeps its ".0" ("1.0 MiB"), so "1.0 MiB of text; the
+// limit is 1 MiB" does not read as equal.
+func HumanSize(n int64) string {
+	if n < 1024 {
+		return strconv.FormatInt(n, 10) + " B"
+	}
+	v := float64(n)
+	unit := ""
+	for _, u := range []string{"KiB", "MiB", "GiB", "TiB"} {
+		v /= 1024
+		unit = u
+		if v < 1024 {
+			break
+		}
+	}
+	s := strconv.FormatFloat(v, 'f', 1, 64)
+	if v == float64(int64(v)) {
+		s = strings.TrimSuffix(s, ".0")
+	}
+	return s + " " + unit
+}

@@ -27,17 +27,18 @@ func notOwnerText(cmd string) string {
 	return fmt.Sprintf("Only the person who started this thread, or an admin, can %s it.", cmd)
 }
 
-// limitText explains a turn that hit a sandbox limit, and what to do about it.
+// limitText explains a turn that hit a sandbox limit, and what to do about it (Explain shows it for
+// agentpool.ELIMIT, with the numbers).
 func limitText(e *agentpool.LimitError) string {
 	if e.Kind == agentpool.LimitMemory {
-		return fmt.Sprintf("this turn hit the %d MiB memory limit: the sandbox killed the process using the most memory. "+
+		return fmt.Sprintf("This turn hit the %d MiB memory limit: the sandbox killed the process using the most memory. "+
 			"Use less memory at once (smaller inputs, fewer parallel jobs), or ask the operator to raise sandbox.resources.memory_mb.", e.LimitMB)
 	}
 	used := HumanSize(e.UsedKB << 10)
 	if e.Stopped {
-		return fmt.Sprintf("this thread's sandbox went over its %d MiB disk limit (its files use %s), so I stopped the turn. "+
+		return fmt.Sprintf("This thread's sandbox went over its %d MiB disk limit (its files use %s), so I stopped the turn. "+
 			"Delete files you no longer need, or send \"reset\" to start a fresh sandbox.", e.LimitMB, used)
 	}
-	return fmt.Sprintf("this thread's sandbox is over its %d MiB disk limit (its files use %s). "+
+	return fmt.Sprintf("This thread's sandbox is over its %d MiB disk limit (its files use %s). "+
 		"Delete files you no longer need, or send \"reset\" to start a fresh sandbox.", e.LimitMB, used)
 }

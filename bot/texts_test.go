@@ -23,7 +23,10 @@ func TestLimitErrorsReadAsLimits(t *testing.T) {
 			[]string{"is over its 1024 MiB disk limit", "Delete files"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := UserError(tc.err)
+			p := Explain(nil, "turn failed", tc.err)
+			require.Equal(t, agentpool.ELIMIT, p.Code)
+			require.Empty(t, p.Ref, "nothing to look up")
+			got := p.String()
 			for _, w := range tc.want {
 				require.Contains(t, got, w)
 			}

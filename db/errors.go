@@ -34,11 +34,18 @@ type TransitionError struct {
 	// Actual is the status read right after the failed update. Another writer may have changed it
 	// since, so use it for messages, not for decisions.
 	Actual string
+	// Generation and ActualGeneration are set when the transition was fenced to a generation
+	// (Transition.IfGeneration): the one it expected, and the one read after the failed update.
+	Generation, ActualGeneration int64
 }
 
 func (e *TransitionError) Error() string {
-	return fmt.Sprintf("%s %s: cannot move to %s from %s (want %s)",
+	msg := fmt.Sprintf("%s %s: cannot move to %s from %s (want %s)",
 		e.Entity, e.Key, e.To, e.Actual, strings.Join(e.From, "|"))
+	if e.Generation != e.ActualGeneration {
+		msg += fmt.Sprintf(" at generation %d (now %d)", e.Generation, e.ActualGeneration)
+	}
+	return msg
 }
 
 // Is makes errors.Is(err, ErrConflict) true.

@@ -10,7 +10,8 @@ import (
 // deployment. For i in [0, N):
 //   - session i has sandbox id FillSandboxID(i) and last activity (i*7919 mod 48h) seconds before Now;
 //     i%10 in 0..5 is active (60%), 6..7 paused (20%, paused (i*104729 mod 30 days) seconds before Now),
-//     8..9 destroyed (20%);
+//     8..9 destroyed (20%); i%100 == 5, one active in ten, is in error instead (1%: the reconcile loop's
+//     candidates, last changed with their last activity);
 //   - turn i belongs to session i, its last event is (i*6151 mod 2h) seconds before Now; i%100 == 0 is
 //     running (1%), the rest done.
 //
@@ -41,7 +42,7 @@ INSERT INTO sessions (thread_key, platform, provider, handle, sandbox_id, genera
 SELECT format('slack:T1:C%s:%s', lpad((i % 500)::text, 3, '0'), lpad(i::text, 7, '0')), 'slack', 'docker',
     jsonb_build_object('provider', 'docker', 'id', 'sb-' || lpad(i::text, 7, '0'), 'version', 1),
     'sb-' || lpad(i::text, 7, '0'), 1, 'shell',
-    CASE WHEN i % 10 < 6 THEN 'active' WHEN i % 10 < 8 THEN 'paused' ELSE 'destroyed' END,
+    CASE WHEN i % 100 = 5 THEN 'error' WHEN i % 10 < 6 THEN 'active' WHEN i % 10 < 8 THEN 'paused' ELSE 'destroyed' END,
     la, CASE WHEN i % 10 IN (6, 7) THEN $1::timestamptz - make_interval(secs => (i::bigint * 104729) % 2592000) END,
     CASE WHEN i % 10 >= 8 THEN la END, la - interval '1 hour', la
 FROM (SELECT i, $1::timestamptz - make_interval(secs => (i::bigint * 7919) % 172800) AS la
@@ -74,7 +75,7 @@ INSERT INTO sessions (thread_key, platform, provider, handle, sandbox_id, genera
 WITH RECURSIVE seq(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM seq WHERE i < ?2 - 1)
 SELECT printf('slack:T1:C%03d:%07d', i % 500, i), 'slack', 'docker',
     printf('{"provider":"docker","id":"sb-%07d","version":1}', i), printf('sb-%07d', i), 1, 'shell',
-    CASE WHEN i % 10 < 6 THEN 'active' WHEN i % 10 < 8 THEN 'paused' ELSE 'destroyed' END,
+    CASE WHEN i % 100 = 5 THEN 'error' WHEN i % 10 < 6 THEN 'active' WHEN i % 10 < 8 THEN 'paused' ELSE 'destroyed' END,
     la || '.000000Z',
     CASE WHEN i % 10 IN (6, 7)
         THEN strftime('%Y-%m-%dT%H:%M:%S', ?1, printf('-%d seconds', (i * 104729) % 2592000)) || '.000000Z' END,

@@ -27,3 +27,21 @@ const (
 	// lockKindInstance is a process instance's liveness lock.
 	lockKindInstance = "instance"
 )
+
+// ThreadLockHolders is the SQL that lists the backends (pid) holding a thread's lock on PostgreSQL,
+// with ThreadLockArgs as its arguments: for operators ("who holds this thread?") and for tests that
+// kill the holder. A bigint advisory key shows in pg_locks split into classid (high half) and objid
+// (low half), objsubid 1.
+const ThreadLockHolders = `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
+	AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND objsubid = 1`
+
+// ThreadLockArgs returns ThreadLockHolders' arguments for threadKey on s, and false when s is not a
+// PostgreSQL store.
+func ThreadLockArgs(s Store, threadKey string) ([]any, bool) {
+	ps, ok := s.(*pgStore)
+	if !ok {
+		return nil, false
+	}
+	u := uint64(lockKey(ps.ns, lockKindThread, threadKey))
+	return []any{int64(u >> 32), int64(u & 0xffffffff)}, true
+}

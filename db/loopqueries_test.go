@@ -45,6 +45,10 @@ func loopQueries(n int) []loopQuery {
 			r, err := s.SessionsPausedExpired(ctx, fillNow.Add(-7*24*time.Hour), loopBatch)
 			return len(r), err
 		}},
+		{"unsettled", func(ctx context.Context, s db.Store) (int, error) {
+			r, err := s.SessionsUnsettled(ctx, fillNow.Add(-time.Hour), loopBatch)
+			return len(r), err
+		}},
 		{"by_sandbox_id", func(ctx context.Context, s db.Store) (int, error) {
 			r, err := s.SessionsBySandboxIDs(ctx, ids)
 			return len(r), err

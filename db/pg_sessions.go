@@ -53,20 +53,22 @@ func (s *pgStore) SessionTransition(ctx context.Context, threadKey string, t Tra
 	}
 	p := t.Patch
 	r, err := s.q.SessionTransition(ctx, s.dbtx, pgsqlc.SessionTransitionParams{
-		ToStatus:       string(t.To),
-		Handle:         p.Handle,
-		SandboxID:      pgText(p.SandboxID),
-		BumpGeneration: t.BumpGeneration,
-		Generation:     pgInt8(p.Generation),
-		AgentSessionID: pgText(p.AgentSessionID),
-		LastError:      pgText(p.LastError),
-		HandoffNote:    pgText(p.HandoffNote),
-		ResetTurnID:    pgInt8(p.ResetTurnID),
-		LastHealthOkAt: pgTimePtr(p.LastHealthOKAt),
-		ResumeFail:     t.ResumeFail.arg(),
-		Now:            pgTime(s.clock()),
-		ThreadKey:      threadKey,
-		FromStatuses:   t.fromStrings(),
+		ToStatus:        string(t.To),
+		Handle:          p.Handle,
+		SandboxID:       pgText(p.SandboxID),
+		BumpGeneration:  t.BumpGeneration,
+		Generation:      pgInt8(p.Generation),
+		AgentSessionID:  pgText(p.AgentSessionID),
+		LastError:       pgText(p.LastError),
+		HandoffNote:     pgText(p.HandoffNote),
+		ResetTurnID:     pgInt8(p.ResetTurnID),
+		LastHealthOkAt:  pgTimePtr(p.LastHealthOKAt),
+		ResumeFail:      t.ResumeFail.arg(),
+		Now:             pgTime(s.clock()),
+		ThreadKey:       threadKey,
+		FromStatuses:    t.fromStrings(),
+		CheckGeneration: t.IfGeneration != nil,
+		IfGeneration:    t.ifGeneration(),
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Session{}, s.transitionFailed(ctx, threadKey, t)
@@ -83,9 +85,7 @@ func (s *pgStore) transitionFailed(ctx context.Context, threadKey string, t Tran
 	if err != nil {
 		return err
 	}
-	return &TransitionError{
-		Entity: "session", Key: threadKey, From: t.fromStrings(), To: string(t.To), Actual: string(cur.Status),
-	}
+	return t.conflict(threadKey, cur)
 }
 
 func (s *pgStore) SessionUpdate(ctx context.Context, threadKey string, p SessionPatch) (Session, error) {
@@ -162,6 +162,16 @@ func (s *pgStore) SessionsBySandboxIDs(ctx context.Context, ids []string) ([]Ses
 	rows, err := s.q.SessionListBySandboxIDs(ctx, s.dbtx, ids)
 	if err != nil {
 		return nil, pgErr("list sessions by sandbox id", err)
+	}
+	return fromPGSessions(rows), nil
+}
+
+func (s *pgStore) SessionsUnsettled(ctx context.Context, cutoff time.Time, limit int) ([]Session, error) {
+	rows, err := s.q.SessionListUnsettled(ctx, s.dbtx, pgsqlc.SessionListUnsettledParams{
+		Cutoff: pgTime(cutoff), MaxRows: int32(batchLimit(limit)),
+	})
+	if err != nil {
+		return nil, pgErr("list unsettled sessions", err)
 	}
 	return fromPGSessions(rows), nil
 }

@@ -55,29 +55,29 @@ func (s *sqliteStore) SessionTransition(ctx context.Context, threadKey string, t
 	}
 	p := t.Patch
 	r, err := s.q.SessionTransition(ctx, s.dbtx, sqlitesqlc.SessionTransitionParams{
-		ToStatus:       string(t.To),
-		Handle:         sqliteJSON(p.Handle),
-		SandboxID:      sqliteText(p.SandboxID),
-		BumpGeneration: boolInt(t.BumpGeneration),
-		Generation:     sqliteInt(p.Generation),
-		AgentSessionID: sqliteText(p.AgentSessionID),
-		LastError:      sqliteText(p.LastError),
-		HandoffNote:    sqliteText(p.HandoffNote),
-		ResetTurnID:    sqliteInt(p.ResetTurnID),
-		LastHealthOkAt: sqliteTimePtr(p.LastHealthOKAt),
-		ResumeFail:     t.ResumeFail.arg(),
-		Now:            s.clock(),
-		ThreadKey:      threadKey,
-		FromStatuses:   t.fromStrings(),
+		ToStatus:        string(t.To),
+		Handle:          sqliteJSON(p.Handle),
+		SandboxID:       sqliteText(p.SandboxID),
+		BumpGeneration:  boolInt(t.BumpGeneration),
+		Generation:      sqliteInt(p.Generation),
+		AgentSessionID:  sqliteText(p.AgentSessionID),
+		LastError:       sqliteText(p.LastError),
+		HandoffNote:     sqliteText(p.HandoffNote),
+		ResetTurnID:     sqliteInt(p.ResetTurnID),
+		LastHealthOkAt:  sqliteTimePtr(p.LastHealthOKAt),
+		ResumeFail:      t.ResumeFail.arg(),
+		Now:             s.clock(),
+		ThreadKey:       threadKey,
+		FromStatuses:    t.fromStrings(),
+		CheckGeneration: boolInt(t.IfGeneration != nil),
+		IfGeneration:    t.ifGeneration(),
 	})
 	if errors.Is(err, sql.ErrNoRows) {
 		cur, err := s.SessionGet(ctx, threadKey)
 		if err != nil {
 			return Session{}, err
 		}
-		return Session{}, &TransitionError{
-			Entity: "session", Key: threadKey, From: t.fromStrings(), To: string(t.To), Actual: string(cur.Status),
-		}
+		return Session{}, t.conflict(threadKey, cur)
 	}
 	if err != nil {
 		return Session{}, sqliteErr("transition session "+threadKey, err)
@@ -177,4 +177,14 @@ func sqliteTimePtr(p *time.Time) sql.NullString {
 		return sql.NullString{}
 	}
 	return sqliteNullTime(*p)
+}
+
+func (s *sqliteStore) SessionsUnsettled(ctx context.Context, cutoff time.Time, limit int) ([]Session, error) {
+	rows, err := s.q.SessionListUnsettled(ctx, s.dbtx, sqlitesqlc.SessionListUnsettledParams{
+		Cutoff: sqliteTime(cutoff), MaxRows: int64(batchLimit(limit)),
+	})
+	if err != nil {
+		return nil, sqliteErr("list unsettled sessions", err)
+	}
+	return fromSQLiteSessions(rows)
 }

@@ -56,6 +56,10 @@ type SessionStore interface {
 	SessionsIdle(ctx context.Context, cutoff time.Time, limit int) ([]Session, error)
 	// SessionsPausedExpired returns sessions paused since before cutoff, oldest first.
 	SessionsPausedExpired(ctx context.Context, cutoff time.Time, limit int) ([]Session, error)
+	// SessionsUnsettled returns sessions left between two stable states (creating, resuming, pausing,
+	// destroying, or error) whose row has not changed since before cutoff, oldest change first: the
+	// reconcile loop's candidates.
+	SessionsUnsettled(ctx context.Context, cutoff time.Time, limit int) ([]Session, error)
 	// SessionsBySandboxIDs returns the sessions whose SandboxID is one of ids, in any status, ordered by
 	// thread key. The reaper passes one page of a provider's List at a time.
 	SessionsBySandboxIDs(ctx context.Context, ids []string) ([]Session, error)

@@ -139,6 +139,11 @@ type Transition struct {
 	// BumpGeneration adds one to Generation, atomically; it excludes Patch.Generation.
 	BumpGeneration bool
 	ResumeFail     ResumeFailOp
+	// IfGeneration, when set, fences the transition to one sandbox generation: it applies only if the
+	// row's generation (before any bump) is *IfGeneration, and otherwise fails as a conflict like a
+	// wrong status. A writer that acts on a sandbox names the generation it acted on, so a stale turn
+	// or loop cannot pause, destroy or record over a newer sandbox of the same thread.
+	IfGeneration *int64
 }
 
 // Turn is one prompt and its answer. Turns are also the transcript replayed into a new agent session.

@@ -84,6 +84,23 @@ func (op ResumeFailOp) arg() string {
 	return "keep"
 }
 
+// ifGeneration is the fenced generation, or 0 when the transition is not fenced (the query ignores it).
+func (t Transition) ifGeneration() int64 {
+	if t.IfGeneration == nil {
+		return 0
+	}
+	return *t.IfGeneration
+}
+
+// conflict describes a transition that matched no row, from the row read right after it.
+func (t Transition) conflict(threadKey string, cur Session) *TransitionError {
+	e := &TransitionError{Entity: "session", Key: threadKey, From: t.fromStrings(), To: string(t.To), Actual: string(cur.Status)}
+	if t.IfGeneration != nil {
+		e.Generation, e.ActualGeneration = *t.IfGeneration, cur.Generation
+	}
+	return e
+}
+
 func (t Transition) fromStrings() []string {
 	out := make([]string, len(t.From))
 	for i, f := range t.From {

@@ -1,6 +1,9 @@
 package sandbox
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 var (
 	// ErrNotFound: the sandbox does not exist (never created, destroyed, or removed out of band).
@@ -16,8 +19,17 @@ var (
 	// ErrNoEffect marks a failure after which the provider surely did nothing (the request never
 	// reached it, or it refused before acting). Only such Create failures may be retried blindly.
 	ErrNoEffect = errors.New("provider did nothing")
-	// ErrFileTooLarge: a read exceeded the caller's size bound.
-	ErrFileTooLarge = errors.New("file larger than allowed")
+	// ErrTooLarge: something read from a sandbox, or from a runtime inside one, exceeded its cap (a
+	// file, a listing, a stream line or event, a JSON answer). The read is abandoned rather than
+	// buffered: what the sandbox sends is controlled by the agent, so no size can be trusted.
+	ErrTooLarge = errors.New("larger than allowed")
+	// ErrFileTooLarge: a file read exceeded the caller's size bound. It wraps ErrTooLarge.
+	ErrFileTooLarge = fmt.Errorf("file %w", ErrTooLarge)
+	// ErrUnavailable: the provider itself cannot be reached or is not serving (the Docker daemon is
+	// restarting, a cloud API is down or overloaded). Nothing is known about the sandbox: it is neither
+	// found nor missing. Callers wait and retry (lifecycle.provider_wait) rather than recreate or fail.
+	// Providers wrap it around connection failures and 502/503/504-like answers.
+	ErrUnavailable = errors.New("sandbox service unavailable")
 	// ErrNotRegular: a file operation met a symlink, directory or device where it needs a regular
 	// file (or a directory, for ListFiles), and refused rather than follow it.
 	ErrNotRegular = errors.New("not a regular file")

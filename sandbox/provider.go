@@ -50,7 +50,8 @@ type Provider interface {
 	ReadFile(ctx context.Context, h Handle, path string, max int64) ([]byte, error)
 	// ListFiles lists a directory tree (recursively, without following symlinks) relative to dir.
 	// Symlinks are reported as symlinks (lstat), never descended into; dir itself being a symlink
-	// is refused with ErrNotRegular.
+	// is refused with ErrNotRegular. A tree of more than MaxListEntries entries is refused with
+	// ErrTooLarge, having kept no more than that in memory.
 	ListFiles(ctx context.Context, h Handle, dir string) ([]FileInfo, error)
 }
 
@@ -58,6 +59,32 @@ type Provider interface {
 // network between host and sandbox (network mode none), because the runtimes rely on it.
 type Dialer interface {
 	Dial(ctx context.Context, h Handle, port int) (net.Conn, error)
+}
+
+// Pinger is an optional capability: check that the sandbox service answers (readiness probes). An
+// outage wraps ErrUnavailable.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// VolumeReaper is an optional capability for providers whose sandboxes keep their files in volumes
+// that can outlive the sandbox (Docker: a container removed out of band with docker rm -f leaves its
+// work volume). The reaper lists the volumes carrying labels and removes those no live sandbox uses.
+type VolumeReaper interface {
+	// ListVolumes returns the volumes carrying all of the given labels.
+	ListVolumes(ctx context.Context, labels map[string]string) ([]Volume, error)
+	// RemoveVolume removes a volume; a missing one is success. A volume still in use is refused.
+	RemoveVolume(ctx context.Context, name string) error
+}
+
+// Volume is a provider-managed volume.
+type Volume struct {
+	Name   string
+	Labels map[string]string
+	// CreatedAt is zero when the provider does not report it.
+	CreatedAt time.Time
+	// InUse: some sandbox (in any state) still mounts it.
+	InUse bool
 }
 
 // StatsReader is an optional capability: current resource use.
@@ -162,8 +189,13 @@ type ExecRequest struct {
 	MaxOutput int64
 }
 
-// DefaultMaxOutput bounds each exec stream when the request sets no bound.
+// DefaultMaxOutput bounds each exec stream when the request sets no bound, and ReadFile when the
+// caller passes no bound.
 const DefaultMaxOutput = 16 << 20
+
+// MaxListEntries bounds one ListFiles answer. The agent decides how many files it writes; the only
+// caller lists output/display, of which it checks at most a thousand files anyway.
+const MaxListEntries = 10_000
 
 // ExecResult is how a command ended.
 type ExecResult struct {

@@ -33,6 +33,15 @@ type Runtime interface {
 	Abort(ctx context.Context, sb sandbox.Sandbox, sessionID string) error
 }
 
+// ProcessBound is an optional capability of a runtime whose Prompt runs the turn as one process in
+// the sandbox (an Exec) and returns as soon as that process exits. While such a Prompt is in flight,
+// the work is alive even when it prints nothing (a quiet build or test run), so the pool's watchdog
+// does not count its silence as stuck; the turn timeout still bounds it. A runtime that talks to a
+// server (whose Prompt could wait for ever on a hung agent) must not claim it.
+type ProcessBound interface {
+	PromptIsProcess() bool
+}
+
 // Prompt is one turn's input.
 type Prompt struct {
 	// Text is the user's message.
@@ -66,6 +75,11 @@ type Event struct {
 	Tool string
 	At   time.Time
 }
+
+// MaxAnswerBytes bounds an answer a runtime assembles from many pieces (streamed text chunks). A
+// runtime whose answer outgrows it fails the turn with an error wrapping sandbox.ErrTooLarge rather
+// than keep growing; 10 MB answers fit.
+const MaxAnswerBytes = 32 << 20
 
 // Usage is what a turn cost, where the runtime reports it.
 type Usage struct {

@@ -24,7 +24,7 @@ import (
 	"github.com/threadbox/threadbox/sandbox/sandboxfake"
 )
 
-// BenchmarkEventsAck measures the Events API ack latency (DESIGN §9: p99 ≤ 100 ms at 200 events/s)
+// BenchmarkEventsAck measures the Events API ack latency (Core issue: p99 ≤ 10 ms at 2,000 events/s)
 // with an open-loop sender on loopback: events leave on schedule whether or not earlier ones were
 // answered, and latency counts from the scheduled send time, so a stall shows up instead of slowing
 // the sender down. THREADBOX_BENCH_SLACK_EVENTS and THREADBOX_BENCH_SLACK_RATE override the 2,000
@@ -37,7 +37,7 @@ import (
 //     PostgreSQL, so the work after each ack (reactions, turns, answers to the fake Slack) competes
 //     with the acks for the CPU.
 func BenchmarkEventsAck(b *testing.B) {
-	n, rate := envInt("THREADBOX_BENCH_SLACK_EVENTS", 2000), envInt("THREADBOX_BENCH_SLACK_RATE", 200)
+	n, rate := envInt("THREADBOX_BENCH_SLACK_EVENTS", 2000), envInt("THREADBOX_BENCH_SLACK_RATE", 2000)
 	b.Run("stub", func(b *testing.B) {
 		benchAck(b, n, rate, func(b *testing.B, o *Options) { o.Handler = nopHandler{} })
 	})
@@ -108,8 +108,8 @@ func benchAck(b *testing.B, n, rate int, setup func(*testing.B, *Options)) {
 	b.ReportMetric(pct(1), "max-ms")
 	b.ReportMetric(float64(rate), "events/s")
 	b.Logf("%d events at %d/s: ack p50 %.2f ms, p99 %.2f ms, max %.2f ms", len(all), rate, pct(0.5), pct(0.99), pct(1))
-	if pct(0.99) > 100 {
-		b.Logf("WARNING: ack p99 %.1f ms is over the 100 ms target", pct(0.99))
+	if pct(0.99) > 10 {
+		b.Logf("WARNING: ack p99 %.1f ms is over the 10 ms target", pct(0.99))
 	}
 }
 

@@ -141,9 +141,6 @@ func (a *Adapter) accept(ctx context.Context, env envelope) bool {
 	return true
 }
 
-// knownBotUserID is the bot's user id if already known; the ack path never waits for auth.test.
-func (a *Adapter) knownBotUserID() string { return a.knownIdentity().UserID }
-
 // teamOf is the workspace an event belongs to (part of every thread key).
 func (a *Adapter) teamOf(env envelope, ev event) string {
 	switch {

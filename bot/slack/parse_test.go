@@ -3,8 +3,12 @@ package slack
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
+	"github.com/slack-go/slack"
 	"github.com/stretchr/testify/require"
 
 	"github.com/threadbox/threadbox/bot"
@@ -184,7 +188,9 @@ func nested(n int) string {
 	return string(b)
 }
 
-// FuzzParse feeds arbitrary bodies through everything the ack path runs: it must never panic.
+// FuzzParse feeds arbitrary bodies through everything the ack path runs: it never panics, only
+// events with a user, channel and ts are acted on, their keys read back as stored, and the text the
+// agent gets is never longer than the message (every rendering of markup shortens it).
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(`{"type":"event_callback","event_id":"Ev1","team_id":"T","event":{"type":"app_mention","user":"U1","text":"<@U0BOT> <x|y> &amp;","ts":"1.1","channel":"C1","files":[{"id":"F1","size":-1}]}}`))
 	f.Add([]byte(`{"type":"url_verification","challenge":"c"}`))
@@ -198,10 +204,49 @@ func FuzzParse(f *testing.F) {
 		if err != nil {
 			return
 		}
-		k, _ := classify(ev, "U0BOT")
-		threadOf(env.TeamID, ev, k)
-		_, _ = ev.files()
-		_ = plainText(ev.Text, "U0BOT", k == kindMention)
-		_ = json.Valid(body)
+		require.NotEmpty(t, env.EventID)
+		k, why := classify(ev, "U0BOT")
+		if k == kindIgnore {
+			require.NotEmpty(t, why, "an ignore says why")
+		} else {
+			require.True(t, ev.User != "" && ev.Channel != "" && ev.TS != "" && ev.BotID == "" && ev.User != "U0BOT",
+				"%s acted on: %+v", k, ev)
+		}
+		key, _ := threadOf(env.TeamID, ev, k)
+		if k != kindIgnore && env.TeamID != "" && !strings.Contains(env.TeamID+ev.Channel+ev.TS+ev.ThreadTS+ev.User, ":") {
+			back, err := bot.ParseThreadKey(key.String())
+			require.NoError(t, err)
+			require.Equal(t, key, back)
+		}
+		if fs, err := ev.files(); err == nil {
+			require.LessOrEqual(t, len(fs), len(body))
+		}
+		plain := plainText(ev.Text, "U0BOT", k == kindMention)
+		require.LessOrEqual(t, len(plain), len(ev.Text))
+		require.True(t, json.Valid(body))
+	})
+}
+
+// FuzzCommands feeds arbitrary slash command bodies to the SDK's parser, as serveCommands does after
+// verification, and any admin output through formatCommandOutput: the reply stays within Socket
+// Mode's limit, shows no markup (& < > escaped), and a fenced reply cannot be closed early.
+func FuzzCommands(f *testing.F) {
+	f.Add("command=%2Fthreadbox&text=admin+sessions&user_id=U1&trigger_id=T1&response_url=https%3A%2F%2Fx", "a\nb")
+	f.Add("text=%3C%40U1%3E&user_id=", "```\n<script>&amp;\n```")
+	f.Add("%zz=1&text", strings.Repeat("日本語 ", 3000))
+	f.Fuzz(func(t *testing.T, body, output string) {
+		r := httptest.NewRequest(http.MethodPost, "/slack/commands", strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		if cmd, err := slack.SlashCommandParse(r); err == nil {
+			_ = strings.Fields(cmd.Text)
+		}
+		got := formatCommandOutput(output)
+		require.LessOrEqual(t, utf8.RuneCountInString(got), maxCommandText+200)
+		require.False(t, strings.ContainsAny(got, "<>"), "markup reaches Slack: %q", got)
+		if inner, ok := strings.CutPrefix(got, "```\n"); ok && strings.Contains(got, "\n") {
+			inner, ok = strings.CutSuffix(inner, "\n```")
+			require.True(t, ok, "a fenced reply ends with its fence")
+			require.NotContains(t, inner, "```", "the output cannot close the fence early")
+		}
 	})
 }

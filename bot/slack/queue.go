@@ -3,6 +3,8 @@ package slack
 import (
 	"context"
 	"sync"
+
+	"github.com/threadbox/threadbox/bot"
 )
 
 // tasks tracks the adapter's own background work (slash commands that outlive their budget, notices
@@ -43,13 +45,4 @@ func (q *tasks) close() {
 }
 
 // wait blocks until no work runs, or ctx ends.
-func (q *tasks) wait(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() { q.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func (q *tasks) wait(ctx context.Context) error { return bot.WaitGroupContext(ctx, &q.wg) }

@@ -60,7 +60,7 @@ func (s *Server) adminSessions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	case err != nil:
-		writeErr(w, err)
+		s.writeErr(w, err)
 		return
 	}
 	out := struct {
@@ -96,7 +96,7 @@ func (s *Server) adminCommand(w http.ResponseWriter, r *http.Request) {
 	}
 	var req adminJSON
 	if err := decodeJSON(w, r, 64<<10, &req, true); err != nil {
-		writeErr(w, err)
+		s.writeErr(w, err)
 		return
 	}
 	argv := []string{cmd}

@@ -81,7 +81,7 @@ type createJSON struct {
 func (s *Server) createConversation(w http.ResponseWriter, r *http.Request) {
 	var req createJSON
 	if err := decodeJSON(w, r, 64<<10, &req, true); err != nil {
-		writeErr(w, err)
+		s.writeErr(w, err)
 		return
 	}
 	id := randomID(12)
@@ -129,7 +129,7 @@ func ptrTime(t *time.Time) time.Time {
 func (s *Server) listConversations(w http.ResponseWriter, r *http.Request) {
 	sessions, err := s.dir.PlatformSessions(r.Context(), "web", maxListed)
 	if err != nil {
-		writeErr(w, err)
+		s.writeErr(w, err)
 		return
 	}
 	bySession := map[string]*bot.SessionView{}
@@ -192,14 +192,14 @@ func (s *Server) getConversation(w http.ResponseWriter, r *http.Request) {
 	var sess *bot.SessionView
 	switch got, found, err := s.dir.Session(r.Context(), key); {
 	case err != nil:
-		writeErr(w, err)
+		s.writeErr(w, err)
 		return
 	case found:
 		sess = &got
 	}
 	turns, err := s.dir.History(r.Context(), key, historyTurns, historyChars)
 	if err != nil {
-		writeErr(w, err)
+		s.writeErr(w, err)
 		return
 	}
 	c := s.lookup(id, false)

@@ -197,7 +197,7 @@ func (s *Server) parseCursor(c string) (int64, bool) {
 func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) {
 	c, err := s.conversationFor(r)
 	if err != nil {
-		writeErr(w, err)
+		s.writeErr(w, err)
 		return
 	}
 	from := r.Header.Get("Last-Event-ID")

@@ -41,14 +41,16 @@ func errorf(status int, format string, args ...any) error {
 	return &httpError{status: status, msg: fmt.Sprintf(format, args...)}
 }
 
-// writeErr answers err: its own status for an *httpError, else 500.
-func writeErr(w http.ResponseWriter, err error) {
+// writeErr answers err: an *httpError with its own status and words; anything else with the bot's
+// text for it and its ref (bot.Explain logs the full error under the ref), never the error's text.
+func (s *Server) writeErr(w http.ResponseWriter, err error) {
 	var he *httpError
 	if errors.As(err, &he) {
 		writeError(w, he.status, he.msg)
 		return
 	}
-	writeError(w, http.StatusInternalServerError, err.Error())
+	p := bot.Explain(s.log, "API request failed", err)
+	writeError(w, p.HTTPStatus(), p.String())
 }
 
 // decodeJSON reads one JSON object of at most limit bytes into v. An empty body leaves v as it is

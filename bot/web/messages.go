@@ -30,7 +30,7 @@ type acceptedJSON struct {
 func (s *Server) postMessage(w http.ResponseWriter, r *http.Request) {
 	c, err := s.conversationFor(r)
 	if err != nil {
-		writeErr(w, err)
+		s.writeErr(w, err)
 		return
 	}
 	var (
@@ -49,7 +49,7 @@ func (s *Server) postMessage(w http.ResponseWriter, r *http.Request) {
 		err = s.checkText(text, len(files))
 	}
 	if err != nil {
-		writeErr(w, err)
+		s.writeErr(w, err)
 		return
 	}
 	id := identityFrom(r.Context())
@@ -65,7 +65,7 @@ func (s *Server) postMessage(w http.ResponseWriter, r *http.Request) {
 	// Published before it is queued, so the message is on every open page before any reply to it.
 	ev = c.publish(ev)
 	if err := s.enqueue(r.Context(), c, msg); err != nil {
-		writeErr(w, err)
+		s.writeErr(w, err)
 		return
 	}
 	writeJSON(w, http.StatusAccepted, acceptedJSON{EventID: msg.EventID, Cursor: s.cursor(ev.Seq)})

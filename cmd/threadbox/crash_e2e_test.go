@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,7 +17,6 @@ import (
 
 	"github.com/threadbox/threadbox/bot/slack/slackfake"
 	"github.com/threadbox/threadbox/db/dbtest"
-	"github.com/threadbox/threadbox/sandbox"
 	"github.com/threadbox/threadbox/sandbox/docker"
 	"github.com/threadbox/threadbox/sandbox/docker/dockertest"
 )
@@ -37,7 +38,10 @@ func buildBinary(t *testing.T) string {
 type crashRig struct {
 	fake *slackfake.Server
 	env  []string
+	dep  string
 }
+
+func (c *crashRig) deployment() string { return c.dep }
 
 func newCrashRig(t *testing.T, dbURL string) *crashRig {
 	t.Helper()
@@ -45,12 +49,7 @@ func newCrashRig(t *testing.T, dbURL string) *crashRig {
 	fake := slackfake.New(slackfake.Options{})
 	t.Cleanup(fake.Close)
 	dep := fmt.Sprintf("crash-e2e-%d", time.Now().UnixNano())
-	t.Cleanup(func() {
-		list, _ := prov.List(context.Background(), map[string]string{sandbox.LabelDeployment: dep})
-		for _, i := range list {
-			_ = prov.Destroy(context.Background(), i.Handle)
-		}
-	})
+	destroyDeployment(t, prov, dep)
 	opts := fake.Options()
 	env := append(os.Environ(),
 		"THREADBOX_DATABASE_URL="+dbURL,
@@ -65,7 +64,7 @@ func newCrashRig(t *testing.T, dbURL string) *crashRig {
 		"THREADBOX_LIFECYCLE_LOOP_INTERVAL=1s",
 		"THREADBOX_RUNTIME_NAME=shell",
 	)
-	return &crashRig{fake: fake, env: env}
+	return &crashRig{fake: fake, env: env, dep: dep}
 }
 
 func (c *crashRig) deliver(t *testing.T, s *server, ev slackfake.Event) {
@@ -84,10 +83,14 @@ func (c *crashRig) waitThread(t *testing.T, root slackfake.Event, what string, w
 	require.NoError(t, err, "%s; the thread has:\n%s", what, c.thread(root))
 }
 
+// thread is the bot's replies in root's thread (the users' own messages left out, since they quote
+// the words the tests look for).
 func (c *crashRig) thread(root slackfake.Event) string {
 	var b strings.Builder
 	for _, m := range c.fake.Replies(root.Channel, root.TS) {
-		b.WriteString(m.Text + "\n")
+		if m.BotID != "" {
+			b.WriteString(m.Text + "\n")
+		}
 	}
 	return b.String()
 }
@@ -172,4 +175,54 @@ func TestSIGKILLReplicaTakeover(t *testing.T) {
 	rig.waitThread(t, root, "retry on B", "answer-three", "finished-one")
 	require.NoError(t, b.cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, <-b.done)
+}
+
+// TestHostileAnswersThroughTheBinary: the real binary answers a 10 MB answer and the fence line that
+// once made the splitter loop for ever, stays within a bounded memory, and answers the next message.
+func TestHostileAnswersThroughTheBinary(t *testing.T) {
+	requireServices(t)
+	bin := buildBinary(t)
+	rig := newCrashRig(t, "sqlite:"+filepath.Join(t.TempDir(), "tb.db"))
+	s := startServer(t, bin, rig.env)
+
+	fence := rig.fake.Mention("C1", "U1", `printf '`+"```"+`%s\n%s\n' "$(head -c 3492 /dev/zero | tr '\0' a)" x; echo fence-done`)
+	rig.deliver(t, s, fence)
+	rig.waitThread(t, fence, "the hostile fence line is answered", "fence-done")
+
+	big := rig.fake.Mention("C1", "U1", `head -c 10000000 /dev/zero | tr '\0' b; echo; echo big-done`)
+	rig.deliver(t, s, big)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	require.NoError(t, rig.fake.Wait(ctx, func() bool {
+		return slices.Contains(rig.fake.Reactions("C1", big.TS), "white_check_mark")
+	}), "the 10 MB answer is delivered")
+	for _, m := range rig.fake.Replies("C1", big.TS) {
+		require.LessOrEqual(t, len([]rune(m.Text)), 3500, "every message within Slack's limit")
+	}
+
+	next := rig.fake.Mention("C1", "U1", "echo still-here")
+	rig.deliver(t, s, next)
+	rig.waitThread(t, next, "the next message is answered", "still-here")
+
+	peak := peakRSS(t, s.cmd.Process.Pid)
+	t.Logf("peak resident memory of serve after a 10 MB answer: %d MiB", peak>>20)
+	require.Less(t, peak, int64(1<<30), "memory stays bounded (the splitter once grew to 24 GB)")
+	require.NoError(t, s.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, <-s.done)
+}
+
+// peakRSS reads a process's peak resident set size (VmHWM) from /proc.
+func peakRSS(t *testing.T, pid int) int64 {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	require.NoError(t, err)
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			require.NoError(t, err)
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmHWM in /proc status")
+	return 0
 }

@@ -115,12 +115,7 @@ func (e *events) until(t *testing.T, typ, text string) string {
 func TestSIGTERMDuringTurnKeepsTheSandbox(t *testing.T) {
 	prov := dockertest.New(t, docker.Options{})
 	dep := fmt.Sprintf("e2e-%d", time.Now().UnixNano())
-	t.Cleanup(func() {
-		list, _ := prov.List(context.Background(), map[string]string{sandbox.LabelDeployment: dep})
-		for _, i := range list {
-			_ = prov.Destroy(context.Background(), i.Handle)
-		}
-	})
+	destroyDeployment(t, prov, dep)
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "threadbox")
 	build := exec.Command("go", "build", "-o", bin, ".")
@@ -177,4 +172,14 @@ func TestSIGTERMDuringTurnKeepsTheSandbox(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, sess.SandboxID, after.SandboxID)
 	require.Equal(t, int64(1), after.Generation)
+}
+
+// destroyDeployment destroys, when the test ends, every sandbox of deployment dep.
+func destroyDeployment(t *testing.T, prov sandbox.Provider, dep string) {
+	t.Cleanup(func() {
+		list, _ := prov.List(context.Background(), map[string]string{sandbox.LabelDeployment: dep})
+		for _, i := range list {
+			_ = prov.Destroy(context.Background(), i.Handle)
+		}
+	})
 }

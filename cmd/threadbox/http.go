@@ -53,7 +53,7 @@ type (
 
 // readyHandler is GET /readyz. It is unauthenticated (load balancers call it), so it says only which
 // dependency is down: the database's own error can name hosts, users and paths, and goes to the log.
-func readyHandler(store pinger, pool drainer, log *zap.Logger) http.Handler {
+func readyHandler(store pinger, pool drainer, provider func(context.Context) string, log *zap.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		pctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
@@ -67,6 +67,12 @@ func readyHandler(store pinger, pool drainer, log *zap.Logger) http.Handler {
 			http.Error(w, "draining: not taking new turns", http.StatusServiceUnavailable)
 			return
 		}
-		_, _ = w.Write([]byte("ready\n"))
+		status := "ready\n"
+		if provider != nil {
+			// The provider is reported, not required: an outage delays turns (they wait for it), and
+			// taking every replica out of rotation would refuse the messages it only delays.
+			status += provider(pctx) + "\n"
+		}
+		_, _ = w.Write([]byte(status))
 	})
 }

@@ -41,7 +41,7 @@ func TestReadyzHidesTheDatabaseError(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			core, logs := observer.New(zap.DebugLevel)
-			h := readyHandler(fakePinger{tc.pingErr}, fakeDrainer(tc.draining), zap.New(core))
+			h := readyHandler(fakePinger{tc.pingErr}, fakeDrainer(tc.draining), nil, zap.New(core))
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
 			require.Equal(t, tc.status, rec.Code)

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/threadbox/threadbox/cmd/threadbox/config"
+	"github.com/threadbox/threadbox/sandbox"
 )
 
 // runServe starts the bot: HTTP (health, web chat, webhooks), the agent pool and the leader-only
@@ -40,14 +41,15 @@ func (m *Main) runServe(ctx context.Context) error {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	mux.Handle("GET /readyz", readyHandler(a.store, a.pool, log))
+	ready := readyHandler(a.store, a.pool, func(ctx context.Context) string { return providerStatus(ctx, a.prov, log) }, log)
+	mux.Handle("GET /readyz", ready)
 	// The public webhooks get their own listener when http.public_addr is set, so the web chat and
 	// the admin API can stay on loopback; the health checks answer on both.
 	hooks := mux
 	if m.Config.HTTP.PublicAddr != "" {
 		hooks = http.NewServeMux()
 		hooks.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-		hooks.Handle("GET /readyz", readyHandler(a.store, a.pool, log))
+		hooks.Handle("GET /readyz", ready)
 	}
 	ln, err := net.Listen("tcp", m.Config.HTTP.Addr)
 	if err != nil {
@@ -129,6 +131,12 @@ func (m *Main) runServe(ctx context.Context) error {
 	closeChat()
 	// 2. Drain or cancel turns. 3. Stop the loops. The store closes with Main.Close.
 	a.shutdown(log, grace)
+	// Command replies (status, reset, …) still being posted get a moment to finish.
+	wctx, wcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if werr := a.handler.Wait(wctx); werr != nil {
+		log.Warn("command replies still in flight at exit", zap.Error(werr))
+	}
+	wcancel()
 	stopLoops()
 	loops.Wait()
 	return err
@@ -145,4 +153,20 @@ func browsable(a net.Addr) string {
 		host = "127.0.0.1"
 	}
 	return net.JoinHostPort(host, port)
+}
+
+// providerStatus is /readyz's line about the sandbox provider. An outage does not fail readiness:
+// turns wait for the provider (lifecycle.provider_wait), and a replica taken out of rotation could not
+// even accept them. The line says so for operators; the error itself goes to the log, not to
+// unauthenticated callers.
+func providerStatus(ctx context.Context, prov sandbox.Provider, log *zap.Logger) string {
+	pg, ok := prov.(sandbox.Pinger)
+	if !ok {
+		return "provider " + prov.Name() + ": ok"
+	}
+	if err := pg.Ping(ctx); err != nil {
+		log.Warn("readyz: sandbox provider does not answer", zap.String("provider", prov.Name()), zap.Error(err))
+		return "provider " + prov.Name() + ": unavailable (turns wait for it)"
+	}
+	return "provider " + prov.Name() + ": ok"
 }

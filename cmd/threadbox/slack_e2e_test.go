@@ -13,7 +13,6 @@ import (
 
 	"github.com/threadbox/threadbox/bot/slack/slackfake"
 	"github.com/threadbox/threadbox/db/dbtest"
-	"github.com/threadbox/threadbox/sandbox"
 	"github.com/threadbox/threadbox/sandbox/docker"
 	"github.com/threadbox/threadbox/sandbox/docker/dockertest"
 )
@@ -26,12 +25,7 @@ func TestServeAnswersASlackMention(t *testing.T) {
 	fake := slackfake.New(slackfake.Options{})
 	t.Cleanup(fake.Close)
 	dep := fmt.Sprintf("slack-e2e-%d", time.Now().UnixNano())
-	t.Cleanup(func() {
-		list, _ := prov.List(context.Background(), map[string]string{sandbox.LabelDeployment: dep})
-		for _, i := range list {
-			_ = prov.Destroy(context.Background(), i.Handle)
-		}
-	})
+	destroyDeployment(t, prov, dep)
 	opts := fake.Options()
 	env := []string{
 		"THREADBOX_DATABASE_URL=" + pg,

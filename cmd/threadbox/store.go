@@ -11,7 +11,7 @@ import (
 
 // openStore opens the configured database and registers it for Close.
 func (m *Main) openStore(ctx context.Context) (db.Store, error) {
-	st, err := db.Open(ctx, m.Config.Database.URL)
+	st, err := db.Open(ctx, m.Config.Database.URL, db.WithLockConns(lockConns(m.Config.Config)))
 	if err != nil {
 		return nil, err
 	}
@@ -49,4 +49,17 @@ func (m *Main) checkDatabase(ctx context.Context) (string, *problem) {
 			fix: "set runtime.secret (THREADBOX_RUNTIME_SECRET) to one value shared by every replica, e.g. `openssl rand -hex 32`"}
 	}
 	return "reachable (" + config.RedactURL(url) + ")", nil
+}
+
+// lockConns sizes a replica's pool of PostgreSQL lock connections: one per running turn (at most
+// sandbox.max_active run at once), plus room for the leader, the instance lock, the loops and admin
+// actions, which also lock threads. With no cap on sandboxes it keeps the store's default.
+func lockConns(c config.Config) int {
+	switch {
+	case c.Database.LockConns > 0:
+		return c.Database.LockConns
+	case c.Sandbox.MaxActive > 0:
+		return c.Sandbox.MaxActive + 16
+	}
+	return 0
 }

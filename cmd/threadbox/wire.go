@@ -77,7 +77,8 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 	a.pool, err = agentpool.New(agentpool.Config{
 		Deployment: cfg.Deployment, Image: cfg.Sandbox.Image, Resources: cfg.Sandbox.Resources,
 		Network: network, ReadOnlyRoot: readOnly, Env: env, BlockedEnv: cfg.Sandbox.Env.Blocked,
-		StuckAfter: cfg.Lifecycle.StuckAfter, MaxQueued: cfg.Lifecycle.MaxQueued,
+		StuckAfter: cfg.Lifecycle.StuckAfter, MaxQueued: cfg.Lifecycle.MaxQueued, MaxActive: cfg.Sandbox.MaxActive,
+		MaxResumeFailures: cfg.Lifecycle.MaxResumeFailures, ProviderWait: cfg.Lifecycle.ProviderWait,
 		// disk_mb on the work directory, and memory kills named as such: no provider here caps volumes.
 		EnforceLimits: true,
 		SystemPrompt:  prompts.System(prompts.SystemData{WorkDir: sandbox.DefaultWorkDir}),
@@ -91,7 +92,8 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 	a.maint, err = agentpool.NewMaintainer(agentpool.MaintainerConfig{
 		IdleTimeout: cfg.Lifecycle.IdleTimeout, PausedTTL: cfg.Lifecycle.PausedTTL,
 		ReapGrace: cfg.Lifecycle.ReapGrace, StuckAfter: cfg.Lifecycle.StuckAfter,
-		Interval: cfg.Lifecycle.LoopInterval,
+		Interval:       cfg.Lifecycle.LoopInterval,
+		ReconcileGrace: cfg.Lifecycle.ReconcileGrace,
 	}, agentpool.MaintainerDeps{
 		Store: st, Provider: a.prov, Deployment: cfg.Deployment, Logger: m.Logger,
 		OnStuck: func(_ context.Context, t db.Turn) { a.pool.CancelTurn(t.ThreadKey, t.ID, agentpool.ErrStuck) },

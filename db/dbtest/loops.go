@@ -142,3 +142,54 @@ func testSessionsByStatus(t *testing.T, newStore NewStore) {
 	_, err = s.SessionsByStatus(ctx, "nope", "", 0)
 	require.ErrorIs(t, err, db.ErrInvalid)
 }
+
+// testSessionsUnsettled: the reconcile loop's query returns sessions in a transient status or in error
+// whose row has not changed since before the cutoff, oldest change first, and nothing stable.
+func testSessionsUnsettled(t *testing.T, newStore NewStore) {
+	clock := NewClock(start)
+	s := newStore(t, db.WithClock(clock.Now))
+	ctx := testCtx(t)
+	unsettled := []db.SessionStatus{db.SessionError, db.SessionCreating, db.SessionDestroying, db.SessionResuming, db.SessionPausing}
+	for i, st := range unsettled {
+		createAt(t, s, clock, fmt.Sprintf("%d-%s", i, st), st, start.Add(time.Duration(i)*time.Minute))
+	}
+	for _, st := range []db.SessionStatus{db.SessionActive, db.SessionPaused, db.SessionDestroyed} {
+		createAt(t, s, clock, "stable-"+string(st), st, start.Add(-time.Hour))
+	}
+	createAt(t, s, clock, "young-error", db.SessionError, start.Add(time.Hour))
+
+	tests := []struct {
+		name   string
+		cutoff time.Time
+		limit  int
+		want   []string
+	}{
+		{"all old ones, oldest first", start.Add(30 * time.Minute), 0,
+			[]string{"0-error", "1-creating", "2-destroying", "3-resuming", "4-pausing"}},
+		{"limit", start.Add(30 * time.Minute), 2, []string{"0-error", "1-creating"}},
+		{"strictly before the cutoff", start.Add(2 * time.Minute), 10, []string{"0-error", "1-creating"}},
+		{"nothing that old", start, 10, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := s.SessionsUnsettled(ctx, tc.cutoff, tc.limit)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, nilIfEmpty(keys(got)))
+		})
+	}
+
+	// A change to the row (here: a patch) makes it young again.
+	clock.Set(start.Add(2 * time.Hour))
+	_, err := s.SessionUpdate(ctx, "0-error", db.SessionPatch{LastError: ptr("again")})
+	require.NoError(t, err)
+	got, err := s.SessionsUnsettled(ctx, start.Add(30*time.Minute), 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{"1-creating", "2-destroying", "3-resuming", "4-pausing"}, keys(got))
+}
+
+func nilIfEmpty(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
+}

@@ -142,3 +142,19 @@ func (c *Clock) Set(t time.Time) time.Time {
 	c.now = t
 	return prev
 }
+
+// TerminateThreadLock kills (pg_terminate_backend) the PostgreSQL backend holding threadKey's lock
+// on s, as a crash or a network cut would, and returns how many it killed.
+func TerminateThreadLock(t testing.TB, s db.Store, threadKey string) int {
+	t.Helper()
+	args, ok := db.ThreadLockArgs(s, threadKey)
+	require.True(t, ok, "a PostgreSQL store")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, PostgresURL(t))
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	var n int
+	require.NoError(t, conn.QueryRow(ctx, "SELECT count(pg_terminate_backend(pid)) FROM ("+db.ThreadLockHolders+") h", args...).Scan(&n))
+	return n
+}

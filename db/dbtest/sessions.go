@@ -2,6 +2,7 @@ package dbtest
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -332,4 +333,53 @@ func testSessionTouch(t *testing.T, newStore NewStore) {
 	require.Equal(t, utcMicro(later), got.LastActivityAt)
 
 	require.ErrorIs(t, s.SessionTouch(ctx, "missing"), db.ErrNotFound)
+}
+
+// testSessionTransitionFenced: a transition fenced to a generation applies only at that generation, so a
+// writer holding an old generation cannot change a newer sandbox's session.
+func testSessionTransitionFenced(t *testing.T, newStore NewStore) {
+	tests := []struct {
+		name     string
+		fence    int64
+		bump     bool
+		wantErr  error
+		wantGen  int64
+		wantStat db.SessionStatus
+	}{
+		{name: "current generation applies", fence: 2, wantGen: 2, wantStat: db.SessionPausing},
+		{name: "current generation with a bump applies", fence: 2, bump: true, wantGen: 3, wantStat: db.SessionPausing},
+		{name: "older generation is a conflict", fence: 1, wantErr: db.ErrConflict, wantGen: 2, wantStat: db.SessionActive},
+		{name: "newer generation is a conflict", fence: 3, wantErr: db.ErrConflict, wantGen: 2, wantStat: db.SessionActive},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := NewClock(start)
+			s := newStore(t, db.WithClock(clock.Now))
+			ctx := testCtx(t)
+			createAt(t, s, clock, "k", db.SessionActive, start)
+			_, err := s.SessionUpdate(ctx, "k", db.SessionPatch{Generation: ptr(int64(2))})
+			require.NoError(t, err)
+
+			// Several from-statuses: SQLite expands them into parameters, which must not shift the fence's.
+			_, err = s.SessionTransition(ctx, "k", db.Transition{
+				From: []db.SessionStatus{db.SessionError, db.SessionActive, db.SessionPaused}, To: db.SessionPausing,
+				IfGeneration: ptr(tc.fence), BumpGeneration: tc.bump,
+			})
+			if tc.wantErr != nil {
+				require.ErrorIs(t, err, tc.wantErr)
+				var te *db.TransitionError
+				require.ErrorAs(t, err, &te)
+				require.Equal(t, tc.fence, te.Generation)
+				require.Equal(t, int64(2), te.ActualGeneration)
+				require.Equal(t, "active", te.Actual)
+				require.ErrorContains(t, err, fmt.Sprintf("at generation %d (now 2)", tc.fence))
+			} else {
+				require.NoError(t, err)
+			}
+			got, err := s.SessionGet(ctx, "k")
+			require.NoError(t, err)
+			require.Equal(t, tc.wantGen, got.Generation)
+			require.Equal(t, tc.wantStat, got.Status)
+		})
+	}
 }

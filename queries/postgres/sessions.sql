@@ -37,6 +37,7 @@ UPDATE sessions SET
     last_activity_at  = CASE WHEN @to_status::text = 'active' THEN @now::timestamptz ELSE last_activity_at END,
     updated_at        = @now::timestamptz
 WHERE thread_key = @thread_key AND status = ANY(@from_statuses::text[])
+  AND (NOT @check_generation::boolean OR generation = @if_generation::bigint)
 RETURNING *;
 
 -- name: SessionUpdate :one
@@ -84,3 +85,10 @@ LIMIT @max_rows;
 SELECT * FROM sessions
 WHERE sandbox_id = ANY(@sandbox_ids::text[])
 ORDER BY thread_key;
+
+-- SessionListUnsettled spells its statuses as literals to match sessions_unsettled_idx.
+-- name: SessionListUnsettled :many
+SELECT * FROM sessions
+WHERE status IN ('creating', 'resuming', 'pausing', 'destroying', 'error') AND updated_at < @cutoff::timestamptz
+ORDER BY updated_at
+LIMIT @max_rows;

@@ -35,7 +35,11 @@ UPDATE sessions SET
     destroyed_at      = CASE WHEN @to_status = 'destroyed' THEN @now ELSE destroyed_at END,
     last_activity_at  = CASE WHEN @to_status = 'active' THEN @now ELSE last_activity_at END,
     updated_at        = @now
-WHERE thread_key = @thread_key AND status IN (sqlc.slice('from_statuses'))
+-- The generation fence comes before the slice: sqlc numbers parameters (?N), and a bare ? expanded
+-- from the slice would shift every number after it.
+WHERE thread_key = @thread_key
+  AND (CAST(@check_generation AS INTEGER) = 0 OR generation = CAST(@if_generation AS INTEGER))
+  AND status IN (sqlc.slice('from_statuses'))
 RETURNING *;
 
 -- name: SessionUpdate :one
@@ -83,3 +87,10 @@ LIMIT @max_rows;
 SELECT * FROM sessions
 WHERE sandbox_id IN (sqlc.slice('sandbox_ids'))
 ORDER BY thread_key;
+
+-- SessionListUnsettled spells its statuses as literals to match sessions_unsettled_idx.
+-- name: SessionListUnsettled :many
+SELECT * FROM sessions
+WHERE status IN ('creating', 'resuming', 'pausing', 'destroying', 'error') AND updated_at < @cutoff
+ORDER BY updated_at
+LIMIT @max_rows;

@@ -19,7 +19,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
+	"syscall"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -99,6 +102,14 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 	return p, nil
 }
 
+var _ sandbox.Pinger = (*Provider)(nil)
+
+// Ping implements sandbox.Pinger: the daemon answers /_ping.
+func (p *Provider) Ping(ctx context.Context) error {
+	_, err := p.cli.Ping(ctx)
+	return wrapErr("ping", err)
+}
+
 // Close releases the client's connections. Sandboxes are left as they are.
 func (p *Provider) Close() error { return p.cli.Close() }
 
@@ -176,9 +187,17 @@ func wrapErr(op string, err error) error {
 		sentinel = context.Canceled
 	case errors.Is(err, context.DeadlineExceeded):
 		sentinel = context.DeadlineExceeded
+	case client.IsErrConnectionFailed(err) && neverSent(err):
+		// The client could not connect, so the request was never sent: the daemon is down or
+		// restarting, and whatever we asked surely did not happen.
+		return fmt.Errorf("docker %s: %w: %w: %s", op, sandbox.ErrUnavailable, sandbox.ErrNoEffect, err)
 	case client.IsErrConnectionFailed(err):
-		// The client could not connect, so the request was never sent.
-		sentinel = sandbox.ErrNoEffect
+		// The client names every failed round trip a connection failure, also a connection cut
+		// after the request went out: the daemon may have acted.
+		sentinel = sandbox.ErrUnavailable
+	case isDaemonGone(err):
+		// The daemon went away mid-request (a restart): it may have acted, so no ErrNoEffect.
+		sentinel = sandbox.ErrUnavailable
 	case cerrdefs.IsNotFound(err):
 		sentinel = sandbox.ErrNotFound
 	case cerrdefs.IsConflict(err) && isNotRunningMsg(err.Error()):
@@ -189,6 +208,23 @@ func wrapErr(op string, err error) error {
 		return fmt.Errorf("docker %s: %s", op, err)
 	}
 	return fmt.Errorf("docker %s: %w: %s", op, sentinel, err)
+}
+
+// neverSent reports whether a failed round trip failed while dialing, before any byte of the request
+// was written. The client reports refused and missing sockets with its own message and no cause.
+func neverSent(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) {
+		return op.Op == "dial"
+	}
+	return strings.Contains(err.Error(), "Cannot connect to the Docker daemon")
+}
+
+// isDaemonGone reports a connection to the daemon that broke or was refused mid-request, or a daemon
+// that says it is unavailable: a daemon restart, not an answer about the sandbox.
+func isDaemonGone(err error) bool {
+	return cerrdefs.IsUnavailable(err) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
 }
 
 func isNotRunningMsg(msg string) bool {

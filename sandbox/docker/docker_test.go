@@ -244,3 +244,34 @@ func TestErrors(t *testing.T) {
 	_, err = p.Stats(t.Context(), h)
 	require.ErrorIs(t, err, sandbox.ErrNotFound)
 }
+
+// TestVolumeReaper: after docker rm -f (no -v), the sandbox's work volume is listed as unused and can
+// be removed; a volume still mounted (even by a stopped container) is listed as in use and refused.
+func TestVolumeReaper(t *testing.T) {
+	p := dockertest.New(t, docker.Options{})
+	raw := rawClient(t)
+	spec := testSpec(t)
+	labels := map[string]string{sandbox.LabelDeployment: spec.Labels.Deployment}
+	gone := create(t, p, spec)
+	kept := create(t, p, spec)
+	require.NoError(t, p.Stop(t.Context(), kept))
+	require.NoError(t, raw.ContainerRemove(t.Context(), gone.ID, container.RemoveOptions{Force: true}))
+
+	vols, err := p.ListVolumes(t.Context(), labels)
+	require.NoError(t, err)
+	inUse := map[string]bool{}
+	for _, v := range vols {
+		inUse[v.Name] = v.InUse
+		require.Equal(t, spec.Labels.Deployment, v.Labels[sandbox.LabelDeployment])
+		require.False(t, v.CreatedAt.IsZero(), "the age is reported")
+	}
+	require.Equal(t, map[string]bool{volumeOf(t, gone): false, volumeOf(t, kept): true}, inUse)
+
+	require.ErrorIs(t, p.RemoveVolume(t.Context(), volumeOf(t, kept)), docker.ErrVolumeInUse)
+	require.NoError(t, p.RemoveVolume(t.Context(), volumeOf(t, gone)))
+	require.NoError(t, p.RemoveVolume(t.Context(), volumeOf(t, gone)), "a missing volume is success")
+	vols, err = p.ListVolumes(t.Context(), labels)
+	require.NoError(t, err)
+	require.Len(t, vols, 1)
+	require.Equal(t, volumeOf(t, kept), vols[0].Name)
+}

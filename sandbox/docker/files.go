@@ -172,6 +172,9 @@ func (p *Provider) ListFiles(ctx context.Context, h sandbox.Handle, dir string) 
 		if !ok || rel == "" {
 			continue
 		}
+		if len(out) == sandbox.MaxListEntries {
+			return nil, fmt.Errorf("list %s: more than %d entries: %w", abs, sandbox.MaxListEntries, sandbox.ErrTooLarge)
+		}
 		fi := sandbox.FileInfo{Path: rel, Mode: hdr.FileInfo().Mode(), ModTime: hdr.ModTime.UTC()}
 		if hdr.Typeflag == tar.TypeReg {
 			fi.Size = hdr.Size

@@ -8,7 +8,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -32,28 +35,66 @@ func TestWrapErr(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		err  error
-		want error
+		want []error
 	}{
-		{"daemon unreachable", connErr, sandbox.ErrNoEffect},
-		{"not found", fmt.Errorf("No such container: x: %w", cerrdefs.ErrNotFound), sandbox.ErrNotFound},
-		{"not running", fmt.Errorf("Container x is not running: %w", cerrdefs.ErrConflict), sandbox.ErrNotRunning},
-		{"paused", fmt.Errorf("Container x is paused, unpause the container before exec: %w", cerrdefs.ErrConflict), sandbox.ErrNotRunning},
-		{"invalid", fmt.Errorf("bad: %w", cerrdefs.ErrInvalidArgument), sandbox.ErrInvalidSpec},
-		{"canceled", fmt.Errorf("request: %w", context.Canceled), context.Canceled},
-		{"deadline", fmt.Errorf("request: %w", context.DeadlineExceeded), context.DeadlineExceeded},
+		{"daemon unreachable", connErr, []error{sandbox.ErrUnavailable, sandbox.ErrNoEffect}},
+		{"connection reset mid-request", fmt.Errorf("read: %w", syscall.ECONNRESET), []error{sandbox.ErrUnavailable}},
+		{"connection refused", fmt.Errorf("dial: %w", syscall.ECONNREFUSED), []error{sandbox.ErrUnavailable}},
+		{"daemon says unavailable", fmt.Errorf("shutting down: %w", cerrdefs.ErrUnavailable), []error{sandbox.ErrUnavailable}},
+		{"stream cut", fmt.Errorf("read body: %w", io.ErrUnexpectedEOF), []error{sandbox.ErrUnavailable}},
+		{"not found", fmt.Errorf("No such container: x: %w", cerrdefs.ErrNotFound), []error{sandbox.ErrNotFound}},
+		{"not running", fmt.Errorf("Container x is not running: %w", cerrdefs.ErrConflict), []error{sandbox.ErrNotRunning}},
+		{"paused", fmt.Errorf("Container x is paused, unpause the container before exec: %w", cerrdefs.ErrConflict), []error{sandbox.ErrNotRunning}},
+		{"invalid", fmt.Errorf("bad: %w", cerrdefs.ErrInvalidArgument), []error{sandbox.ErrInvalidSpec}},
+		{"canceled", fmt.Errorf("request: %w", context.Canceled), []error{context.Canceled}},
+		{"deadline", fmt.Errorf("request: %w", context.DeadlineExceeded), []error{context.DeadlineExceeded}},
 		{"other conflict", fmt.Errorf("name in use: %w", cerrdefs.ErrConflict), nil},
 		{"other", errors.New("boom"), nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := wrapErr("op", tc.err)
 			require.ErrorContains(t, got, tc.err.Error(), "the daemon's message is kept")
-			for _, s := range []error{sandbox.ErrNoEffect, sandbox.ErrNotFound, sandbox.ErrNotRunning, sandbox.ErrInvalidSpec, context.Canceled} {
-				require.Equal(t, s == tc.want, errors.Is(got, s), "errors.Is(%v, %v)", got, s)
+			for _, s := range []error{sandbox.ErrUnavailable, sandbox.ErrNoEffect, sandbox.ErrNotFound, sandbox.ErrNotRunning,
+				sandbox.ErrInvalidSpec, context.Canceled, context.DeadlineExceeded} {
+				require.Equal(t, slices.Contains(tc.want, s), errors.Is(got, s), "errors.Is(%v, %v)", got, s)
 			}
 			require.False(t, cerrdefs.IsNotFound(got) || cerrdefs.IsConflict(got), "docker error types do not escape")
 		})
 	}
 	require.NoError(t, wrapErr("op", nil))
+}
+
+// A daemon that goes away after the request was sent (here: a socket that accepts and hangs up) is
+// unavailable, but may have acted: no ErrNoEffect, so a Create is not retried blindly.
+func TestWrapErrConnectionCutAfterSend(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "d.sock")
+	ln, err := net.Listen("unix", sock)
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Read(make([]byte, 512)) // the request arrived
+			_ = c.Close()
+		}
+	}()
+	cli, err := client.NewClientWithOpts(client.WithHost("unix://"+sock), client.WithVersion("1.45"))
+	require.NoError(t, err)
+	defer cli.Close()
+	_, cutErr := cli.ContainerInspect(t.Context(), "x")
+	require.Error(t, cutErr)
+	got := wrapErr("inspect x", cutErr)
+	require.ErrorIs(t, got, sandbox.ErrUnavailable)
+	require.NotErrorIs(t, got, sandbox.ErrNoEffect)
+
+	require.NoError(t, ln.Close())
+	_, refused := cli.ContainerInspect(t.Context(), "x")
+	got = wrapErr("inspect x", refused)
+	require.ErrorIs(t, got, sandbox.ErrUnavailable)
+	require.ErrorIs(t, got, sandbox.ErrNoEffect, "nothing listens: the request was never sent")
 }
 
 // With the daemon gone before the first request, Create surely did nothing: safe to retry.
@@ -64,6 +105,7 @@ func TestCreateDaemonUnreachable(t *testing.T) {
 	p := &Provider{cli: cli, log: zap.NewNop(), stopTimeout: time.Second, cpu: cpuSamples{last: map[string]cpuSample{}}}
 	_, err = p.Create(t.Context(), sandbox.Spec{Image: "img", Labels: sandbox.Labels{Deployment: "d", Thread: "t"}})
 	require.ErrorIs(t, err, sandbox.ErrNoEffect)
+	require.ErrorIs(t, err, sandbox.ErrUnavailable, "the daemon is down: the user is told to wait, not that the sandbox broke")
 	_, err = p.Create(t.Context(), sandbox.Spec{Image: "img", User: "root", Labels: sandbox.Labels{Deployment: "d", Thread: "t"}})
 	require.ErrorIs(t, err, sandbox.ErrInvalidSpec)
 	require.ErrorIs(t, err, sandbox.ErrNoEffect)

@@ -103,14 +103,7 @@ func (p *Provider) removeVolume(ctx context.Context, vol string) error {
 // List implements sandbox.Provider: containers in any state carrying all of labels. Resources and
 // User are left zero (the list endpoint does not report them; Inspect does).
 func (p *Provider) List(ctx context.Context, labels map[string]string) ([]sandbox.Info, error) {
-	args := filters.NewArgs()
-	for k, v := range labels {
-		args.Add("label", k+"="+v)
-	}
-	if p.deployment != "" {
-		args.Add("label", sandbox.LabelDeployment+"="+p.deployment)
-	}
-	cs, err := p.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: args})
+	cs, err := p.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: p.labelFilter(labels)})
 	if err != nil {
 		return nil, wrapErr("list", err)
 	}
@@ -132,6 +125,18 @@ func (p *Provider) List(ctx context.Context, labels map[string]string) ([]sandbo
 		})
 	}
 	return out, nil
+}
+
+// labelFilter selects objects carrying all of labels and, for a fenced provider, this deployment's.
+func (p *Provider) labelFilter(labels map[string]string) filters.Args {
+	args := filters.NewArgs()
+	for k, v := range labels {
+		args.Add("label", k+"="+v)
+	}
+	if p.deployment != "" {
+		args.Add("label", sandbox.LabelDeployment+"="+p.deployment)
+	}
+	return args
 }
 
 func infoFromInspect(c container.InspectResponse) sandbox.Info {

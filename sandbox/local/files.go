@@ -82,7 +82,10 @@ func (p *Provider) ReadFile(ctx context.Context, h sandbox.Handle, name string, 
 	if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("local read %s: %s: %w", name, fi.Mode().Type(), sandbox.ErrNotRegular)
 	}
-	if max > 0 && fi.Size() > max {
+	if max <= 0 {
+		max = sandbox.DefaultMaxOutput
+	}
+	if fi.Size() > max {
 		return nil, fmt.Errorf("local read %s (%d bytes > %d): %w", name, fi.Size(), max, sandbox.ErrFileTooLarge)
 	}
 	f, err := r.Open(rel)
@@ -90,16 +93,12 @@ func (p *Provider) ReadFile(ctx context.Context, h sandbox.Handle, name string, 
 		return nil, fmt.Errorf("local read %s: %w", name, err)
 	}
 	defer f.Close()
-	var src io.Reader = f
-	if max > 0 {
-		// The file may grow between Lstat and read: bound the read too.
-		src = io.LimitReader(f, max+1)
-	}
-	data, err := io.ReadAll(src)
+	// The file may grow between Lstat and read: bound the read too.
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
 	if err != nil {
 		return nil, fmt.Errorf("local read %s: %w", name, err)
 	}
-	if max > 0 && int64(len(data)) > max {
+	if int64(len(data)) > max {
 		return nil, fmt.Errorf("local read %s: %w", name, sandbox.ErrFileTooLarge)
 	}
 	return data, nil
@@ -124,6 +123,9 @@ func (p *Provider) ListFiles(ctx context.Context, h sandbox.Handle, dir string) 
 		}
 		if p == rel {
 			return nil
+		}
+		if len(out) == sandbox.MaxListEntries {
+			return fmt.Errorf("more than %d entries: %w", sandbox.MaxListEntries, sandbox.ErrTooLarge)
 		}
 		fi, err := d.Info()
 		if err != nil {

@@ -99,6 +99,15 @@ func (p *Provider) StopOutOfBand(id string) {
 	}
 }
 
+// SetState sets a box's state behind the provider's back (a provider reporting it failed, say).
+func (p *Provider) SetState(id string, st sandbox.State) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if b := p.boxes[id]; b != nil {
+		b.State = st
+	}
+}
+
 // enter counts the call and pops an injected failure.
 func (p *Provider) enterLocked(method string) error {
 	p.calls[method]++
@@ -267,7 +276,10 @@ func (p *Provider) ReadFile(ctx context.Context, h sandbox.Handle, name string, 
 	if !ok {
 		return nil, fmt.Errorf("fake read %s: %w", name, fs.ErrNotExist) // the path, not the sandbox
 	}
-	if max > 0 && int64(len(data)) > max {
+	if max <= 0 {
+		max = sandbox.DefaultMaxOutput
+	}
+	if int64(len(data)) > max {
 		return nil, fmt.Errorf("fake read %s: %w", name, sandbox.ErrFileTooLarge)
 	}
 	return append([]byte(nil), data...), nil
@@ -285,6 +297,9 @@ func (p *Provider) ListFiles(ctx context.Context, h sandbox.Handle, dir string) 
 	var out []sandbox.FileInfo
 	for name, data := range b.Files {
 		if strings.HasPrefix(name, prefix) {
+			if len(out) == sandbox.MaxListEntries {
+				return nil, fmt.Errorf("fake list %s: more than %d entries: %w", dir, sandbox.MaxListEntries, sandbox.ErrTooLarge)
+			}
 			out = append(out, sandbox.FileInfo{Path: strings.TrimPrefix(name, prefix), Size: int64(len(data)), Mode: 0o644})
 		}
 	}

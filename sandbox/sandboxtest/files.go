@@ -128,6 +128,27 @@ func (s *suite) testFiles(t *testing.T) {
 			require.False(t, byPath[l].IsRegular(), l)
 		}
 	})
+	t.Run("Caps", func(t *testing.T) {
+		// Exactly MaxListEntries entries are listed; one more is refused, not buffered.
+		s.ok(t, h, fmt.Sprintf("mkdir many && cd many && seq 1 %d | xargs touch", sandbox.MaxListEntries-1))
+		list, err := s.p.ListFiles(ctx, h, "many")
+		require.NoError(t, err)
+		require.Len(t, list, sandbox.MaxListEntries-1)
+		s.ok(t, h, "mkdir many/sub")
+		list, err = s.p.ListFiles(ctx, h, "many")
+		require.NoError(t, err)
+		require.Len(t, list, sandbox.MaxListEntries, "directories count")
+		s.ok(t, h, "touch many/sub/one-more")
+		_, err = s.p.ListFiles(ctx, h, "many")
+		requireIs(t, err, sandbox.ErrTooLarge)
+
+		// No bound means DefaultMaxOutput, not the whole file (a sparse one here).
+		s.ok(t, h, fmt.Sprintf("dd if=/dev/zero of=huge bs=1 count=0 seek=%d 2>/dev/null", sandbox.DefaultMaxOutput+1))
+		_, err = s.p.ReadFile(ctx, h, "huge", 0)
+		requireIs(t, err, sandbox.ErrFileTooLarge)
+		requireIs(t, err, sandbox.ErrTooLarge, "a file too large is one case of too large")
+		s.ok(t, h, "rm -rf many huge")
+	})
 }
 
 // testDial: a TCP server started inside the sandbox (network none) is reached through the provider.

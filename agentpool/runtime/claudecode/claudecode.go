@@ -167,7 +167,10 @@ func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID stri
 		}
 		return runtime.Result{}, fmt.Errorf("claude-code: %w", sandboxDown(err))
 	}
-	result, texts, bad := parser.outcome()
+	result, lastText, bad, perr := parser.outcome()
+	if perr != nil {
+		return runtime.Result{}, perr
+	}
 	errText := strings.TrimSpace(stderr.String() + "\n" + strings.Join(bad, "\n"))
 	switch {
 	case res.TimedOut:
@@ -196,13 +199,13 @@ func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID stri
 		out.Duration = time.Since(start)
 	}
 	if out.IsError {
-		out.Answer = errorAnswer(result, texts, errText)
+		out.Answer = errorAnswer(result, lastText, errText)
 	}
 	return out, nil
 }
 
 // errorAnswer turns a failed turn into a message for the chat.
-func errorAnswer(r *resultLine, texts []string, errText string) string {
+func errorAnswer(r *resultLine, lastText string, errText string) string {
 	msg := strings.TrimSpace(r.Result)
 	switch {
 	case r.APIErrorStatus != 0 || strings.HasPrefix(msg, "API Error"):
@@ -210,8 +213,8 @@ func errorAnswer(r *resultLine, texts []string, errText string) string {
 		return "The model API returned an error: " + msg
 	case r.Subtype == "error_max_turns":
 		return "The agent stopped: it reached its limit of turns."
-	case msg == "" && len(texts) > 0:
-		msg = texts[len(texts)-1]
+	case msg == "" && lastText != "":
+		msg = lastText
 	case msg == "" && len(r.Errors) > 0:
 		msg = strings.Join(r.Errors, "; ")
 	case msg == "":

@@ -9,22 +9,31 @@ import (
 	"time"
 
 	"github.com/threadbox/threadbox/agentpool/runtime"
+	"github.com/threadbox/threadbox/sandbox"
 )
+
+// MaxLineBytes bounds one line of Claude Code's output. The result line carries the whole answer
+// (and an assistant line the same text), so this leaves room for a 10 MB answer, JSON escaping
+// included.
+const MaxLineBytes = 32 << 20
 
 // streamParser turns `claude -p --output-format stream-json --verbose` output, one JSON object per
 // line, into progress events and the turn's result. It is an io.Writer fed by the exec's stdout
 // copier, so lines may arrive split across writes.
 type streamParser struct {
-	emit func(runtime.Event)
-	now  func() time.Time
+	emit    func(runtime.Event)
+	now     func() time.Time
+	maxLine int
 
 	mu      sync.Mutex // protects the following (Write runs on the copier goroutine, result on the caller's)
 	partial []byte
 	result  *resultLine
-	// texts are the assistant's text blocks, the fallback answer when no result line came.
-	texts []string
-	// bad counts lines that were not JSON (claude prints some errors as plain text on stdout).
+	// lastText is the assistant's last text block, the fallback answer when no result line came.
+	lastText string
+	// bad keeps the first lines that were not JSON (claude prints some errors as plain text on stdout).
 	bad []string
+	// err is set once a line outgrew maxLine; everything after it is drained unread.
+	err error
 }
 
 // line is the envelope every stream-json line shares.
@@ -67,33 +76,45 @@ func newStreamParser(emit func(runtime.Event)) *streamParser {
 	if emit == nil {
 		emit = func(runtime.Event) {}
 	}
-	return &streamParser{emit: emit, now: time.Now}
+	return &streamParser{emit: emit, now: time.Now, maxLine: MaxLineBytes}
 }
 
+// Write never fails, so that the copier keeps draining the command's output: a line over maxLine
+// stops the parsing and is reported by outcome.
 func (p *streamParser) Write(b []byte) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.partial = append(p.partial, b...)
-	for {
-		i := bytes.IndexByte(p.partial, '\n')
+	n := len(b)
+	for len(b) > 0 && p.err == nil {
+		i := bytes.IndexByte(b, '\n')
 		if i < 0 {
+			i = len(b)
+		}
+		if len(p.partial)+i > p.maxLine {
+			p.err = fmt.Errorf("claude-code: an output line over %d bytes: %w", p.maxLine, sandbox.ErrTooLarge)
+			p.partial = nil
 			break
 		}
-		p.lineLocked(p.partial[:i])
-		p.partial = p.partial[i+1:]
+		if i == len(b) {
+			p.partial = append(p.partial, b...)
+			break
+		}
+		line := b[:i]
+		if len(p.partial) > 0 {
+			line = append(p.partial, line...)
+		}
+		p.lineLocked(line)
+		p.partial = p.partial[:0]
+		b = b[i+1:]
 	}
-	// Keep the buffer from growing without bound on a runaway line with no newline.
-	if len(p.partial) > 64<<20 {
-		p.partial = nil
-	}
-	return len(b), nil
+	return n, nil
 }
 
 // flush parses a last line that had no newline.
 func (p *streamParser) flush() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(bytes.TrimSpace(p.partial)) > 0 {
+	if p.err == nil && len(bytes.TrimSpace(p.partial)) > 0 {
 		p.lineLocked(p.partial)
 	}
 	p.partial = nil
@@ -119,7 +140,7 @@ func (p *streamParser) lineLocked(raw []byte) {
 				if strings.TrimSpace(b.Text) == "" {
 					continue
 				}
-				p.texts = append(p.texts, b.Text)
+				p.lastText = b.Text
 				p.emit(runtime.Event{Kind: runtime.EventText, Text: b.Text, At: p.now()})
 			case "tool_use":
 				p.emit(runtime.Event{Kind: runtime.EventTool, Tool: b.Name, Text: toolSummary(b.Name, b.Input), At: p.now()})
@@ -134,11 +155,12 @@ func (p *streamParser) lineLocked(raw []byte) {
 	// system (init, status), user (tool results) and stream_event lines carry nothing the chat shows.
 }
 
-// outcome returns the result line (nil if none came), the assistant's texts and the non-JSON lines.
-func (p *streamParser) outcome() (*resultLine, []string, []string) {
+// outcome returns the result line (nil if none came), the assistant's last text, the non-JSON
+// lines, and an error wrapping sandbox.ErrTooLarge if a line was over the cap.
+func (p *streamParser) outcome() (*resultLine, string, []string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.result, p.texts, p.bad
+	return p.result, p.lastText, p.bad, p.err
 }
 
 // toolSummary renders a tool use in one short line: "Bash: ls -la", "Write: /workspace/a.txt".

@@ -1,10 +1,8 @@
 package opencode
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
-	"io"
 	"strings"
 	"time"
 
@@ -15,44 +13,6 @@ import (
 type event struct {
 	Type       string          `json:"type"`
 	Properties json.RawMessage `json:"properties"`
-}
-
-// sseReader reads the data fields of a server-sent event stream.
-type sseReader struct {
-	r *bufio.Reader
-}
-
-func newSSEReader(r io.Reader) *sseReader { return &sseReader{r: bufio.NewReaderSize(r, 64<<10)} }
-
-// next returns the next event's data (multi-line data joined with \n), skipping comments and events
-// without data.
-func (s *sseReader) next() ([]byte, error) {
-	var data []byte
-	for {
-		line, err := s.r.ReadBytes('\n')
-		if err != nil {
-			if err == io.EOF && len(data) > 0 {
-				return data, nil
-			}
-			return nil, err
-		}
-		line = []byte(strings.TrimRight(string(line), "\r\n"))
-		switch {
-		case len(line) == 0:
-			if len(data) > 0 {
-				return data, nil
-			}
-		case line[0] == ':':
-		default:
-			field, value, _ := strings.Cut(string(line), ":")
-			if field == "data" {
-				if len(data) > 0 {
-					data = append(data, '\n')
-				}
-				data = append(data, strings.TrimPrefix(value, " ")...)
-			}
-		}
-	}
 }
 
 // turnState follows one session's events during a turn and reports progress.

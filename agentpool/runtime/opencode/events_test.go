@@ -1,15 +1,21 @@
 package opencode
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"os"
 	"strings"
 	"testing"
+	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/threadbox/threadbox/agentpool/runtime"
+	"github.com/threadbox/threadbox/agentpool/runtime/internal/sse"
+	"github.com/threadbox/threadbox/sandbox"
 )
 
 // testdata/oc-events.txt is opencode 1.18.33's /event stream for a turn that wrote a file with its
@@ -21,16 +27,16 @@ func TestEventsSample(t *testing.T) {
 	var events []runtime.Event
 	turn := newTurnState("ses_dff00f75dffeUw1QQcpCxvVUCV", func(e runtime.Event) { events = append(events, e) })
 	other := newTurnState("ses_someone_else", func(e runtime.Event) { require.Fail(t, "event of another session", "%+v", e) })
-	sse := newSSEReader(f)
+	rd := sse.NewReader(f, 0)
 	n := 0
 	for {
-		data, err := sse.next()
+		data, err := rd.Next()
 		if err == io.EOF {
 			break
 		}
 		require.NoError(t, err)
 		var ev event
-		require.NoError(t, json.Unmarshal(data, &ev))
+		require.NoError(t, json.Unmarshal(data.Data, &ev))
 		if n == 0 {
 			require.Equal(t, "server.connected", ev.Type)
 		}
@@ -139,4 +145,63 @@ func TestPassword(t *testing.T) {
 	require.Equal(t, a, Password("secret", "sandbox-1"), "derived, so nothing is stored")
 	require.NotEqual(t, a, Password("secret", "sandbox-2"))
 	require.NotEqual(t, a, Password("other", "sandbox-1"))
+}
+
+// FuzzEvents runs any byte stream through the /event reader and a turn: the reader fails only with
+// the stream's end or an event over its cap, events of other sessions are ignored, and every tool
+// line stays one short line.
+func FuzzEvents(f *testing.F) {
+	sample, err := os.ReadFile("testdata/oc-events.txt")
+	require.NoError(f, err)
+	f.Add(sample)
+	f.Add([]byte(`data: {"type":"message.part.updated","properties":{"part":{"id":"p","sessionID":"ses_a","type":"tool","tool":"bash","callID":"c","state":{"status":"running","input":{"command":"ls"}}}}}` + "\n\n"))
+	f.Add([]byte(`data: {"type":"session.status","properties":{"sessionID":"ses_a","status":{"type":"retry","message":"busy"}}}` + "\n\n"))
+	f.Fuzz(func(t *testing.T, stream []byte) {
+		turn := newTurnState("ses_a", func(e runtime.Event) {
+			if e.Kind == runtime.EventTool {
+				require.LessOrEqual(t, utf8.RuneCountInString(e.Text), utf8.RuneCountInString(e.Tool)+2+100)
+				require.NotContains(t, strings.TrimPrefix(e.Text, e.Tool), "\n")
+			}
+		})
+		// ses_b is never named (not even through a \u escape): its turn must not move.
+		otherNamed := bytes.Contains(stream, []byte("ses_b")) || bytes.Contains(stream, []byte(`\u`))
+		other := newTurnState("ses_b", func(e runtime.Event) { require.True(t, otherNamed, "event of another session: %+v", e) })
+		rd := sse.NewReader(bytes.NewReader(stream), 0)
+		for range len(stream) + 1 {
+			data, err := rd.Next()
+			if err != nil {
+				require.True(t, errors.Is(err, io.EOF) || errors.Is(err, sandbox.ErrTooLarge), "stream error %v", err)
+				if !otherNamed {
+					require.False(t, other.busy || other.idle || other.err != nil || len(other.permissions)+len(other.questions) > 0)
+				}
+				return
+			}
+			var ev event
+			if json.Unmarshal(data.Data, &ev) != nil {
+				continue
+			}
+			turn.handle(ev)
+			other.handle(ev)
+		}
+		require.Fail(t, "more events than bytes")
+	})
+}
+
+// FuzzOutcome reads any message list as GET /session/{id}/message returns it: the answer is text
+// the list held, never more.
+func FuzzOutcome(f *testing.F) {
+	f.Add([]byte(`[{"info":{"role":"user"}},{"info":{"role":"assistant","time":{"created":1,"completed":5}},"parts":[{"type":"text","text":"hi"}]}]`))
+	f.Add([]byte(`[{"info":{"role":"assistant","error":{"name":"APIError","data":{"message":"x","statusCode":500}}}}]`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var msgs []message
+		if json.Unmarshal(body, &msgs) != nil {
+			return
+		}
+		answer, _, apiErr, took := outcome(msgs)
+		require.LessOrEqual(t, len(answer), len(body))
+		require.GreaterOrEqual(t, took, time.Duration(0))
+		if apiErr != nil {
+			require.NotEmpty(t, apiErr.userMessage())
+		}
+	})
 }

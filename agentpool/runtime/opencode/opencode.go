@@ -188,6 +188,10 @@ func (r *Runtime) follow(ctx context.Context, sb sandbox.Sandbox, ev *events, tu
 			return ctx.Err()
 		case e, ok := <-ev.c:
 			if !ok {
+				if err := ev.err(); errors.Is(err, sandbox.ErrTooLarge) {
+					// Not the sandbox failing: retrying the prompt would meet the same event.
+					return fmt.Errorf("opencode: the event stream: %w", err)
+				}
 				return fmt.Errorf("opencode: the event stream ended mid-turn: %w: %w", runtime.ErrSandboxDown, ev.err())
 			}
 			turn.handle(e)

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/threadbox/threadbox/agentpool/runtime"
+	"github.com/threadbox/threadbox/agentpool/runtime/internal/sse"
 	"github.com/threadbox/threadbox/sandbox"
 )
 
@@ -46,11 +47,11 @@ func (r *Runtime) subscribe(ctx context.Context, sb sandbox.Sandbox) (*events, e
 		}
 		return nil, fmt.Errorf("opencode: subscribing to events: %w: %s", runtime.ErrSandboxDown, resp.Status)
 	}
-	sse := newSSEReader(resp.Body)
-	first, err := sse.next()
+	rd := sse.NewReader(resp.Body, 0)
+	first, err := rd.Next()
 	var ev event
 	if err == nil {
-		err = json.Unmarshal(first, &ev)
+		err = json.Unmarshal(first.Data, &ev)
 	}
 	if err != nil || ev.Type != "server.connected" {
 		resp.Body.Close()
@@ -63,7 +64,7 @@ func (r *Runtime) subscribe(ctx context.Context, sb sandbox.Sandbox) (*events, e
 		defer close(e.c)
 		defer resp.Body.Close()
 		for {
-			data, err := sse.next()
+			data, err := rd.Next()
 			if err != nil {
 				e.mu.Lock()
 				e.failed = err
@@ -71,7 +72,7 @@ func (r *Runtime) subscribe(ctx context.Context, sb sandbox.Sandbox) (*events, e
 				return
 			}
 			var ev event
-			if json.Unmarshal(data, &ev) != nil {
+			if json.Unmarshal(data.Data, &ev) != nil {
 				continue
 			}
 			select {

@@ -1,10 +1,10 @@
 package sandboxagent
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/threadbox/threadbox/agentpool/runtime"
+	"github.com/threadbox/threadbox/agentpool/runtime/internal/sse"
 	"github.com/threadbox/threadbox/sandbox"
 )
 
@@ -157,40 +158,17 @@ func (s *stream) pump(ctx context.Context, body io.ReadCloser) {
 	defer close(s.done)
 	defer close(s.c)
 	defer body.Close()
-	br := bufio.NewReaderSize(body, 64<<10)
-	var id string
-	var data []byte
+	rd := sse.NewReader(body, 0)
 	for {
-		line, err := br.ReadString('\n')
+		ev, err := rd.Next()
 		if err != nil {
 			s.mu.Lock()
 			s.failed = err
 			s.mu.Unlock()
 			return
 		}
-		line = strings.TrimRight(line, "\r\n")
-		if line != "" {
-			field, value, _ := strings.Cut(line, ":")
-			value = strings.TrimPrefix(value, " ")
-			switch field {
-			case "id":
-				id = value
-			case "data":
-				if len(data) > 0 {
-					data = append(data, '\n')
-				}
-				data = append(data, value...)
-			}
-			continue
-		}
-		if len(data) == 0 {
-			continue
-		}
-		var f frame
-		f.id = id
-		err = json.Unmarshal(data, &f.msg)
-		data = data[:0]
-		if err != nil {
+		f := frame{id: ev.ID}
+		if json.Unmarshal(ev.Data, &f.msg) != nil {
 			continue
 		}
 		select {
@@ -205,6 +183,16 @@ func (s *stream) err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.failed
+}
+
+// ended explains a stream that closed: a sandbox-down error, which makes the pool re-resolve and
+// retry, unless an event was over its cap, which a retry would meet again.
+func (s *stream) ended(during string) error {
+	err := s.err()
+	if errors.Is(err, sandbox.ErrTooLarge) {
+		return fmt.Errorf("sandbox-agent: the event stream: %w", err)
+	}
+	return fmt.Errorf("sandbox-agent: the event stream ended%s: %w: %w", during, runtime.ErrSandboxDown, err)
 }
 
 func (s *stream) close() {

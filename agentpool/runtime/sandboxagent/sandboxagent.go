@@ -239,6 +239,9 @@ func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID stri
 		return runtime.Result{}, err
 	}
 	r.state.with(sb, func(st *sbState) { st.systemSent[sessionID] = true })
+	if turn.err != nil {
+		return runtime.Result{}, turn.err
+	}
 	res := runtime.Result{Answer: turn.answer(), Duration: time.Since(start)}
 	if final.Error != nil {
 		res.IsError, res.Answer = true, errorAnswer(final.Error)
@@ -274,7 +277,7 @@ func (r *Runtime) barrier(ctx context.Context, sb sandbox.Sandbox, ev *stream) e
 			return fmt.Errorf("sandbox-agent: the event stream did not catch up: %w: %w", runtime.ErrSandboxDown, bctx.Err())
 		case f, ok := <-ev.c:
 			if !ok {
-				return fmt.Errorf("sandbox-agent: the event stream ended: %w: %w", runtime.ErrSandboxDown, ev.err())
+				return ev.ended("")
 			}
 			r.state.with(sb, func(st *sbState) { st.lastEventID = f.id })
 			if string(f.msg.ID) == string(want) && f.msg.Method == "" {
@@ -299,7 +302,7 @@ func (r *Runtime) follow(ctx context.Context, sb sandbox.Sandbox, ev *stream, tu
 			posted = nil // answered; its echo on the stream is what ends the turn, in order
 		case f, ok := <-ev.c:
 			if !ok {
-				return nil, fmt.Errorf("sandbox-agent: the event stream ended mid-turn: %w: %w", runtime.ErrSandboxDown, ev.err())
+				return nil, ev.ended(" mid-turn")
 			}
 			r.state.with(sb, func(st *sbState) { st.lastEventID = f.id })
 			switch {

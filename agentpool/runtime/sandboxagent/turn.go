@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/threadbox/threadbox/agentpool/runtime"
+	"github.com/threadbox/threadbox/sandbox"
 )
 
 // turnState follows one session's updates during a prompt and reports progress.
@@ -15,20 +16,26 @@ type turnState struct {
 	emit      func(runtime.Event)
 	now       func() time.Time
 
-	// chunks are the agent's message text by message id, in order of first appearance; the answer is
-	// the last message's (text before a tool call is progress, not the answer).
-	chunks   map[string]*strings.Builder
-	order    []string
-	tools    map[string]bool
-	costUSD  float64
-	usageSet bool
+	// msgID and text are the newest agent message's id and text, the answer: text before a tool
+	// call is progress, not the answer. Older messages are not kept; past marks their ids, so that a
+	// late chunk of one is not taken for a new message.
+	msgID string
+	text  strings.Builder
+	past  map[string]bool
+	// maxAnswer bounds text (runtime.MaxAnswerBytes); err is set once the answer outgrew it.
+	maxAnswer int
+	err       error
+	tools     map[string]bool
+	costUSD   float64
+	usageSet  bool
 }
 
 func newTurnState(sessionID string, emit func(runtime.Event)) *turnState {
 	if emit == nil {
 		emit = func(runtime.Event) {}
 	}
-	return &turnState{sessionID: sessionID, emit: emit, now: time.Now, chunks: map[string]*strings.Builder{}, tools: map[string]bool{}}
+	return &turnState{sessionID: sessionID, emit: emit, now: time.Now, past: map[string]bool{}, tools: map[string]bool{},
+		maxAnswer: runtime.MaxAnswerBytes}
 }
 
 // update is the part of a session/update notification's params.update that matters here.
@@ -63,14 +70,25 @@ func (t *turnState) handle(params json.RawMessage) {
 		if json.Unmarshal(u.Content, &c) != nil || c.Type != "text" || c.Text == "" {
 			return
 		}
-		b, ok := t.chunks[u.MessageID]
-		if !ok {
-			b = &strings.Builder{}
-			t.chunks[u.MessageID] = b
-			t.order = append(t.order, u.MessageID)
-		}
-		b.WriteString(c.Text)
 		t.emit(runtime.Event{Kind: runtime.EventText, Text: c.Text, At: t.now()})
+		switch {
+		case t.past[u.MessageID]:
+			return // an older message's: progress only
+		case u.MessageID != t.msgID || t.text.Len() == 0:
+			if t.text.Len() > 0 {
+				t.past[t.msgID] = true
+			}
+			t.msgID = u.MessageID
+			t.text.Reset()
+		}
+		if t.err != nil {
+			return
+		}
+		if t.text.Len()+len(c.Text) > t.maxAnswer {
+			t.err = fmt.Errorf("sandbox-agent: the answer is over %d bytes: %w", t.maxAnswer, sandbox.ErrTooLarge)
+			return
+		}
+		t.text.WriteString(c.Text)
 	case "tool_call", "tool_call_update":
 		// The first notice of a call has no input yet; report it once its input is known or it runs.
 		if t.tools[u.ToolCallID] || (!hasInput(u.RawInput) && u.Status != "in_progress" && u.Status != "completed" && u.Status != "failed") {
@@ -95,12 +113,7 @@ func hasInput(raw json.RawMessage) bool {
 }
 
 // answer is the text of the turn's last agent message.
-func (t *turnState) answer() string {
-	if len(t.order) == 0 {
-		return ""
-	}
-	return t.chunks[t.order[len(t.order)-1]].String()
-}
+func (t *turnState) answer() string { return t.text.String() }
 
 // toolSummary renders a tool call in one short line: "write: /workspace/a.txt".
 func toolSummary(name string, input json.RawMessage) string {

@@ -1,7 +1,10 @@
 package sandboxagent
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -9,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/threadbox/threadbox/agentpool/runtime"
+	"github.com/threadbox/threadbox/sandbox"
 )
 
 // readFrames runs the stream reader over a recorded SSE file.
@@ -95,6 +99,89 @@ func TestAnswerIsLastMessage(t *testing.T) {
 	}
 	require.Equal(t, "Done.", turn.answer())
 	require.Empty(t, turn.tools, "a pending call without input is not reported yet")
+
+	// A late chunk of an earlier message is progress, not a new answer.
+	turn.handle(json.RawMessage(`{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","messageId":"m1","content":{"type":"text","text":" late"}}}`))
+	require.Equal(t, "Done.", turn.answer())
+	turn.handle(json.RawMessage(`{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","messageId":"m2","content":{"type":"text","text":" Really."}}}`))
+	require.Equal(t, "Done. Really.", turn.answer())
+}
+
+func chunkUpdate(msg, text string) json.RawMessage {
+	b, _ := json.Marshal(map[string]any{"sessionId": "s", "update": map[string]any{
+		"sessionUpdate": "agent_message_chunk", "messageId": msg, "content": map[string]string{"type": "text", "text": text}}})
+	return b
+}
+
+func TestAnswerCap(t *testing.T) {
+	tests := []struct {
+		name    string
+		chunks  [][2]string // message id, text
+		want    string
+		wantErr bool
+	}{
+		{"exactly the cap", [][2]string{{"m1", "12345"}, {"m1", "67890"}}, "1234567890", false},
+		{"one byte over", [][2]string{{"m1", "12345"}, {"m1", "678901"}}, "12345", true},
+		{"earlier messages do not count", [][2]string{{"m1", "1234567890"}, {"m2", "abcdefghij"}}, "abcdefghij", false},
+		{"nothing taken after the overflow", [][2]string{{"m1", "12345678901"}, {"m2", "a"}}, "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var streamed strings.Builder
+			turn := newTurnState("s", func(e runtime.Event) { streamed.WriteString(e.Text) })
+			turn.maxAnswer = 10
+			var all strings.Builder
+			for _, c := range tt.chunks {
+				turn.handle(chunkUpdate(c[0], c[1]))
+				all.WriteString(c[1])
+			}
+			require.Equal(t, tt.want, turn.answer())
+			require.Equal(t, all.String(), streamed.String(), "progress still shows every chunk")
+			if tt.wantErr {
+				require.ErrorIs(t, turn.err, sandbox.ErrTooLarge)
+			} else {
+				require.NoError(t, turn.err)
+			}
+		})
+	}
+}
+
+// FuzzStream runs any byte stream through the ACP stream reader and a turn: frames come out until
+// the stream ends, the reader fails only with the stream's end or an event over its cap, and the
+// answer never outgrows its bound.
+func FuzzStream(f *testing.F) {
+	for _, file := range []string{"testdata/sa-sse.txt", "testdata/sa-claude-sse.txt"} {
+		b, err := os.ReadFile(file)
+		require.NoError(f, err)
+		f.Add(b)
+	}
+	f.Add([]byte("id: 1\ndata: " + string(chunkUpdate("m1", "hello")) + "\n\n"))
+	f.Add([]byte("id: 2\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":" + string(chunkUpdate("m1", "0123456789abcdef")) + "}\n\n"))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		s := &stream{c: make(chan frame), cancel: func() {}, done: make(chan struct{})}
+		go s.pump(t.Context(), io.NopCloser(bytes.NewReader(raw)))
+		turn := newTurnState("s", nil)
+		turn.maxAnswer = 16
+		n := 0
+		for fr := range s.c {
+			n++
+			require.LessOrEqual(t, n, len(raw), "more frames than bytes")
+			switch fr.msg.Method {
+			case "session/update":
+				turn.handle(fr.msg.Params)
+			case "session/request_permission":
+				o := allowOutcome(fr.msg.Params)
+				require.Contains(t, []string{"selected", "cancelled"}, o["outcome"])
+			}
+			require.LessOrEqual(t, len(turn.answer()), 16)
+		}
+		<-s.done
+		err := s.err()
+		require.True(t, errors.Is(err, io.EOF) || errors.Is(err, sandbox.ErrTooLarge), "stream error %v", err)
+		if turn.err != nil {
+			require.ErrorIs(t, turn.err, sandbox.ErrTooLarge)
+		}
+	})
 }
 
 func TestErrorsAndOutcomes(t *testing.T) {

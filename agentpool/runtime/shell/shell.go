@@ -34,8 +34,14 @@ var _ runtime.Runtime = (*Runtime)(nil)
 // New returns a shell runtime.
 func New() *Runtime { return &Runtime{shells: map[string]string{}} }
 
+var _ runtime.ProcessBound = (*Runtime)(nil)
+
 // Name implements runtime.Runtime.
 func (r *Runtime) Name() string { return "shell" }
+
+// PromptIsProcess implements runtime.ProcessBound: Prompt is one Exec, which returns when the
+// command exits, so a silent command is still running, not stuck.
+func (r *Runtime) PromptIsProcess() bool { return true }
 
 // Ensure prepares the directories the bot relies on, once per sandbox: a shell has no server process
 // that could be down, and a sandbox that stopped answering fails the prompt's own exec as sandbox-down,

@@ -47,6 +47,10 @@ type Database struct {
 	URL string `koanf:"url"`
 	// AutoMigrate applies pending migrations when serve starts.
 	AutoMigrate bool `koanf:"auto_migrate"`
+	// LockConns is how many PostgreSQL connections a replica keeps for locks: every running turn
+	// holds one for its thread. 0 sizes it from sandbox.max_active (+ 16 for the leader, the
+	// instance lock, the loops and admin actions).
+	LockConns int `koanf:"lock_conns"`
 }
 
 // Redis is optional; with it, dedupe and rate limits are shared across replicas.
@@ -105,11 +109,14 @@ type Sandbox struct {
 	Env       sandbox.EnvPolicy `koanf:"env"`
 	// ReadOnlyRoot mounts the image read-only with a tmpfs /tmp; the workdir stays writable. It
 	// applies only where the runtime allows it (ReadOnlyRootApplies).
-	ReadOnlyRoot bool         `koanf:"read_only_root"`
-	Docker       DockerConfig `koanf:"docker"`
-	Local        LocalConfig  `koanf:"local"`
-	Daytona      Daytona      `koanf:"daytona"`
-	Deno         Deno         `koanf:"deno"`
+	ReadOnlyRoot bool `koanf:"read_only_root"`
+	// MaxActive caps the live sandboxes of the deployment; past it, new threads wait in line (an idle
+	// sandbox is paused to make room when there is one). 0 means no cap.
+	MaxActive int          `koanf:"max_active"`
+	Docker    DockerConfig `koanf:"docker"`
+	Local     LocalConfig  `koanf:"local"`
+	Daytona   Daytona      `koanf:"daytona"`
+	Deno      Deno         `koanf:"deno"`
 }
 
 // ReadOnlyRootApplies reports whether sandbox.read_only_root can be honoured with the runtime: the
@@ -168,6 +175,15 @@ type Lifecycle struct {
 	PausedTTL   time.Duration `koanf:"paused_ttl"`
 	ReapGrace   time.Duration `koanf:"reap_grace"`
 	StuckAfter  time.Duration `koanf:"stuck_after"`
+	// ReconcileGrace is how long a session may sit between two states (creating, resuming, pausing,
+	// destroying, error) before the reconcile loop settles it.
+	ReconcileGrace time.Duration `koanf:"reconcile_grace"`
+	// MaxResumeFailures is how many failed resumes of a sandbox the next message tolerates before it
+	// recreates the sandbox, replaying the history.
+	MaxResumeFailures int `koanf:"max_resume_failures"`
+	// ProviderWait is how long a turn waits for an unavailable sandbox service (a restarting Docker
+	// daemon, a cloud API down) before it fails.
+	ProviderWait time.Duration `koanf:"provider_wait"`
 	// ShutdownGrace is how long running turns get to finish after SIGTERM before they are cancelled.
 	ShutdownGrace time.Duration `koanf:"shutdown_grace"`
 	// LoopInterval is how often the leader runs the loops (recovery of dead processes' turns first),
@@ -248,6 +264,7 @@ func Default() Config {
 		HTTP:       HTTP{Addr: "127.0.0.1:8080"},
 		Sandbox: Sandbox{
 			Provider:  "auto",
+			MaxActive: 20,
 			Image:     "threadbox/sandbox:latest",
 			Network:   string(sandbox.NetworkNone),
 			Resources: sandbox.DefaultResources(),
@@ -258,10 +275,13 @@ func Default() Config {
 		},
 		Runtime: Runtime{Name: "auto"},
 		Lifecycle: Lifecycle{
-			IdleTimeout: 15 * time.Minute,
-			PausedTTL:   72 * time.Hour,
-			ReapGrace:   10 * time.Minute,
-			StuckAfter:  10 * time.Minute,
+			IdleTimeout:       15 * time.Minute,
+			PausedTTL:         72 * time.Hour,
+			ReapGrace:         10 * time.Minute,
+			StuckAfter:        10 * time.Minute,
+			ReconcileGrace:    5 * time.Minute,
+			MaxResumeFailures: 2,
+			ProviderWait:      2 * time.Minute,
 			// Under Kubernetes' default 30 s termination grace, leaving time to record and reply.
 			ShutdownGrace: 20 * time.Second,
 			LoopInterval:  time.Minute,

@@ -95,8 +95,32 @@ func (c Config) Validate() error {
 			return duration("lifecycle.loop_interval", c.Lifecycle.LoopInterval, time.Second, time.Hour)
 		},
 		func() error {
+			if c.Sandbox.MaxActive < 0 || c.Sandbox.MaxActive > 10000 {
+				return fmt.Errorf("sandbox.max_active = %d: must be between 0 (no cap) and 10000", c.Sandbox.MaxActive)
+			}
+			return nil
+		},
+		func() error {
+			if c.Database.LockConns < 0 || c.Database.LockConns > 10000 {
+				return fmt.Errorf("database.lock_conns = %d: must be between 0 (sized from sandbox.max_active) and 10000", c.Database.LockConns)
+			}
+			return nil
+		},
+		func() error {
 			if c.Lifecycle.MaxQueued < 1 || c.Lifecycle.MaxQueued > 10000 {
 				return fmt.Errorf("lifecycle.max_queued = %d: must be between 1 and 10000", c.Lifecycle.MaxQueued)
+			}
+			return nil
+		},
+		func() error {
+			return duration("lifecycle.reconcile_grace", c.Lifecycle.ReconcileGrace, time.Minute, 24*time.Hour)
+		},
+		func() error {
+			return duration("lifecycle.provider_wait", c.Lifecycle.ProviderWait, time.Second, time.Hour)
+		},
+		func() error {
+			if n := c.Lifecycle.MaxResumeFailures; n < 1 || n > 100 {
+				return fmt.Errorf("lifecycle.max_resume_failures = %d: must be between 1 and 100", n)
 			}
 			return nil
 		},

@@ -325,6 +325,62 @@ func (q *Queries) SessionListPausedExpired(ctx context.Context, db DBTX, arg Ses
 	return items, nil
 }
 
+const sessionListUnsettled = `-- name: SessionListUnsettled :many
+SELECT thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at, reset_turn_id FROM sessions
+WHERE status IN ('creating', 'resuming', 'pausing', 'destroying', 'error') AND updated_at < $1::timestamptz
+ORDER BY updated_at
+LIMIT $2
+`
+
+type SessionListUnsettledParams struct {
+	Cutoff  pgtype.Timestamptz
+	MaxRows int32
+}
+
+// SessionListUnsettled spells its statuses as literals to match sessions_unsettled_idx.
+func (q *Queries) SessionListUnsettled(ctx context.Context, db DBTX, arg SessionListUnsettledParams) ([]Session, error) {
+	rows, err := db.Query(ctx, sessionListUnsettled, arg.Cutoff, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Session
+	for rows.Next() {
+		var i Session
+		if err := rows.Scan(
+			&i.ThreadKey,
+			&i.Platform,
+			&i.ChannelID,
+			&i.OwnerUserID,
+			&i.Provider,
+			&i.Handle,
+			&i.SandboxID,
+			&i.Generation,
+			&i.Runtime,
+			&i.AgentSessionID,
+			&i.Status,
+			&i.ResumeFailCount,
+			&i.LastError,
+			&i.HandoffNote,
+			&i.LastActivityAt,
+			&i.LastHealthOkAt,
+			&i.PausedAt,
+			&i.ResumedAt,
+			&i.DestroyedAt,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.ResetTurnID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const sessionTouch = `-- name: SessionTouch :execrows
 UPDATE sessions SET
     last_activity_at = GREATEST(last_activity_at, $1::timestamptz),
@@ -368,24 +424,27 @@ UPDATE sessions SET
     last_activity_at  = CASE WHEN $1::text = 'active' THEN $12::timestamptz ELSE last_activity_at END,
     updated_at        = $12::timestamptz
 WHERE thread_key = $13 AND status = ANY($14::text[])
+  AND (NOT $15::boolean OR generation = $16::bigint)
 RETURNING thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at, reset_turn_id
 `
 
 type SessionTransitionParams struct {
-	ToStatus       string
-	Handle         []byte
-	SandboxID      pgtype.Text
-	BumpGeneration bool
-	Generation     pgtype.Int8
-	AgentSessionID pgtype.Text
-	LastError      pgtype.Text
-	HandoffNote    pgtype.Text
-	ResetTurnID    pgtype.Int8
-	LastHealthOkAt pgtype.Timestamptz
-	ResumeFail     string
-	Now            pgtype.Timestamptz
-	ThreadKey      string
-	FromStatuses   []string
+	ToStatus        string
+	Handle          []byte
+	SandboxID       pgtype.Text
+	BumpGeneration  bool
+	Generation      pgtype.Int8
+	AgentSessionID  pgtype.Text
+	LastError       pgtype.Text
+	HandoffNote     pgtype.Text
+	ResetTurnID     pgtype.Int8
+	LastHealthOkAt  pgtype.Timestamptz
+	ResumeFail      string
+	Now             pgtype.Timestamptz
+	ThreadKey       string
+	FromStatuses    []string
+	CheckGeneration bool
+	IfGeneration    int64
 }
 
 // SessionTransition is the compare-and-set on status: it changes the row only if its status is one of
@@ -406,6 +465,8 @@ func (q *Queries) SessionTransition(ctx context.Context, db DBTX, arg SessionTra
 		arg.Now,
 		arg.ThreadKey,
 		arg.FromStatuses,
+		arg.CheckGeneration,
+		arg.IfGeneration,
 	)
 	var i Session
 	err := row.Scan(

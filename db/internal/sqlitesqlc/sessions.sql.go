@@ -347,6 +347,65 @@ func (q *Queries) SessionListPausedExpired(ctx context.Context, db DBTX, arg Ses
 	return items, nil
 }
 
+const sessionListUnsettled = `-- name: SessionListUnsettled :many
+SELECT thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at, reset_turn_id FROM sessions
+WHERE status IN ('creating', 'resuming', 'pausing', 'destroying', 'error') AND updated_at < ?1
+ORDER BY updated_at
+LIMIT ?2
+`
+
+type SessionListUnsettledParams struct {
+	Cutoff  string
+	MaxRows int64
+}
+
+// SessionListUnsettled spells its statuses as literals to match sessions_unsettled_idx.
+func (q *Queries) SessionListUnsettled(ctx context.Context, db DBTX, arg SessionListUnsettledParams) ([]Session, error) {
+	rows, err := db.QueryContext(ctx, sessionListUnsettled, arg.Cutoff, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Session
+	for rows.Next() {
+		var i Session
+		if err := rows.Scan(
+			&i.ThreadKey,
+			&i.Platform,
+			&i.ChannelID,
+			&i.OwnerUserID,
+			&i.Provider,
+			&i.Handle,
+			&i.SandboxID,
+			&i.Generation,
+			&i.Runtime,
+			&i.AgentSessionID,
+			&i.Status,
+			&i.ResumeFailCount,
+			&i.LastError,
+			&i.HandoffNote,
+			&i.LastActivityAt,
+			&i.LastHealthOkAt,
+			&i.PausedAt,
+			&i.ResumedAt,
+			&i.DestroyedAt,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.ResetTurnID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const sessionTouch = `-- name: SessionTouch :execrows
 UPDATE sessions SET
     last_activity_at = max(last_activity_at, ?1),
@@ -388,29 +447,35 @@ UPDATE sessions SET
     destroyed_at      = CASE WHEN ?1 = 'destroyed' THEN ?12 ELSE destroyed_at END,
     last_activity_at  = CASE WHEN ?1 = 'active' THEN ?12 ELSE last_activity_at END,
     updated_at        = ?12
-WHERE thread_key = ?13 AND status IN (/*SLICE:from_statuses*/?)
+WHERE thread_key = ?13
+  AND (CAST(?14 AS INTEGER) = 0 OR generation = CAST(?15 AS INTEGER))
+  AND status IN (/*SLICE:from_statuses*/?)
 RETURNING thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at, reset_turn_id
 `
 
 type SessionTransitionParams struct {
-	ToStatus       string
-	Handle         sql.NullString
-	SandboxID      sql.NullString
-	BumpGeneration int64
-	Generation     sql.NullInt64
-	AgentSessionID sql.NullString
-	LastError      sql.NullString
-	HandoffNote    sql.NullString
-	ResetTurnID    sql.NullInt64
-	LastHealthOkAt sql.NullString
-	ResumeFail     string
-	Now            string
-	ThreadKey      string
-	FromStatuses   []string
+	ToStatus        string
+	Handle          sql.NullString
+	SandboxID       sql.NullString
+	BumpGeneration  int64
+	Generation      sql.NullInt64
+	AgentSessionID  sql.NullString
+	LastError       sql.NullString
+	HandoffNote     sql.NullString
+	ResetTurnID     sql.NullInt64
+	LastHealthOkAt  sql.NullString
+	ResumeFail      string
+	Now             string
+	ThreadKey       string
+	CheckGeneration int64
+	IfGeneration    int64
+	FromStatuses    []string
 }
 
 // SessionTransition is the compare-and-set on status: it changes the row only if its status is one of
 // from_statuses. In SET, "status" still names the old value. NULL patch arguments keep the column.
+// The generation fence comes before the slice: sqlc numbers parameters (?N), and a bare ? expanded
+// from the slice would shift every number after it.
 func (q *Queries) SessionTransition(ctx context.Context, db DBTX, arg SessionTransitionParams) (Session, error) {
 	query := sessionTransition
 	var queryParams []interface{}
@@ -427,6 +492,8 @@ func (q *Queries) SessionTransition(ctx context.Context, db DBTX, arg SessionTra
 	queryParams = append(queryParams, arg.ResumeFail)
 	queryParams = append(queryParams, arg.Now)
 	queryParams = append(queryParams, arg.ThreadKey)
+	queryParams = append(queryParams, arg.CheckGeneration)
+	queryParams = append(queryParams, arg.IfGeneration)
 	if len(arg.FromStatuses) > 0 {
 		for _, v := range arg.FromStatuses {
 			queryParams = append(queryParams, v)

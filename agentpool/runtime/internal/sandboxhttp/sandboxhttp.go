@@ -25,6 +25,10 @@ var ErrUnauthorized = errors.New("unauthorized")
 // MaxClients bounds the cache; past it, the idle connections of all sandboxes are dropped.
 const MaxClients = 256
 
+// MaxBodyBytes bounds a JSON answer from a server in a sandbox. The largest are opencode's message
+// lists, which hold a turn's answer and tool outputs; a 10 MB answer fits.
+const MaxBodyBytes = 32 << 20
+
 // Clients keeps one HTTP client per sandbox. Each connection is a tunnel through the provider (an exec
 // in the sandbox for Docker), so reusing idle ones saves that setup on every call of a turn.
 type Clients struct {
@@ -34,6 +38,8 @@ type Clients struct {
 	ResponseHeaderTimeout time.Duration
 	// AcceptedIsEmpty: a 202 answer has no body to decode.
 	AcceptedIsEmpty bool
+	// MaxBody bounds a decoded answer (0: MaxBodyBytes); a bigger one fails with sandbox.ErrTooLarge.
+	MaxBody int64
 
 	mu sync.Mutex // protects m
 	m  map[string]*http.Client
@@ -122,7 +128,17 @@ func (c *Clients) Do(sb sandbox.Sandbox, req *http.Request, out any) (int, error
 		return resp.StatusCode, fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(msg))
 	}
 	if out != nil && resp.StatusCode != http.StatusNoContent && !(c.AcceptedIsEmpty && resp.StatusCode == http.StatusAccepted) {
-		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		limit := c.MaxBody
+		if limit <= 0 {
+			limit = MaxBodyBytes
+		}
+		body := &io.LimitedReader{R: resp.Body, N: limit + 1}
+		err := json.NewDecoder(body).Decode(out)
+		if body.N == 0 {
+			// The decoder read past limit bytes: the body is too large, whatever it holds.
+			return resp.StatusCode, fmt.Errorf("decoding the answer: over %d bytes: %w", limit, sandbox.ErrTooLarge)
+		}
+		if err != nil {
 			return resp.StatusCode, fmt.Errorf("decoding the answer: %w", err)
 		}
 	}

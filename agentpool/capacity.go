@@ -1,0 +1,184 @@
+package agentpool
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/threadbox/threadbox/agentpool/runtime"
+	"github.com/threadbox/threadbox/db"
+)
+
+// Capacity: Config.MaxActive caps the sandboxes that are live at once across the deployment (a live
+// session is creating, active, resuming or pausing; paused sandboxes cost little and do not count).
+// A turn whose thread has no live sandbox is admitted only below the cap. At the cap, it first tries
+// to pause the least recently used idle sandbox (one with no turn running or queued); if every live
+// sandbox is busy, it waits in line, told its place, and runs when a slot frees. Waiting ends early
+// when the turn is cancelled.
+//
+// The count is read from the store, so replicas share the cap; admissions in flight in this process
+// (granted but not yet live in the store) are counted too, so two new threads cannot both take the
+// last slot here. Across replicas the cap can be overshot by the admissions racing in the same
+// instant: it bounds cost, it is not a lock.
+
+// capacityRecheck is how often a waiting turn looks again without being woken (a slot freed by
+// another replica wakes nobody here).
+const capacityRecheck = 2 * time.Second
+
+// evictWait bounds pausing one idle sandbox to make room.
+const evictWait = 30 * time.Second
+
+type capacity struct {
+	max int
+
+	// mu protects the following.
+	mu      sync.Mutex
+	pending map[string]int // thread → admissions granted and not yet released
+	line    []*waiter      // waiting turns, oldest first
+	changed chan struct{}  // closed and replaced when a slot may have freed
+}
+
+type waiter struct{ thread string }
+
+func newCapacity(max int) *capacity {
+	return &capacity{max: max, pending: map[string]int{}, changed: make(chan struct{})}
+}
+
+// signal wakes the waiters to look again.
+func (c *capacity) signal() {
+	c.mu.Lock()
+	close(c.changed)
+	c.changed = make(chan struct{})
+	c.mu.Unlock()
+}
+
+// admit blocks until the thread may have a live sandbox, and returns the release to call when the
+// turn ends. With no cap it returns at once.
+func (p *Pool) admit(ctx context.Context, threadKey string, sink Sink) (release func(), err error) {
+	c := p.capa
+	if c == nil || c.max <= 0 {
+		return func() {}, nil
+	}
+	w := &waiter{thread: threadKey}
+	queued := false
+	defer func() {
+		if queued {
+			c.mu.Lock()
+			for i, x := range c.line {
+				if x == w {
+					c.line = append(c.line[:i], c.line[i+1:]...)
+					break
+				}
+			}
+			c.mu.Unlock()
+		}
+	}()
+	evicted := false
+	for {
+		live, err := p.liveThreads(ctx, c.max+1)
+		if err != nil {
+			return nil, fmt.Errorf("counting live sandboxes: %w", err)
+		}
+		c.mu.Lock()
+		changed := c.changed
+		first := !queued || (len(c.line) > 0 && c.line[0] == w)
+		used := len(live)
+		for k := range c.pending {
+			if !live[k] {
+				used++
+			}
+		}
+		if live[threadKey] || (first && used < c.max) {
+			c.pending[threadKey]++
+			c.mu.Unlock()
+			return func() { p.releaseAdmission(threadKey) }, nil
+		}
+		if !queued {
+			c.line = append(c.line, w)
+			queued = true
+		}
+		place := 0
+		for i, x := range c.line {
+			if x == w {
+				place = i + 1
+			}
+		}
+		c.mu.Unlock()
+		if !evicted && first {
+			// Make room by pausing an idle sandbox, once per turn; a failure leaves us in line.
+			evicted = p.evictIdle(ctx, live)
+			if evicted {
+				continue
+			}
+		}
+		sink.Progress(runtime.Event{Kind: runtime.EventStatus,
+			Text: fmt.Sprintf("at capacity: all %d sandboxes are busy; you are number %d in line", c.max, place)})
+		t := time.NewTimer(capacityRecheck)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, context.Cause(ctx)
+		case <-changed:
+			evicted = false
+		case <-t.C:
+			evicted = false
+		}
+		t.Stop()
+	}
+}
+
+func (p *Pool) releaseAdmission(threadKey string) {
+	c := p.capa
+	c.mu.Lock()
+	if c.pending[threadKey]--; c.pending[threadKey] <= 0 {
+		delete(c.pending, threadKey)
+	}
+	c.mu.Unlock()
+	c.signal()
+}
+
+// liveThreads returns the threads whose sandbox is live, at most limit per status.
+func (p *Pool) liveThreads(ctx context.Context, limit int) (map[string]bool, error) {
+	live := map[string]bool{}
+	for _, st := range []db.SessionStatus{db.SessionCreating, db.SessionActive, db.SessionResuming, db.SessionPausing} {
+		page, err := p.store.SessionsByStatus(ctx, st, "", limit)
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range page {
+			live[s.ThreadKey] = true
+		}
+	}
+	return live, nil
+}
+
+// evictIdle pauses the least recently active sandbox that has no turn running or queued here and no
+// admission pending, and reports whether one was paused.
+func (p *Pool) evictIdle(ctx context.Context, live map[string]bool) bool {
+	cands, err := p.store.SessionsIdle(ctx, p.now(), p.capa.max+1)
+	if err != nil {
+		p.log.Warn("capacity: listing idle sandboxes", zap.Error(err))
+		return false
+	}
+	for _, s := range cands {
+		p.capa.mu.Lock()
+		busy := p.capa.pending[s.ThreadKey] > 0
+		p.capa.mu.Unlock()
+		if busy || p.q.depth(s.ThreadKey) > 0 || !live[s.ThreadKey] {
+			continue
+		}
+		ectx, cancel := context.WithTimeout(ctx, evictWait)
+		err := p.Pause(ectx, s.ThreadKey)
+		cancel()
+		if err != nil {
+			p.log.Info("capacity: could not pause an idle sandbox", zap.String("thread", s.ThreadKey), zap.Error(err))
+			continue
+		}
+		p.log.Info("capacity: paused the least recently used idle sandbox to make room", zap.String("thread", s.ThreadKey))
+		return true
+	}
+	return false
+}

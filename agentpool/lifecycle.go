@@ -1,0 +1,514 @@
+package agentpool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/threadbox/threadbox/db"
+	"github.com/threadbox/threadbox/sandbox"
+)
+
+// lifecycle is the one owner of every session transition (DESIGN §6). The turn's resolve, the admin
+// commands (Pool.Pause/Resume/Destroy/Reset) and the loops (idle-pause, cleanup, reconcile) all call
+// it, so they cannot disagree. Every method expects the caller to hold the thread's lock
+// (db.Store.LockThread) and to pass the session as re-read under it.
+//
+// Decisions, made once here (DESIGN §6 "Lifecycle decisions"):
+//
+//	situation                                   decision
+//	------------------------------------------  ---------------------------------------------------------
+//	no row, row destroyed                       create (generation + 1) → active; history replayed
+//	empty handle (never created, or cleared)    the session has no sandbox: destroyed; resolve creates
+//	handle undecodable / of another provider    destroyed ("unusable handle"); the old sandbox, if any, is
+//	                                            left to the reaper (no live session owns it); resolve
+//	                                            recreates, Outcome.Recreate = RecreateUnusable
+//	Inspect/Start/Stop says ErrNotFound         destroyed; resolve recreates (RecreateGone); pause and
+//	                                            reconcile stop there (the next turn recreates)
+//	Inspect says failed                         Destroy it, destroyed; resolve recreates (RecreateFailed)
+//	Inspect says stopped/archived/starting      resume: resuming, Start, active; the fail count is reset
+//	                                            once the runtime answers (healthy)
+//	Start fails (not gone, not unavailable)     error, resume_fail_count + 1; the turn fails
+//	resume_fail_count ≥ max_resume_failures     the next resolve Destroys the old sandbox and recreates,
+//	                                            RecreateResumeFailed, history replayed, the user is told
+//	runtime unhealthy after two Ensures         error, resume_fail_count + 1, the sandbox is stopped
+//	provider unavailable                        a turn waits with backoff up to provider_wait, with a
+//	(sandbox.ErrUnavailable)                    "waiting for the sandbox service" progress note, then fails;
+//	                                            a loop fails the item and retries on its next pass;
+//	                                            Create is retried only if it also says ErrNoEffect
+//	Stop fails otherwise                        back to active with last_error (it may still run); the
+//	                                            idle loop tries again one idle_timeout later
+//	Destroy of a missing sandbox                success (Destroy is idempotent): destroyed
+//	Destroy fails otherwise                     stays destroying with last_error; cleanup and reconcile
+//	                                            retry it
+//	session left creating/resuming/pausing/     reconcile (after reconcile_grace): Inspect; gone or no
+//	error (crash, failed call)                  usable handle → destroyed; failed → destroyed (Destroy);
+//	                                            otherwise Stop → paused (resume on the next turn)
+//	session left destroying                     reconcile and cleanup finish the Destroy
+//	pause of a paused / destroy of a destroyed  no-op, success
+//
+// Fencing: every write that follows a provider call names the generation it acted on
+// (db.Transition.IfGeneration), so a stale turn or loop cannot pause, destroy or record over a newer
+// sandbox of the same thread; such a write fails with db.ErrConflict.
+type lifecycle struct {
+	store db.Store
+	prov  sandbox.Provider
+	log   *zap.Logger
+	// spec is the sandbox a session gets; nil where nothing may create one (the maintainer).
+	spec func(db.Session) sandbox.Spec
+	// maxResumeFailures is how many failed resumes the next resolve tolerates before it recreates.
+	maxResumeFailures int
+	// providerWait bounds how long an operation waits out sandbox.ErrUnavailable (0: not at all).
+	providerWait time.Duration
+}
+
+// RecreateReason says why a turn replaced an existing sandbox (the bot tells the user).
+type RecreateReason string
+
+// The RecreateReason values; "" means no existing sandbox was replaced.
+const (
+	// RecreateGone: the sandbox was removed behind our back.
+	RecreateGone RecreateReason = "gone"
+	// RecreateFailed: the provider reported the sandbox as broken.
+	RecreateFailed RecreateReason = "failed"
+	// RecreateResumeFailed: the sandbox failed to resume lifecycle.max_resume_failures times.
+	RecreateResumeFailed RecreateReason = "resume_failed"
+	// RecreateUnusable: its stored handle could not be used (another provider configured since).
+	RecreateUnusable RecreateReason = "unusable"
+)
+
+// liveStatuses are every status a sandbox may be found in while it (maybe) exists.
+var liveStatuses = []db.SessionStatus{
+	db.SessionCreating, db.SessionActive, db.SessionPausing, db.SessionPaused,
+	db.SessionResuming, db.SessionDestroying, db.SessionError,
+}
+
+var allStatuses = append(append([]db.SessionStatus{}, liveStatuses...), db.SessionDestroyed)
+
+// pausableStatuses may be paused: active, and every status a crash or a failed call leaves a
+// sandbox in that may still run (reconcile pauses those).
+var pausableStatuses = []db.SessionStatus{
+	db.SessionActive, db.SessionPausing, db.SessionError, db.SessionCreating, db.SessionResuming,
+}
+
+// Provider-wait backoff and the one blind retry of a create that surely did nothing.
+const (
+	providerBackoffMin = 250 * time.Millisecond
+	providerBackoffMax = 10 * time.Second
+	createRetryDelay   = 200 * time.Millisecond
+	// settleTimeout bounds a status write after a provider call, which runs even when the caller's
+	// context ended: the sandbox has been acted on, and the row should say so.
+	settleTimeout = 10 * time.Second
+)
+
+// ErrProviderUnavailable is sandbox.ErrUnavailable, for layers that may not import sandbox (bot): a
+// turn that waited lifecycle.provider_wait for the sandbox service and gave up wraps it.
+var ErrProviderUnavailable = sandbox.ErrUnavailable
+
+// NoteWaitingForProvider is the progress note of a turn held by a provider outage.
+const NoteWaitingForProvider = "waiting for the sandbox service"
+
+// resolved is a session whose sandbox is running.
+type resolved struct {
+	sess db.Session
+	sb   sandbox.Sandbox
+	// created: the sandbox was made in this resolve, so its filesystem and agent session are new.
+	created bool
+	// recreate says why an existing sandbox was replaced ("" if none was).
+	recreate RecreateReason
+}
+
+func gen(s db.Session) *int64 { g := s.Generation; return &g }
+
+func settleCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+}
+
+// handle is the session's sandbox handle, through the one codec.
+func (l *lifecycle) handle(s db.Session) (sandbox.Handle, error) {
+	return sandbox.DecodeHandle(s.Handle, l.prov.Name())
+}
+
+// resolve brings the session's sandbox to running: create, resume or recreate it as the table above
+// says. note is called when the turn starts waiting for an unavailable provider.
+func (l *lifecycle) resolve(ctx context.Context, sess db.Session, note func()) (resolved, error) {
+	h, herr := l.handle(sess)
+	switch {
+	case sess.Status == db.SessionDestroyed, herr == nil && h.IsZero():
+		// No sandbox (a new thread, or one that never got one): as if destroyed, create.
+		return l.create(ctx, sess, note)
+	case herr != nil:
+		l.log.Warn("unusable sandbox handle; recreating", zap.String("thread", sess.ThreadKey), zap.Error(herr))
+		return l.recreate(ctx, sess, RecreateUnusable, herr.Error(), note)
+	case l.maxResumeFailures > 0 && sess.ResumeFailCount >= l.maxResumeFailures:
+		// The old sandbox cannot be made to work: free it (idempotent) before replacing it.
+		if err := l.withProvider(ctx, note, func() error { return l.prov.Destroy(ctx, h) }); err != nil {
+			return resolved{}, fmt.Errorf("destroy a sandbox that failed to resume: %w", err)
+		}
+		why := fmt.Sprintf("resume failed %d times", sess.ResumeFailCount)
+		return l.recreate(ctx, sess, RecreateResumeFailed, why, note)
+	}
+	var info sandbox.Info
+	err := l.withProvider(ctx, note, func() (err error) { info, err = l.prov.Inspect(ctx, h); return err })
+	switch {
+	case errors.Is(err, sandbox.ErrNotFound):
+		return l.recreate(ctx, sess, RecreateGone, "sandbox gone", note)
+	case err != nil:
+		return resolved{}, fmt.Errorf("inspect sandbox: %w", err)
+	}
+	switch info.State {
+	case sandbox.StateStopped, sandbox.StateArchived, sandbox.StateStarting:
+		return l.resume(ctx, sess, h, note)
+	case sandbox.StateFailed:
+		if err := l.withProvider(ctx, note, func() error { return l.prov.Destroy(ctx, h) }); err != nil {
+			return resolved{}, fmt.Errorf("destroy failed sandbox: %w", err)
+		}
+		return l.recreate(ctx, sess, RecreateFailed, "sandbox failed", note)
+	}
+	sess, err = l.markActive(ctx, sess)
+	if err != nil {
+		return resolved{}, err
+	}
+	return resolved{sess: sess, sb: sandbox.Bind(l.prov, h)}, nil
+}
+
+// recreate marks the old sandbox destroyed and creates a new one.
+func (l *lifecycle) recreate(ctx context.Context, sess db.Session, why RecreateReason, msg string, note func()) (resolved, error) {
+	sess, err := l.markDestroyed(ctx, sess, msg)
+	if err != nil {
+		return resolved{}, err
+	}
+	r, err := l.create(ctx, sess, note)
+	r.recreate = why
+	return r, err
+}
+
+// markDestroyed records that the session has no sandbox any more.
+func (l *lifecycle) markDestroyed(ctx context.Context, sess db.Session, why string) (db.Session, error) {
+	if sess.Status == db.SessionDestroyed {
+		return sess, nil
+	}
+	s, err := l.store.SessionTransition(ctx, sess.ThreadKey, db.Transition{
+		From: liveStatuses, To: db.SessionDestroyed, IfGeneration: gen(sess), Patch: db.SessionPatch{LastError: &why},
+	})
+	if err != nil {
+		return sess, fmt.Errorf("mark sandbox destroyed: %w", err)
+	}
+	return s, nil
+}
+
+// markActive records that a running sandbox is in use.
+func (l *lifecycle) markActive(ctx context.Context, sess db.Session) (db.Session, error) {
+	if sess.Status == db.SessionActive {
+		return sess, nil
+	}
+	s, err := l.store.SessionTransition(ctx, sess.ThreadKey, db.Transition{
+		From: liveStatuses, To: db.SessionActive, IfGeneration: gen(sess),
+	})
+	if err != nil {
+		return sess, fmt.Errorf("mark session active: %w", err)
+	}
+	return s, nil
+}
+
+// create makes a new sandbox (generation + 1) and saves its handle. The agent session id is cleared:
+// it belonged to the old sandbox.
+func (l *lifecycle) create(ctx context.Context, sess db.Session, note func()) (resolved, error) {
+	if l.spec == nil {
+		return resolved{}, errors.New("agentpool: this component does not create sandboxes")
+	}
+	none := ""
+	s, err := l.store.SessionTransition(ctx, sess.ThreadKey, db.Transition{
+		From: allStatuses, To: db.SessionCreating, BumpGeneration: true, IfGeneration: gen(sess),
+		Patch: db.SessionPatch{AgentSessionID: &none},
+	})
+	if err != nil {
+		return resolved{}, fmt.Errorf("begin sandbox create: %w", err)
+	}
+	sess = s
+	spec := l.spec(sess)
+	var h sandbox.Handle
+	err = l.withProvider(ctx, note, func() (err error) { h, err = l.prov.Create(ctx, spec); return err })
+	if err != nil && errors.Is(err, sandbox.ErrNoEffect) && !errors.Is(err, sandbox.ErrInvalidSpec) &&
+		!errors.Is(err, sandbox.ErrUnavailable) && ctx.Err() == nil {
+		// The provider surely did nothing (database/sql's ErrBadConn rule): one blind retry is safe.
+		if waitCtx(ctx, createRetryDelay) == nil {
+			h, err = l.prov.Create(ctx, spec)
+		}
+	}
+	if err != nil {
+		// Anything the failed create may have left behind carries our labels; the reaper removes it.
+		// A cancelled turn is no failure of the session: reconcile settles it if no turn does.
+		if ctx.Err() == nil {
+			l.fail(ctx, sess, db.SessionCreating, fmt.Sprintf("create sandbox: %v", err), false)
+		}
+		return resolved{}, fmt.Errorf("create sandbox: %w", err)
+	}
+	raw, err := sandbox.EncodeHandle(h)
+	if err != nil {
+		return resolved{}, err
+	}
+	sid, noErr := h.ID, ""
+	// Saved even if the turn was cancelled meanwhile: the sandbox exists and belongs to the thread.
+	sctx, cancel := settleCtx(ctx)
+	defer cancel()
+	s, err = l.store.SessionTransition(sctx, sess.ThreadKey, db.Transition{
+		From: []db.SessionStatus{db.SessionCreating}, To: db.SessionActive, IfGeneration: gen(sess),
+		Patch: db.SessionPatch{Handle: raw, SandboxID: &sid, LastError: &noErr}, ResumeFail: db.ResumeFailReset,
+	})
+	if err != nil {
+		return resolved{}, fmt.Errorf("save sandbox handle: %w", err)
+	}
+	l.log.Info("sandbox created", zap.String("thread", s.ThreadKey), zap.String("sandbox", h.ID),
+		zap.Int64("generation", s.Generation))
+	return resolved{sess: s, sb: sandbox.Bind(l.prov, h), created: true}, nil
+}
+
+// resume starts a stopped sandbox: its filesystem, and so the thread's work, is kept.
+func (l *lifecycle) resume(ctx context.Context, sess db.Session, h sandbox.Handle, note func()) (resolved, error) {
+	s, err := l.begin(ctx, sess, liveStatuses, db.SessionResuming)
+	if err != nil {
+		return resolved{}, err
+	}
+	err = l.withProvider(ctx, note, func() error { return l.prov.Start(ctx, h) })
+	switch {
+	case errors.Is(err, sandbox.ErrNotFound):
+		return l.recreate(ctx, s, RecreateGone, "sandbox gone while resuming", note)
+	case err != nil:
+		// An outage says nothing about this sandbox: it does not count towards a recreate, which
+		// would throw its files away.
+		if ctx.Err() == nil {
+			l.fail(ctx, s, db.SessionResuming, fmt.Sprintf("resume sandbox: %v", err), !errors.Is(err, sandbox.ErrUnavailable))
+		}
+		return resolved{}, fmt.Errorf("resume sandbox: %w", err)
+	}
+	// Recorded even if the turn was cancelled meanwhile: the sandbox is running now.
+	sctx, cancel := settleCtx(ctx)
+	defer cancel()
+	s, err = l.store.SessionTransition(sctx, sess.ThreadKey, db.Transition{
+		From: []db.SessionStatus{db.SessionResuming}, To: db.SessionActive, IfGeneration: gen(s),
+	})
+	if err != nil {
+		return resolved{}, fmt.Errorf("finish resume: %w", err)
+	}
+	l.log.Info("sandbox resumed", zap.String("thread", s.ThreadKey), zap.String("sandbox", h.ID))
+	return resolved{sess: s, sb: sandbox.Bind(l.prov, h)}, nil
+}
+
+// healthy records that the runtime answered in the session's running sandbox. Only now is a resume
+// complete, so only now is the failed-resume count reset: a sandbox that starts but whose runtime
+// never comes up keeps counting towards a recreate.
+func (l *lifecycle) healthy(ctx context.Context, sess db.Session, at time.Time) error {
+	_, err := l.store.SessionTransition(ctx, sess.ThreadKey, db.Transition{
+		From: []db.SessionStatus{db.SessionActive}, To: db.SessionActive, IfGeneration: gen(sess),
+		Patch: db.SessionPatch{LastHealthOKAt: &at}, ResumeFail: db.ResumeFailReset,
+	})
+	if err != nil {
+		return fmt.Errorf("recording runtime health: %w", err)
+	}
+	return nil
+}
+
+// recordAgentSession saves the runtime's agent session id for the sandbox it lives in: fenced, so a
+// stale turn cannot record its session over a newer sandbox's.
+func (l *lifecycle) recordAgentSession(ctx context.Context, sess db.Session, sid string) (db.Session, error) {
+	s, err := l.store.SessionTransition(ctx, sess.ThreadKey, db.Transition{
+		From: []db.SessionStatus{db.SessionActive}, To: db.SessionActive, IfGeneration: gen(sess),
+		Patch: db.SessionPatch{AgentSessionID: &sid},
+	})
+	if err != nil {
+		return sess, fmt.Errorf("saving agent session: %w", err)
+	}
+	return s, nil
+}
+
+// fail moves the session from `from` to error, counting a failed resume when asked. It survives the
+// caller's cancellation: the failure is worth recording even when the turn was cancelled.
+func (l *lifecycle) fail(ctx context.Context, sess db.Session, from db.SessionStatus, msg string, resumeFailed bool) {
+	sctx, cancel := settleCtx(ctx)
+	defer cancel()
+	op := db.ResumeFailKeep
+	if resumeFailed {
+		op = db.ResumeFailIncrement
+	}
+	_, err := l.store.SessionTransition(sctx, sess.ThreadKey, db.Transition{
+		From: []db.SessionStatus{from}, To: db.SessionError, IfGeneration: gen(sess),
+		Patch: db.SessionPatch{LastError: &msg}, ResumeFail: op,
+	})
+	if err != nil {
+		l.log.Warn("recording session error", zap.String("thread", sess.ThreadKey), zap.Error(err))
+	}
+}
+
+// runtimeFailed records a runtime that would not come up in a running sandbox (a failed resume, as
+// the next resolve counts them), then stops the sandbox: nothing pauses a session in error, so it
+// would otherwise run (and bill) until the next message or reconcile.
+func (l *lifecycle) runtimeFailed(ctx context.Context, sess db.Session, h sandbox.Handle, msg string) {
+	l.fail(ctx, sess, db.SessionActive, msg, true)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	if err := l.prov.Stop(sctx, h); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+		l.log.Warn("stopping a sandbox whose runtime failed", zap.String("thread", sess.ThreadKey), zap.Error(err))
+	}
+}
+
+// pause stops the session's sandbox, keeping its files: (pausable) → pausing → Stop → paused. No
+// usable handle, or a sandbox gone, ends in destroyed; a failed Stop goes back to active with
+// last_error. A paused session is left as it is.
+func (l *lifecycle) pause(ctx context.Context, cur db.Session) (db.Session, error) {
+	if cur.Status == db.SessionPaused {
+		return cur, nil
+	}
+	s, err := l.begin(ctx, cur, pausableStatuses, db.SessionPausing)
+	if err != nil {
+		return cur, err
+	}
+	h, err := l.handle(s)
+	if err == nil && !h.IsZero() {
+		err = l.withProvider(ctx, nil, func() error { return l.prov.Stop(ctx, h) })
+	}
+	sctx, cancel := settleCtx(ctx)
+	defer cancel()
+	from := []db.SessionStatus{db.SessionPausing}
+	switch {
+	case err == nil && h.IsZero(), errors.Is(err, sandbox.ErrBadHandle), errors.Is(err, sandbox.ErrNotFound):
+		msg := ""
+		if err != nil {
+			msg = "pause: " + err.Error()
+		}
+		return l.settle(sctx, s, db.Transition{From: from, To: db.SessionDestroyed, Patch: db.SessionPatch{LastError: &msg}}, nil)
+	case err == nil:
+		return l.settle(sctx, s, db.Transition{From: from, To: db.SessionPaused, Patch: db.SessionPatch{LastError: new("")}}, nil)
+	}
+	err = fmt.Errorf("stop sandbox %s of %s: %w", h.ID, cur.ThreadKey, err)
+	return l.settle(sctx, s, db.Transition{From: from, To: db.SessionActive, Patch: db.SessionPatch{LastError: new("pause: " + err.Error())}}, err)
+}
+
+// destroy removes the session's sandbox: (live) → destroying → Destroy → destroyed. A missing sandbox,
+// or none, is success. A failed Destroy leaves the session destroying, with last_error, for cleanup
+// and reconcile to finish. A destroyed session is left as it is.
+func (l *lifecycle) destroy(ctx context.Context, cur db.Session) (db.Session, error) {
+	if cur.Status == db.SessionDestroyed {
+		return cur, nil
+	}
+	s, err := l.begin(ctx, cur, liveStatuses, db.SessionDestroying)
+	if err != nil {
+		return cur, err
+	}
+	h, herr := l.handle(s)
+	if herr == nil && !h.IsZero() {
+		err = l.withProvider(ctx, nil, func() error { return l.prov.Destroy(ctx, h) })
+		if errors.Is(err, sandbox.ErrNotFound) {
+			err = nil // idempotent, also for a provider that reports it anyway
+		}
+	}
+	sctx, cancel := settleCtx(ctx)
+	defer cancel()
+	if err != nil {
+		err = fmt.Errorf("destroy sandbox %s of %s: %w", h.ID, cur.ThreadKey, err)
+		msg := "destroy: " + err.Error()
+		if _, uerr := l.store.SessionUpdate(sctx, cur.ThreadKey, db.SessionPatch{LastError: &msg}); uerr != nil {
+			err = errors.Join(err, uerr)
+		}
+		return s, err
+	}
+	// An unusable handle leaves its sandbox, if any, to the reaper: no live session owns it now.
+	msg := ""
+	if herr != nil {
+		msg = "destroy: " + herr.Error()
+	}
+	return l.settle(sctx, s, db.Transition{
+		From: []db.SessionStatus{db.SessionDestroying}, To: db.SessionDestroyed, Patch: db.SessionPatch{LastError: &msg},
+	}, nil)
+}
+
+// reconcile drives a session left between two stable states (creating, resuming, pausing, error,
+// destroying) to a stable one, as the table above says.
+func (l *lifecycle) reconcile(ctx context.Context, cur db.Session) (db.Session, error) {
+	switch cur.Status {
+	case db.SessionDestroying:
+		return l.destroy(ctx, cur)
+	case db.SessionCreating, db.SessionResuming, db.SessionPausing, db.SessionError:
+	default:
+		return cur, nil // settled meanwhile
+	}
+	h, err := l.handle(cur)
+	if err != nil || h.IsZero() {
+		why := "reconcile: no sandbox"
+		if err != nil {
+			why = "reconcile: " + err.Error()
+		}
+		return l.markDestroyed(ctx, cur, why)
+	}
+	info, err := l.prov.Inspect(ctx, h)
+	switch {
+	case errors.Is(err, sandbox.ErrNotFound):
+		return l.markDestroyed(ctx, cur, "reconcile: sandbox gone")
+	case err != nil:
+		return cur, fmt.Errorf("inspect sandbox %s of %s: %w", h.ID, cur.ThreadKey, err)
+	case info.State == sandbox.StateFailed:
+		return l.destroy(ctx, cur)
+	}
+	return l.pause(ctx, cur)
+}
+
+// begin makes the write before a provider call: the session moves from one of from to the transient
+// status to, fenced to the generation it was read at.
+func (l *lifecycle) begin(ctx context.Context, cur db.Session, from []db.SessionStatus, to db.SessionStatus) (db.Session, error) {
+	s, err := l.store.SessionTransition(ctx, cur.ThreadKey, db.Transition{From: from, To: to, IfGeneration: gen(cur)})
+	if err != nil {
+		return cur, fmt.Errorf("begin %s: %w", to, err)
+	}
+	return s, nil
+}
+
+// settle writes the status after a provider call, fenced to the generation acted on, and joins a
+// write failure to the call's error.
+func (l *lifecycle) settle(ctx context.Context, s db.Session, t db.Transition, callErr error) (db.Session, error) {
+	t.IfGeneration = gen(s)
+	out, err := l.store.SessionTransition(ctx, s.ThreadKey, t)
+	if err != nil {
+		return s, errors.Join(callErr, fmt.Errorf("record %s: %w", t.To, err))
+	}
+	return out, callErr
+}
+
+// withProvider runs f, and while it fails with sandbox.ErrUnavailable retries it with backoff for up
+// to providerWait, calling note once when it starts waiting. A provider that stays away is reported
+// with the last error, which still wraps ErrUnavailable.
+func (l *lifecycle) withProvider(ctx context.Context, note func(), f func() error) error {
+	err := f()
+	if !errors.Is(err, sandbox.ErrUnavailable) || l.providerWait <= 0 || ctx.Err() != nil {
+		return err
+	}
+	if note != nil {
+		note()
+	}
+	deadline := time.Now().Add(l.providerWait)
+	for delay := providerBackoffMin; errors.Is(err, sandbox.ErrUnavailable); delay = min(2*delay, providerBackoffMax) {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return fmt.Errorf("the sandbox service did not come back within %s: %w", l.providerWait, err)
+		}
+		if werr := waitCtx(ctx, min(delay, left)); werr != nil {
+			return fmt.Errorf("waiting for the sandbox service: %w (last: %w)", werr, err)
+		}
+		err = f()
+	}
+	return err
+}
+
+// waitCtx waits d or until ctx ends.
+func waitCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,171 @@
+package agentpool
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/threadbox/threadbox/agentpool/runtime"
+	"github.com/threadbox/threadbox/db"
+	"github.com/threadbox/threadbox/db/dbtest"
+	"github.com/threadbox/threadbox/sandbox"
+	"github.com/threadbox/threadbox/sandbox/sandboxfake"
+)
+
+// statusSink records the status lines it is shown, and signals each.
+type statusSink struct {
+	*collector
+	mu       sync.Mutex
+	statuses []string
+	seen     chan string
+}
+
+func newStatusSink() *statusSink {
+	return &statusSink{collector: newCollector(), seen: make(chan string, 100)}
+}
+
+func (s *statusSink) Progress(ev runtime.Event) {
+	if ev.Kind == runtime.EventStatus {
+		s.mu.Lock()
+		s.statuses = append(s.statuses, ev.Text)
+		s.mu.Unlock()
+		select {
+		case s.seen <- ev.Text:
+		default:
+		}
+	}
+	s.collector.Progress(ev)
+}
+
+// TestRecoverTakesOverDeadProcessTurns: a dead owner's running turn is answered as interrupted and
+// never run again; its queued turns run, in order; a live owner's turns are left alone.
+func TestRecoverTakesOverDeadProcessTurns(t *testing.T) {
+	st := newSQLiteStore(t)
+	ctx := t.Context()
+	insert := func(event, prompt, owner string) db.Turn {
+		tr, err := st.TurnInsert(ctx, db.NewTurn{ThreadKey: "k1", PlatformEventID: event, UserID: "u", Prompt: prompt,
+			Delivery: json.RawMessage(`{"to":"k1"}`), Owner: owner})
+		require.NoError(t, err)
+		return tr
+	}
+	running := insert("e1", "long job", "dead")
+	_, err := st.TurnStart(ctx, running.ID, "dead")
+	require.NoError(t, err)
+	insert("e2", "second", "dead")
+	insert("e3", "third", "dead")
+	live, err := st.HoldInstance(ctx, "alive")
+	require.NoError(t, err)
+	defer live.Release()
+	insert("e4", "someone else's", "alive")
+
+	sink := newCollector()
+	var restored []int64
+	rt := &scriptRuntime{}
+	p, err := New(Config{Deployment: "test-rec", Image: "img"}, Deps{
+		Store: st, Provider: sandboxfake.New(), Runtime: rt,
+		Restore: func(_ context.Context, t db.Turn) (Request, error) {
+			restored = append(restored, t.ID)
+			return Request{Platform: "test", ChannelID: "c", UserID: t.UserID, Text: t.Prompt, Sink: sink}, nil
+		},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Shutdown(context.Background()) })
+
+	rep, err := p.RecoverPass(ctx)
+	require.NoError(t, err)
+	require.Equal(t, RecoverReport{Requeued: 2, Interrupted: 1}, rep)
+	outs := sink.wait(t, 3)
+	require.ErrorIs(t, outs[0].Err, ErrInterrupted, "the interrupted turn is answered first")
+	require.Equal(t, "echo: second", outs[1].Answer)
+	require.Equal(t, "echo: third", outs[2].Answer)
+	for _, pr := range rt.recorded() {
+		require.NotEqual(t, "long job", pr.Text, "an interrupted prompt never runs again on its own")
+	}
+	got, err := st.TurnGet(ctx, running.ID)
+	require.NoError(t, err)
+	require.Equal(t, db.TurnFailed, got.Status)
+	require.Equal(t, InterruptedText, got.Error)
+	mine, err := st.TurnsPending(ctx, 0, 10)
+	require.NoError(t, err)
+	require.Len(t, mine, 1, "the live owner's turn is not touched")
+	require.Equal(t, "alive", mine[0].Owner)
+
+	rep, err = p.RecoverPass(ctx)
+	require.NoError(t, err)
+	require.Zero(t, rep, "a second pass finds nothing to take over")
+}
+
+// TestQueueCap: a thread with MaxQueued turns waiting refuses the next one.
+func TestQueueCap(t *testing.T) {
+	gate := make(chan struct{})
+	rt := &scriptRuntime{promptFunc: func(ctx context.Context, _ sandbox.Sandbox, _ string, p runtime.Prompt, _ func(runtime.Event)) (runtime.Result, error) {
+		<-gate
+		return runtime.Result{Answer: p.Text}, nil
+	}}
+	f := newFixture(t, newSQLiteStore(t), sandboxfake.New(), rt, func(c *Config) { c.MaxQueued = 2 })
+	sink := newCollector()
+	submit(t, f.pool, "k", "e1", "one", sink)
+	submit(t, f.pool, "k", "e2", "two", sink)
+	_, err := f.pool.Submit(t.Context(), Request{ThreadKey: "k", EventID: "e3", Text: "three", Sink: sink})
+	require.ErrorIs(t, err, ErrQueueFull)
+	submit(t, f.pool, "other", "e4", "another thread is not affected", sink)
+	close(gate)
+	sink.wait(t, 3)
+}
+
+// TestCapacityLine: with MaxActive 1, a second thread waits in line while the first one's turn runs,
+// is told its place, and runs once the first sandbox, now idle, is paused to make room.
+func TestCapacityLine(t *testing.T) {
+	gate, running := make(chan struct{}), make(chan struct{})
+	rt := &scriptRuntime{promptFunc: func(ctx context.Context, _ sandbox.Sandbox, _ string, p runtime.Prompt, _ func(runtime.Event)) (runtime.Result, error) {
+		if p.Text == "slow" {
+			close(running)
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				return runtime.Result{}, ctx.Err()
+			}
+		}
+		return runtime.Result{Answer: "echo: " + p.Text}, nil
+	}}
+	f := newFixture(t, newSQLiteStore(t), sandboxfake.New(), rt, func(c *Config) { c.MaxActive = 1 })
+	a, b := newStatusSink(), newStatusSink()
+	submit(t, f.pool, "A", "e1", "slow", a)
+	<-running // A holds the only slot
+	submit(t, f.pool, "B", "e2", "quick", b)
+	for line := range b.seen {
+		if strings.Contains(line, "number 1 in line") {
+			break
+		}
+	}
+	close(gate)
+	require.Equal(t, "echo: slow", a.wait(t, 1)[0].Answer)
+	require.Equal(t, "echo: quick", b.wait(t, 1)[0].Answer, "B runs once a slot frees")
+	sa, err := f.store.SessionGet(t.Context(), "A")
+	require.NoError(t, err)
+	require.Equal(t, db.SessionPaused, sa.Status, "the idle sandbox was paused to make room")
+}
+
+// TestLockLossCancelsTurn: on PostgreSQL, killing the connection that holds a running turn's
+// thread lock (pg_terminate_backend) cancels that turn; it is never left running beside another.
+func TestLockLossCancelsTurn(t *testing.T) {
+	st := dbtest.OpenPostgres(t)
+	started := make(chan struct{})
+	rt := &scriptRuntime{promptFunc: func(ctx context.Context, _ sandbox.Sandbox, _ string, _ runtime.Prompt, _ func(runtime.Event)) (runtime.Result, error) {
+		close(started)
+		<-ctx.Done()
+		return runtime.Result{}, ctx.Err()
+	}}
+	f := newFixture(t, st, sandboxfake.New(), rt)
+	sink := newCollector()
+	submit(t, f.pool, "slack:T:C:lock", "e1", "hold", sink)
+	<-started
+	require.Equal(t, 1, dbtest.TerminateThreadLock(t, st, "slack:T:C:lock"), "one connection held the thread's lock")
+	out := sink.wait(t, 1)[0]
+	require.True(t, out.Cancelled)
+	require.ErrorIs(t, out.Err, ErrLockLost)
+}

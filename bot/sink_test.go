@@ -1,0 +1,218 @@
+package bot
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/threadbox/threadbox/agentpool"
+	"github.com/threadbox/threadbox/agentpool/runtime"
+	"github.com/threadbox/threadbox/db/dbtest"
+	"github.com/threadbox/threadbox/sandbox"
+	"github.com/threadbox/threadbox/sandbox/sandboxfake"
+)
+
+// chatReplier records what the bot says in a thread; posted receives every post.
+type chatReplier struct {
+	mu     sync.Mutex
+	posts  []string
+	reacts []string
+	posted chan string
+}
+
+var _ Replier = (*chatReplier)(nil)
+
+func newChatReplier() *chatReplier { return &chatReplier{posted: make(chan string, 100)} }
+
+func (r *chatReplier) Post(_ context.Context, text string) error {
+	r.mu.Lock()
+	r.posts = append(r.posts, text)
+	r.mu.Unlock()
+	r.posted <- text
+	return nil
+}
+func (r *chatReplier) Progress(context.Context, string) error { return nil }
+func (r *chatReplier) Upload(context.Context, string, []byte) (string, error) {
+	return "", fmt.Errorf("slack files.upload: %w", sandbox.ErrUnavailable)
+}
+func (r *chatReplier) React(_ context.Context, name string) error {
+	r.mu.Lock()
+	r.reacts = append(r.reacts, name)
+	r.mu.Unlock()
+	return nil
+}
+func (r *chatReplier) Limits() Limits {
+	return Limits{MaxMessage: 4000, MaxChunks: 4, MaxFileBytes: 1 << 20}
+}
+
+// waitPost returns the first post containing want.
+func (r *chatReplier) waitPost(t *testing.T, want string) string {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case p := <-r.posted:
+			if strings.Contains(p, want) {
+				return p
+			}
+		case <-timeout:
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			t.Fatalf("no post containing %q; posts: %q", want, r.posts)
+		}
+	}
+}
+
+func TestDeliverSaysWhatHappenedAndLogsTheRef(t *testing.T) {
+	tests := []struct {
+		name      string
+		out       agentpool.Outcome
+		wantPost  string
+		wantRef   bool
+		wantReact string
+	}{
+		{name: "stopped by the user", out: agentpool.Outcome{Cancelled: true, Err: agentpool.ErrCancelled}, wantPost: "Stopped."},
+		{name: "reset before it ran", out: agentpool.Outcome{Cancelled: true, Err: agentpool.ErrReset},
+			wantPost: "Not run: The thread was reset", wantRef: true},
+		{name: "shutdown", out: agentpool.Outcome{Cancelled: true, Err: agentpool.ErrClosed},
+			wantPost: "Not run: The bot is restarting", wantRef: true},
+		{name: "lock lost mid-turn is a failure, not a stop", out: agentpool.Outcome{Cancelled: true, Err: agentpool.ErrLockLost},
+			wantPost: "Sorry, that failed: A service I depend on", wantRef: true},
+		{name: "sandbox failed", out: agentpool.Outcome{Err: &agentpool.Error{Code: agentpool.ESANDBOX, Op: "prepare sandbox", Err: errRawFailure}},
+			wantPost: "Sorry, that failed: I could not get this thread's sandbox running", wantRef: true, wantReact: ReactError},
+		{name: "interrupted", out: agentpool.Outcome{Err: agentpool.ErrInterrupted},
+			wantPost: `send "retry"`, wantRef: true, wantReact: ReactError},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			log, logs := observed(zapcore.DebugLevel)
+			r := newChatReplier()
+			s := newReplySink(t.Context(), r, time.Millisecond, log)
+			tt.out.TurnID = 7
+			_, err := s.Deliver(t.Context(), tt.out)
+			require.NoError(t, err)
+			require.Len(t, r.posts, 1)
+			post := r.posts[0]
+			if tt.wantReact == "" {
+				require.Empty(t, r.reacts, "a stopped turn gets no reaction")
+			} else {
+				require.Equal(t, []string{tt.wantReact}, r.reacts)
+			}
+			require.Contains(t, post, tt.wantPost)
+			for _, leak := range internalDetail {
+				require.NotContains(t, post, leak)
+			}
+			ref := refOf(post)
+			if !tt.wantRef {
+				require.Empty(t, ref)
+				return
+			}
+			entries := loggedWithRef(logs, ref)
+			require.Len(t, entries, 1, "the failure is logged once, under the ref shown")
+			require.Equal(t, int64(7), entries[0].ContextMap()["turn"])
+			require.Equal(t, tt.out.Err.Error(), entries[0].ContextMap()["error"])
+		})
+	}
+}
+
+func TestFailedUploadShowsARefNotTheError(t *testing.T) {
+	log, logs := observed(zapcore.InfoLevel)
+	r := newChatReplier()
+	s := newReplySink(t.Context(), r, time.Millisecond, log)
+	_, err := s.Deliver(t.Context(), agentpool.Outcome{Answer: "ok", Artifacts: []agentpool.Artifact{{Name: "plot.png", Size: 3, Data: []byte("png")}}})
+	require.NoError(t, err)
+	note := r.posts[len(r.posts)-1]
+	require.Contains(t, note, "not uploaded: plot.png (3 B): the upload failed, ref ")
+	require.NotContains(t, note, "files.upload")
+	entries := loggedWithRef(logs, refOf(note))
+	require.Len(t, entries, 1)
+	require.Contains(t, entries[0].ContextMap()["error"], "slack files.upload")
+}
+
+// minimalRuntime answers every prompt; the tests below fail before it is reached.
+type minimalRuntime struct{}
+
+var _ runtime.Runtime = minimalRuntime{}
+
+func (minimalRuntime) Name() string                                  { return "minimal" }
+func (minimalRuntime) Ensure(context.Context, sandbox.Sandbox) error { return nil }
+func (minimalRuntime) Session(context.Context, sandbox.Sandbox, string, string) (string, bool, error) {
+	return "s1", false, nil
+}
+func (minimalRuntime) Prompt(_ context.Context, _ sandbox.Sandbox, _ string, p runtime.Prompt, _ func(runtime.Event)) (runtime.Result, error) {
+	return runtime.Result{Answer: "echo: " + p.Text}, nil
+}
+func (minimalRuntime) Abort(context.Context, sandbox.Sandbox, string) error { return nil }
+
+// TestFailedTurnReplyCarriesTheLoggedRef runs a message through the handler and a real pool whose
+// provider fails with the Docker daemon's own words: the user reads what happened, what to do and a
+// ref; the log has the full error under that ref.
+func TestFailedTurnReplyCarriesTheLoggedRef(t *testing.T) {
+	st := dbtest.OpenSQLite(t)
+	prov := sandboxfake.New()
+	prov.FailNext("Create", fmt.Errorf("docker create: %w: Cannot connect to the Docker daemon at unix:///var/run/docker.sock", sandbox.ErrUnavailable))
+	log, logs := observed(zapcore.InfoLevel)
+	pool, err := agentpool.New(agentpool.Config{Deployment: "errmodel", Image: "img"},
+		agentpool.Deps{Store: st, Provider: prov, Runtime: minimalRuntime{}, Logger: log})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pool.Shutdown(context.Background()) })
+	h := NewHandler(HandlerConfig{ProgressInterval: time.Millisecond}, pool, st, nil, log)
+
+	r := newChatReplier()
+	thread := SlackThread("T", "C", "1.1")
+	require.NoError(t, h.Handle(t.Context(), Message{Thread: thread, ChannelID: "C", User: User{ID: "U"}, Text: "build it", EventID: "ev1"}, r))
+	reply := r.waitPost(t, "Sorry, that failed")
+	require.Contains(t, reply, "Try again in a few minutes", "what to do")
+	for _, leak := range internalDetail {
+		require.NotContains(t, reply, leak)
+	}
+	ref := refOf(reply)
+	require.NotEmpty(t, ref, "the reply shows a ref: %q", reply)
+	entries := loggedWithRef(logs, ref)
+	require.Len(t, entries, 1, "one log line per failed turn")
+	fields := entries[0].ContextMap()
+	require.Equal(t, thread.String(), fields["thread"])
+	require.Equal(t, string(agentpool.EUNAVAILABLE), fields["code"])
+	require.Contains(t, fields["error"], "Cannot connect to the Docker daemon")
+
+	require.NoError(t, h.Wait(t.Context()))
+}
+
+func TestSkippedLine(t *testing.T) {
+	tests := []struct {
+		skip agentpool.SkippedArtifact
+		want string
+	}{
+		{agentpool.SkippedArtifact{Name: "output/display", Reason: agentpool.SkipNotDirectory},
+			"not uploaded: output/display (0 B): not a directory (symlinks are never followed)"},
+		{agentpool.SkippedArtifact{Name: "passwd", Reason: agentpool.SkipNotRegular}, "not uploaded: passwd (0 B): not a regular file"},
+		{agentpool.SkippedArtifact{Name: "big.bin", Size: 12_345_678, Reason: agentpool.SkipFileTooLarge, Limit: 10 << 20},
+			"not uploaded: big.bin (11.8 MiB): larger than the 10 MiB per-file limit"},
+		{agentpool.SkippedArtifact{Name: "c", Size: 1, Reason: agentpool.SkipTooMany, Limit: 2}, "not uploaded: c (1 B): more than 2 files in one reply"},
+		{agentpool.SkippedArtifact{Name: "c", Size: 60, Reason: agentpool.SkipReplyTooLarge, Limit: 150},
+			"not uploaded: c (60 B): the reply's files would exceed the 150 B per-reply limit"},
+		{agentpool.SkippedArtifact{Reason: agentpool.SkipUnchecked, Limit: 1000, Count: 7},
+			"not uploaded: 7 more files: output/display holds more than 1000 files; only the first were checked"},
+		{agentpool.SkippedArtifact{Name: "output/display", Reason: agentpool.SkipUnreadable}, "not uploaded: output/display (0 B): could not be read"},
+	}
+	for _, tt := range tests {
+		t.Run(string(tt.skip.Reason), func(t *testing.T) {
+			require.Equal(t, tt.want, skippedLine(tt.skip))
+		})
+	}
+}
+
+func TestHumanSize(t *testing.T) {
+	for n, want := range map[int64]string{
+		0: "0 B", 1023: "1023 B", 1024: "1 KiB", 1536: "1.5 KiB", 10 << 20: "10 MiB", 50 << 20: "50 MiB",
+		3 << 30: "3 GiB", 5 << 40: "5 TiB", 1<<20 + 1: "1.0 MiB",
+	} {
+		require.Equal(t, want, HumanSize(n), n)
+	}
+}

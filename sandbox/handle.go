@@ -1,0 +1,46 @@
+package sandbox
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// ErrBadHandle: a stored handle cannot be used by this process: it does not decode, or it names
+// another provider (the deployment switched providers since it was saved).
+var ErrBadHandle = errors.New("unusable sandbox handle")
+
+// EncodeHandle is the one way a Handle is saved (the session row's handle column). A zero handle
+// encodes as nil: no sandbox.
+func EncodeHandle(h Handle) (json.RawMessage, error) {
+	if h.IsZero() {
+		return nil, nil
+	}
+	raw, err := json.Marshal(h)
+	if err != nil {
+		return nil, fmt.Errorf("encode sandbox handle: %w", err)
+	}
+	return raw, nil
+}
+
+// DecodeHandle is the one way a saved handle is read back, for provider (the configured provider's
+// Name). Nothing saved, JSON null, or a handle with an empty id decode as the zero Handle with no
+// error: the session has no sandbox. A handle that does not decode, or that belongs to another
+// provider, is ErrBadHandle; the decoded handle is returned with it where there is one, for logs.
+func DecodeHandle(raw json.RawMessage, provider string) (Handle, error) {
+	var h Handle
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return h, nil
+	}
+	if err := json.Unmarshal(raw, &h); err != nil {
+		return Handle{}, fmt.Errorf("%w: %w", ErrBadHandle, err)
+	}
+	if h.IsZero() {
+		return Handle{}, nil
+	}
+	if h.Provider != provider {
+		return h, fmt.Errorf("%w: it belongs to provider %q, this process runs %q", ErrBadHandle, h.Provider, provider)
+	}
+	return h, nil
+}
