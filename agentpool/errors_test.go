@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -85,7 +86,10 @@ func TestTurnFailuresAreClassified(t *testing.T) {
 	}{
 		{name: "create fails", setup: func(p *sandboxfake.Provider, _ *scriptRuntime) { p.FailNext("Create", boom) }, want: ESANDBOX},
 		{name: "provider down", setup: func(p *sandboxfake.Provider, _ *scriptRuntime) {
-			p.FailNext("Create", fmt.Errorf("docker create: %w: %w", sandbox.ErrUnavailable, boom))
+			// Down for longer than the turn waits (ProviderWait, set short below): every attempt fails.
+			for range 50 {
+				p.FailNext("Create", fmt.Errorf("docker create: %w: %w: %w", sandbox.ErrUnavailable, sandbox.ErrNoEffect, boom))
+			}
 		}, want: EUNAVAILABLE},
 		{name: "runtime will not start", setup: func(_ *sandboxfake.Provider, rt *scriptRuntime) {
 			rt.ensureErrs = []error{boom, boom}
@@ -115,7 +119,7 @@ func TestTurnFailuresAreClassified(t *testing.T) {
 			if tt.setup != nil {
 				tt.setup(prov, rt)
 			}
-			f := newFixture(t, newSQLiteStore(t), prov, rt)
+			f := newFixture(t, newSQLiteStore(t), prov, rt, func(c *Config) { c.ProviderWait = time.Millisecond })
 			sink := newCollector()
 			_, err := f.pool.Submit(context.Background(), Request{ThreadKey: "web:c", EventID: "e1", Text: "hi", Files: tt.files, Sink: sink})
 			require.NoError(t, err)

@@ -156,9 +156,12 @@ func (minimalRuntime) Abort(context.Context, sandbox.Sandbox, string) error { re
 func TestFailedTurnReplyCarriesTheLoggedRef(t *testing.T) {
 	st := dbtest.OpenSQLite(t)
 	prov := sandboxfake.New()
-	prov.FailNext("Create", fmt.Errorf("docker create: %w: Cannot connect to the Docker daemon at unix:///var/run/docker.sock", sandbox.ErrUnavailable))
+	// The daemon stays down for longer than the turn waits for it (ProviderWait, short here).
+	for range 50 {
+		prov.FailNext("Create", fmt.Errorf("docker create: %w: %w: Cannot connect to the Docker daemon at unix:///var/run/docker.sock", sandbox.ErrUnavailable, sandbox.ErrNoEffect))
+	}
 	log, logs := observed(zapcore.InfoLevel)
-	pool, err := agentpool.New(agentpool.Config{Deployment: "errmodel", Image: "img"},
+	pool, err := agentpool.New(agentpool.Config{Deployment: "errmodel", Image: "img", ProviderWait: time.Millisecond},
 		agentpool.Deps{Store: st, Provider: prov, Runtime: minimalRuntime{}, Logger: log})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pool.Shutdown(context.Background()) })

@@ -23,7 +23,10 @@ func newMigrator(dialect goose.Dialect, dir string, sqlDB *sql.DB) (*goose.Provi
 	if err != nil {
 		return nil, fmt.Errorf("db: migrations: %w", err)
 	}
-	p, err := goose.NewProvider(dialect, sqlDB, sub, goose.WithDisableGlobalRegistry(true))
+	// Out-of-order migrations are applied rather than refused: features land on parallel branches,
+	// each migration is additive and independent of its neighbours, and a database that ran a build
+	// with a later one first must still take the earlier one (goose records each version applied).
+	p, err := goose.NewProvider(dialect, sqlDB, sub, goose.WithDisableGlobalRegistry(true), goose.WithAllowOutofOrder(true))
 	if err != nil {
 		return nil, fmt.Errorf("db: migrations: %w", err)
 	}

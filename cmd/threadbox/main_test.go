@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/threadbox/threadbox/db/dbtest"
 	"io"
 	"net/http"
 	"os"
@@ -267,10 +268,7 @@ func TestServeOnPostgresNeedsASharedRuntimeSecret(t *testing.T) {
 // deployment and the user, and hides only the password.
 func TestServeOnPostgresStartupLine(t *testing.T) {
 	requireServices(t)
-	pg := os.Getenv("THREADBOX_TEST_POSTGRES_URL")
-	if pg == "" {
-		t.Skip("THREADBOX_TEST_POSTGRES_URL unset")
-	}
+	pg := dbtest.PostgresSchemaURL(t) // a schema of its own: other runs' migrations are not its business
 	env := []string{"THREADBOX_DATABASE_URL=" + pg, "THREADBOX_RUNTIME_SECRET=" + strings.Repeat("ab", 16),
 		"THREADBOX_HTTP_ADDR=127.0.0.1:0", "THREADBOX_HTTP_TRUST_LOOPBACK=true", "THREADBOX_SANDBOX_PROVIDER=local",
 		"THREADBOX_SANDBOX_LOCAL_I_UNDERSTAND_NO_ISOLATION=true", "THREADBOX_SANDBOX_LOCAL_DIR=" + t.TempDir(),
