@@ -6,6 +6,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"regexp"
 	"strings"
 	"sync"
@@ -156,4 +159,41 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// TestServeBehindAReverseProxy is the Security issue's acceptance through serve's wiring: with loopback
+// trusted (as make run sets it), a request through httputil.ReverseProxy with default settings on this
+// machine is not web:local, and gets 401 without the token.
+func TestServeBehindAReverseProxy(t *testing.T) {
+	sv := serveInProcess(t, localEnv(t, "THREADBOX_HTTP_ADDR=127.0.0.1:0", "THREADBOX_HTTP_TRUST_LOOPBACK=true",
+		"THREADBOX_HTTP_TOKEN=proxy-test-web-token", "THREADBOX_ADMIN_USERS=web:local"))
+	target, err := url.Parse("http://" + sv.addr)
+	require.NoError(t, err)
+	proxy := httptest.NewServer(httputil.NewSingleHostReverseProxy(target))
+	defer proxy.Close()
+	get := func(base, path, token string) (int, string) {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+path, nil)
+		require.NoError(t, err)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	code, body := get("http://"+sv.addr, "/api/me", "")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, `"actor":"web:local"`, "direct on loopback")
+	for _, path := range []string{"/api/me", "/api/admin/sessions", "/"} {
+		code, body = get(proxy.URL, path, "")
+		require.Equal(t, http.StatusUnauthorized, code, "%s through the proxy: %s", path, body)
+	}
+	code, body = get(proxy.URL, "/api/me", "proxy-test-web-token")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, `"actor":"web:token"`)
+	sv.cancel()
+	require.NoError(t, <-sv.done)
+	require.NoError(t, sv.m.Close())
 }
