@@ -29,8 +29,9 @@ help: ## list targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
+# Static (no cgo): the model gateway mounts this binary into Docker sandboxes as their forwarder.
 build: ## build bin/threadbox
-	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/threadbox
+	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/threadbox
 
 .PHONY: run
 run: ## start the bot on embedded defaults (SQLite, web chat on 127.0.0.1:8080, Docker if present)

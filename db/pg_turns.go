@@ -189,10 +189,37 @@ func (s *pgStore) TurnClaim(ctx context.Context, id int64, from, to string) (Tur
 	return fromPGTurn(r), nil
 }
 
+func (s *pgStore) TurnGetRunning(ctx context.Context, threadKey string) (Turn, error) {
+	r, err := s.q.TurnGetRunning(ctx, s.dbtx, threadKey)
+	if err != nil {
+		return Turn{}, pgErr("get running turn of "+threadKey, err)
+	}
+	return fromPGTurn(r), nil
+}
+
 func (s *pgStore) TurnLastFailedWith(ctx context.Context, threadKey, errText string) (Turn, error) {
 	r, err := s.q.TurnLastFailedWith(ctx, s.dbtx, pgsqlc.TurnLastFailedWithParams{ThreadKey: threadKey, Error: errText})
 	if err != nil {
 		return Turn{}, pgErr("last failed turn of "+threadKey, err)
 	}
 	return fromPGTurn(r), nil
+}
+
+func (s *pgStore) TurnAddUsage(ctx context.Context, id, inputTokens, outputTokens int64) error {
+	n, err := s.q.TurnAddUsage(ctx, s.dbtx, pgsqlc.TurnAddUsageParams{InputTokens: inputTokens, OutputTokens: outputTokens, ID: id})
+	if err != nil {
+		return pgErr("add usage to turn "+turnKey(id), err)
+	}
+	if n == 0 {
+		return fmt.Errorf("db: add usage to turn %s: %w", turnKey(id), ErrNotFound)
+	}
+	return nil
+}
+
+func (s *pgStore) TurnUsageTotals(ctx context.Context, threadKey, userID string, since time.Time) (UsageTotals, error) {
+	r, err := s.q.TurnUsageTotals(ctx, s.dbtx, pgsqlc.TurnUsageTotalsParams{ThreadKey: threadKey, UserID: userID, Since: pgTime(since)})
+	if err != nil {
+		return UsageTotals{}, pgErr("usage totals", err)
+	}
+	return UsageTotals{Thread: r.ThreadTokens, User: r.UserTokens, All: r.AllTokens}, nil
 }

@@ -194,10 +194,37 @@ func (s *sqliteStore) TurnClaim(ctx context.Context, id int64, from, to string) 
 	return fromSQLiteTurn(r)
 }
 
+func (s *sqliteStore) TurnGetRunning(ctx context.Context, threadKey string) (Turn, error) {
+	r, err := s.q.TurnGetRunning(ctx, s.dbtx, threadKey)
+	if err != nil {
+		return Turn{}, sqliteErr("get running turn of "+threadKey, err)
+	}
+	return fromSQLiteTurn(r)
+}
+
 func (s *sqliteStore) TurnLastFailedWith(ctx context.Context, threadKey, errText string) (Turn, error) {
 	r, err := s.q.TurnLastFailedWith(ctx, s.dbtx, sqlitesqlc.TurnLastFailedWithParams{ThreadKey: threadKey, Error: errText})
 	if err != nil {
 		return Turn{}, sqliteErr("last failed turn of "+threadKey, err)
 	}
 	return fromSQLiteTurn(r)
+}
+
+func (s *sqliteStore) TurnAddUsage(ctx context.Context, id, inputTokens, outputTokens int64) error {
+	n, err := s.q.TurnAddUsage(ctx, s.dbtx, sqlitesqlc.TurnAddUsageParams{InputTokens: inputTokens, OutputTokens: outputTokens, ID: id})
+	if err != nil {
+		return sqliteErr("add usage to turn "+turnKey(id), err)
+	}
+	if n == 0 {
+		return fmt.Errorf("db: add usage to turn %s: %w", turnKey(id), ErrNotFound)
+	}
+	return nil
+}
+
+func (s *sqliteStore) TurnUsageTotals(ctx context.Context, threadKey, userID string, since time.Time) (UsageTotals, error) {
+	r, err := s.q.TurnUsageTotals(ctx, s.dbtx, sqlitesqlc.TurnUsageTotalsParams{ThreadKey: threadKey, UserID: userID, Since: sqliteNullTime(since)})
+	if err != nil {
+		return UsageTotals{}, sqliteErr("usage totals", err)
+	}
+	return UsageTotals{Thread: r.ThreadTokens, User: r.UserTokens, All: r.AllTokens}, nil
 }

@@ -92,6 +92,24 @@ type TurnStore interface {
 	// TurnLastFailedWith returns the thread's newest failed turn whose error is exactly errText, or
 	// ErrNotFound (retry finds the interrupted turn this way).
 	TurnLastFailedWith(ctx context.Context, threadKey, errText string) (Turn, error)
+
+	// TurnGetRunning returns the thread's running turn (the newest, should there be two), or
+	// ErrNotFound.
+	TurnGetRunning(ctx context.Context, threadKey string) (Turn, error)
+	// TurnAddUsage adds tokens to a turn's usage ({"input_tokens","output_tokens"}; other keys are
+	// kept), atomically and in any status; ErrNotFound if there is no such turn. A later TurnFinish
+	// with a nil Usage keeps the sum.
+	TurnAddUsage(ctx context.Context, id, inputTokens, outputTokens int64) error
+	// TurnUsageTotals sums input plus output tokens: of the thread's turns, of userID's turns started
+	// since since, and of every turn started since since.
+	TurnUsageTotals(ctx context.Context, threadKey, userID string, since time.Time) (UsageTotals, error)
+}
+
+// UsageTotals are token sums for the model gateway's budgets.
+type UsageTotals struct {
+	Thread int64
+	User   int64
+	All    int64
 }
 
 // ArtifactStore remembers uploaded files so a turn uploads only new or changed ones.

@@ -23,4 +23,5 @@ export THREADBOX_SANDBOX_LOCAL_I_UNDERSTAND_NO_ISOLATION=true
 # behind a reverse proxy or tunnel on this machine), and print a one-time login link for the browser.
 export THREADBOX_ADMIN_USERS="${THREADBOX_ADMIN_USERS:-web:local}"
 export THREADBOX_HTTP_TRUST_LOOPBACK="${THREADBOX_HTTP_TRUST_LOOPBACK:-true}"
-exec go run -ldflags "-X main.version=${VERSION:-dev}" ./cmd/threadbox serve --login-link "$@"
+# Static (no cgo): the model gateway mounts this binary into Docker sandboxes as their forwarder.
+CGO_ENABLED=0 exec go run -ldflags "-X main.version=${VERSION:-dev}" ./cmd/threadbox serve --login-link "$@"

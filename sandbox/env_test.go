@@ -143,3 +143,27 @@ func TestCappedWriter(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// TestSpecMountsMustBeAbsolute: a relative mount path would be resolved against whatever directory
+// the daemon or the image happens to use.
+func TestSpecMountsMustBeAbsolute(t *testing.T) {
+	tests := []struct {
+		name  string
+		mount Mount
+		ok    bool
+	}{
+		{"absolute", Mount{Source: "/a", Target: "/b"}, true},
+		{"relative source", Mount{Source: "a", Target: "/b"}, false},
+		{"relative target", Mount{Source: "/a", Target: "b"}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Spec{Image: "i", Labels: Labels{Deployment: "d", Thread: "t", Generation: 1}, Mounts: []Mount{tc.mount}}.Normalize()
+			if tc.ok {
+				require.NoError(t, err)
+			} else {
+				require.ErrorIs(t, err, ErrInvalidSpec)
+			}
+		})
+	}
+}

@@ -24,6 +24,21 @@ type Spec struct {
 	WorkDir string
 	// ReadOnlyRoot mounts / read-only with tmpfs /tmp; WorkDir stays writable.
 	ReadOnlyRoot bool
+	// Mounts bind host paths into the sandbox (the model gateway's socket directory and forwarder).
+	// A provider that cannot bind host paths refuses a Spec with mounts (ErrUnsupported).
+	Mounts []Mount
+	// Command replaces the image's command: the sandbox's main process, which runs as User and lives as
+	// long as the sandbox runs (Stop ends it, Start runs it again). Empty: the image's command.
+	Command []string
+}
+
+// Mount binds a path of the provider's host into the sandbox.
+type Mount struct {
+	// Source is an absolute path on the host the provider runs sandboxes on (for Docker, the daemon's).
+	Source string
+	// Target is the absolute path inside the sandbox.
+	Target   string
+	ReadOnly bool
 }
 
 // Defaults for a Spec's empty fields.
@@ -118,6 +133,11 @@ func (s Spec) Normalize() (Spec, error) {
 	}
 	if !path.IsAbs(s.WorkDir) {
 		return s, fmt.Errorf("%w: workdir %q must be absolute", ErrInvalidSpec, s.WorkDir)
+	}
+	for _, m := range s.Mounts {
+		if !path.IsAbs(m.Source) || !path.IsAbs(m.Target) {
+			return s, fmt.Errorf("%w: mount %q → %q: both paths must be absolute", ErrInvalidSpec, m.Source, m.Target)
+		}
 	}
 	mode, err := ParseNetworkMode(string(s.Network))
 	if err != nil {

@@ -58,6 +58,7 @@ commands:
   doctor    check Docker, the database and Redis; print one line per problem
   admin     operator commands (sessions, inspect, pause, resume, destroy, reap, drain, stats)
   version   print the version
+  forward   the model gateway's in-sandbox forwarder (run by Docker sandboxes, not by hand)
 
 The config file may also be given as THREADBOX_CONFIG. Every key can be overridden with
 THREADBOX_<SECTION>_<KEY>, for example THREADBOX_HTTP_ADDR=127.0.0.1:9090.
@@ -82,7 +83,7 @@ func (m *Main) ParseFlags(args []string) error {
 	}
 	m.cmd, m.args = fs.Arg(0), fs.Args()[1:]
 	switch m.cmd {
-	case "version", "help", "-h", "--help":
+	case "version", "help", "-h", "--help", "forward":
 		return nil
 	}
 	loaded, err := config.Load(m.ConfigPath, m.Environ)
@@ -123,6 +124,8 @@ func (m *Main) Run(ctx context.Context) error {
 		return m.runServe(ctx)
 	case "admin":
 		return m.runAdmin(ctx, m.args)
+	case "forward":
+		return m.runForward(ctx)
 	}
 	fmt.Fprintf(m.Stderr, "threadbox: unknown command %q\n\n%s", m.cmd, usage)
 	return errUsage

@@ -118,10 +118,15 @@ func (m *Main) checkRuntime(context.Context) (string, *problem) {
 	if _, err := m.model(); err != nil {
 		return "", &problem{what: oneLine(err), fix: "export the model key in the bot's environment, or set runtime.name: shell"}
 	}
+	gw := m.Config.Gateway
+	if gw.Enabled && m.Config.Sandbox.Provider != "local" {
+		// With Docker ("auto" picks it when a daemon answers): network none, keys stay in the bot.
+		return fmt.Sprintf("%s through the model gateway (keys stay in the bot; upstreams %s, %s)", name, gw.AnthropicURL, gw.OpenAIURL), nil
+	}
 	if m.Config.Sandbox.Network == "none" && m.Config.Sandbox.Provider != "local" {
 		return "", &problem{
-			what: fmt.Sprintf("the %s runtime must reach its model API, but sandbox.network is none", name),
-			fix:  "set sandbox.network: full (sandboxes then get outbound network), or use runtime.name: shell",
+			what: fmt.Sprintf("the %s runtime must reach its model API, but sandbox.network is none and gateway.enabled is false", name),
+			fix:  "set gateway.enabled: true (keeps network none and the key out of the sandbox), or sandbox.network: full",
 		}
 	}
 	return name + " with model settings from the environment", nil

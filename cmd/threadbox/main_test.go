@@ -210,15 +210,23 @@ func TestAdminCLIIsAuditedAsTheOperator(t *testing.T) {
 }
 
 func TestDoctorWarnsWhenTheModelIsUnreachable(t *testing.T) {
-	env := baseEnv(t, "THREADBOX_SANDBOX_PROVIDER=docker",
+	env := baseEnv(t, "THREADBOX_SANDBOX_PROVIDER=docker", "THREADBOX_GATEWAY_ENABLED=false",
 		"THREADBOX_SANDBOX_DOCKER_HOST=unix://"+filepath.Join(t.TempDir(), "x.sock"),
 		"ANTHROPIC_API_KEY=sk-test-not-real-key")
 	out, _, err := runMain(t, env, "doctor")
 	require.Equal(t, exitCode(1), err)
 	line := findLine(out, "PROBLEM runtime:")
 	require.Contains(t, line, "claude-code runtime must reach its model API")
-	require.Contains(t, line, "sandbox.network: full")
+	require.Contains(t, line, "gateway.enabled: true")
 	require.NotContains(t, out, "sk-test-not-real-key")
+
+	// With the gateway (the default), network none is how it should be.
+	env = baseEnv(t, "THREADBOX_SANDBOX_PROVIDER=docker",
+		"THREADBOX_SANDBOX_DOCKER_HOST=unix://"+filepath.Join(t.TempDir(), "x.sock"),
+		"ANTHROPIC_API_KEY=sk-test-not-real-key")
+	out, _, _ = runMain(t, env, "doctor")
+	require.NotContains(t, out, "PROBLEM runtime:")
+	require.Contains(t, out, "claude-code through the model gateway")
 
 	out, _, _ = runMain(t, baseEnv(t, "THREADBOX_RUNTIME_NAME=opencode"), "doctor")
 	require.Contains(t, findLine(out, "PROBLEM runtime:"), "needs ANTHROPIC_API_KEY")

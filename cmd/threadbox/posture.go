@@ -40,13 +40,23 @@ func (m *Main) checkNetwork(context.Context) (string, *problem) {
 	return "none: sandboxes have loopback only", nil
 }
 
-// checkGateway: the model gateway (model keys kept out of sandboxes) is not in this build yet.
+// checkGateway: whether model keys stay in the bot (the model gateway) and what bounds their use.
 func (m *Main) checkGateway(context.Context) (string, *problem) {
-	if m.runtimeName() == "shell" {
-		return "not configured (the shell runtime uses no model key)", nil
+	gw, name := m.Config.Gateway, m.runtimeName()
+	switch {
+	case name == "shell":
+		return "not needed (the shell runtime uses no model key)", nil
+	case !gw.Enabled || m.Config.Sandbox.Provider == "local":
+		return "", warning("not configured: the "+name+" runtime gets the model key in its environment inside the sandbox, "+
+			"where the agent can read it", "set gateway.enabled: true, with sandbox.provider docker")
 	}
-	return "", warning("not configured: the "+m.runtimeName()+" runtime gets the model key in its environment inside the sandbox, "+
-		"where the agent can read it", "use a model key with a spending limit, or runtime.name: shell, until the gateway is available")
+	b := gw.Budget
+	if b.ThreadTokens == 0 && b.UserDailyTokens == 0 && b.DailyTokens == 0 {
+		return "", warning("enabled (model keys stay in the bot), but no budget bounds what a runaway agent spends",
+			"set gateway.budget.thread_tokens, user_daily_tokens or daily_tokens")
+	}
+	return fmt.Sprintf("enabled: model keys stay in the bot; budgets in tokens (0: none): %d per thread, %d per user a day, %d a day",
+		b.ThreadTokens, b.UserDailyTokens, b.DailyTokens), nil
 }
 
 func (m *Main) checkAccess(context.Context) (string, *problem) {

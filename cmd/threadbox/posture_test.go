@@ -20,7 +20,7 @@ func TestDoctorReportsSecurityPosture(t *testing.T) {
 	}{
 		{"defaults", []string{"THREADBOX_SANDBOX_PROVIDER=docker", deadDocker}, []string{
 			"ok      network:", "none",
-			"ok      gateway:", "not configured",
+			"ok      gateway:", "not needed",
 			"ok      access:", "no chat platform configured",
 			"ok      disk:", "work directory is measured during and after each turn",
 			"ok      root fs:", "read-only; /tmp is a noexec tmpfs of 512 MiB",
@@ -36,9 +36,17 @@ func TestDoctorReportsSecurityPosture(t *testing.T) {
 			"WARN    web chat:", "Fix: keep http.addr on 127.0.0.1 and put the webhooks on http.public_addr",
 		}},
 		{"an AI runtime without the gateway", []string{"THREADBOX_SANDBOX_PROVIDER=docker", deadDocker,
-			"ANTHROPIC_API_KEY=sk-posture-not-real"}, []string{
+			"ANTHROPIC_API_KEY=sk-posture-not-real", "THREADBOX_GATEWAY_ENABLED=false"}, []string{
 			"WARN    gateway:", "not configured",
 			"ok      root fs:", "writable: the claude-code runtime keeps its sessions in the home directory",
+		}},
+		{"the gateway without budgets", []string{"THREADBOX_SANDBOX_PROVIDER=docker", deadDocker,
+			"ANTHROPIC_API_KEY=sk-posture-not-real"}, []string{
+			"WARN    gateway:", "Fix: set gateway.budget.thread_tokens",
+		}},
+		{"the gateway with a budget", []string{"THREADBOX_SANDBOX_PROVIDER=docker", deadDocker,
+			"ANTHROPIC_API_KEY=sk-posture-not-real", "THREADBOX_GATEWAY_BUDGET_THREAD_TOKENS=100000"}, []string{
+			"ok      gateway:", "enabled: model keys stay in the bot; budgets in tokens (0: none): 100000 per thread",
 		}},
 		{"locked down", append([]string{"THREADBOX_SANDBOX_PROVIDER=docker", deadDocker,
 			"THREADBOX_ACCESS_SLACK_TEAMS=T1", "THREADBOX_ACCESS_USERS=slack:U1", "THREADBOX_HTTP_PUBLIC_ADDR=0.0.0.0:8443",

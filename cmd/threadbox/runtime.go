@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/threadbox/threadbox/agentpool/gateway"
 	"github.com/threadbox/threadbox/agentpool/runtime"
 	"github.com/threadbox/threadbox/agentpool/runtime/claudecode"
 	"github.com/threadbox/threadbox/agentpool/runtime/opencode"
@@ -40,8 +41,9 @@ func (m *Main) runtimeName() string {
 	return "shell"
 }
 
-// newRuntime builds the configured agent runtime.
-func (m *Main) newRuntime() (runtime.Runtime, error) {
+// newRuntime builds the configured agent runtime. With the gateway, the runtime calls the gateway's
+// in-sandbox address with a placeholder key, and the real key stays here.
+func (m *Main) newRuntime(gw *gateway.Gateway) (runtime.Runtime, error) {
 	cfg := m.Config.Runtime
 	name := m.runtimeName()
 	if name == "shell" {
@@ -51,7 +53,13 @@ func (m *Main) newRuntime() (runtime.Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
-	if m.Config.Sandbox.Network == "none" && m.Config.Sandbox.Provider != "local" {
+	if gw != nil {
+		model.APIKey = gatewayKey
+		model.BaseURL = gw.LocalURL() + gateway.OpenAIPath
+		if model.API == opencode.APIAnthropic {
+			model.BaseURL = gw.LocalURL() + gateway.AnthropicPath + "/v1"
+		}
+	} else if m.Config.Sandbox.Network == "none" && m.Config.Sandbox.Provider != "local" {
 		m.Logger.Warn("the AI runtime needs to reach its model API, but sandbox.network is none; set sandbox.network: full",
 			zap.String("runtime", name))
 	}

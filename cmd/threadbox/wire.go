@@ -55,8 +55,15 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 	if a.prov, a.warning, err = m.newProvider(ctx); err != nil {
 		return nil, err
 	}
-	if a.rt, err = m.newRuntime(); err != nil {
+	gw, err := m.newGateway(st, a.prov)
+	if err != nil {
 		return nil, err
+	}
+	if a.rt, err = m.newRuntime(gw); err != nil {
+		return nil, err
+	}
+	if gw != nil {
+		a.prov, a.rt = gw.Provider(a.prov), gw.Runtime(a.rt)
 	}
 	env, blocked, err := cfg.Sandbox.Env.Resolve(func(k string) (string, bool) {
 		v := m.getenv(k)

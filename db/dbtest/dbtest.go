@@ -51,6 +51,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"TurnLastFailedWith", testTurnLastFailedWith},
 		{"Instances", testInstances},
 		{"HoldThread", testHoldThread},
+		{"TurnUsage", testTurnUsage},
 		{"Artifacts", testArtifacts},
 		{"Audit", testAudit},
 		{"AuditEscapesControlCharacters", testAuditEscapesControlCharacters},

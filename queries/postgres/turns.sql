@@ -58,3 +58,28 @@ SELECT * FROM turns
 WHERE thread_key = @thread_key AND status = 'failed' AND error = @error
 ORDER BY id DESC
 LIMIT 1;
+
+-- TurnAddUsage adds one model call's tokens to a turn, atomically and in any status: the model gateway
+-- records a call whose last bytes may arrive after the turn was finished.
+-- name: TurnAddUsage :execrows
+UPDATE turns SET usage = COALESCE(usage, '{}'::jsonb) || jsonb_build_object(
+    'input_tokens',  COALESCE((usage->>'input_tokens')::bigint, 0) + @input_tokens::bigint,
+    'output_tokens', COALESCE((usage->>'output_tokens')::bigint, 0) + @output_tokens::bigint)
+WHERE id = @id;
+
+-- name: TurnGetRunning :one
+SELECT * FROM turns
+WHERE thread_key = @thread_key AND status = 'running'
+ORDER BY id DESC
+LIMIT 1;
+
+-- TurnUsageTotals sums input plus output tokens: the thread's whole life, the user's turns started
+-- since @since, and every turn started since @since.
+-- name: TurnUsageTotals :one
+SELECT
+    (SELECT COALESCE(SUM(COALESCE((t.usage->>'input_tokens')::bigint, 0) + COALESCE((t.usage->>'output_tokens')::bigint, 0)), 0)
+     FROM turns t WHERE t.thread_key = @thread_key::text)::bigint AS thread_tokens,
+    (SELECT COALESCE(SUM(COALESCE((u.usage->>'input_tokens')::bigint, 0) + COALESCE((u.usage->>'output_tokens')::bigint, 0)), 0)
+     FROM turns u WHERE u.user_id = @user_id::text AND u.started_at >= @since::timestamptz)::bigint AS user_tokens,
+    (SELECT COALESCE(SUM(COALESCE((d.usage->>'input_tokens')::bigint, 0) + COALESCE((d.usage->>'output_tokens')::bigint, 0)), 0)
+     FROM turns d WHERE d.started_at >= @since::timestamptz)::bigint AS all_tokens;

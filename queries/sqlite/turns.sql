@@ -58,3 +58,28 @@ SELECT * FROM turns
 WHERE thread_key = @thread_key AND status = 'failed' AND error = @error
 ORDER BY id DESC
 LIMIT 1;
+
+-- TurnAddUsage adds one model call's tokens to a turn, atomically and in any status: the model gateway
+-- records a call whose last bytes may arrive after the turn was finished.
+-- name: TurnAddUsage :execrows
+UPDATE turns SET usage = json_set(COALESCE(usage, '{}'),
+    '$.input_tokens',  COALESCE(json_extract(usage, '$.input_tokens'), 0) + CAST(@input_tokens AS INTEGER),
+    '$.output_tokens', COALESCE(json_extract(usage, '$.output_tokens'), 0) + CAST(@output_tokens AS INTEGER))
+WHERE id = @id;
+
+-- name: TurnGetRunning :one
+SELECT * FROM turns
+WHERE thread_key = @thread_key AND status = 'running'
+ORDER BY id DESC
+LIMIT 1;
+
+-- TurnUsageTotals sums input plus output tokens: the thread's whole life, the user's turns started
+-- since @since, and every turn started since @since.
+-- name: TurnUsageTotals :one
+SELECT
+    CAST((SELECT COALESCE(SUM(COALESCE(json_extract(t.usage, '$.input_tokens'), 0) + COALESCE(json_extract(t.usage, '$.output_tokens'), 0)), 0)
+          FROM turns t WHERE t.thread_key = @thread_key) AS INTEGER) AS thread_tokens,
+    CAST((SELECT COALESCE(SUM(COALESCE(json_extract(u.usage, '$.input_tokens'), 0) + COALESCE(json_extract(u.usage, '$.output_tokens'), 0)), 0)
+          FROM turns u WHERE u.user_id = @user_id AND u.started_at >= @since) AS INTEGER) AS user_tokens,
+    CAST((SELECT COALESCE(SUM(COALESCE(json_extract(d.usage, '$.input_tokens'), 0) + COALESCE(json_extract(d.usage, '$.output_tokens'), 0)), 0)
+          FROM turns d WHERE d.started_at >= @since) AS INTEGER) AS all_tokens;

@@ -116,6 +116,13 @@ func containerConfig(spec sandbox.Spec, vol string, labels map[string]string) (*
 		ReadonlyRootfs: spec.ReadOnlyRoot,
 		Mounts:         []mount.Mount{{Type: mount.TypeVolume, Source: vol, Target: spec.WorkDir}},
 	}
+	for _, m := range spec.Mounts {
+		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
+	}
+	if len(spec.Command) > 0 {
+		// The entrypoint too: an image's ENTRYPOINT would otherwise get the command as arguments.
+		cfg.Entrypoint, cfg.Cmd = spec.Command[:1], spec.Command[1:]
+	}
 	if spec.Network == sandbox.NetworkFull {
 		hc.NetworkMode = container.NetworkMode("bridge")
 	}

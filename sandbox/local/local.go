@@ -97,6 +97,9 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Handl
 	if err != nil {
 		return sandbox.Handle{}, fmt.Errorf("local create: %w: %w", sandbox.ErrNoEffect, err)
 	}
+	if len(spec.Mounts) > 0 || len(spec.Command) > 0 {
+		return sandbox.Handle{}, fmt.Errorf("local create: %w: %w: mounts and a command need an isolated provider", sandbox.ErrNoEffect, sandbox.ErrUnsupported)
+	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	id := "tbx-" + hex.EncodeToString(b[:])

@@ -25,6 +25,7 @@ type Config struct {
 	HTTP       HTTP      `koanf:"http"`
 	Sandbox    Sandbox   `koanf:"sandbox"`
 	Runtime    Runtime   `koanf:"runtime"`
+	Gateway    Gateway   `koanf:"gateway"`
 	Lifecycle  Lifecycle `koanf:"lifecycle"`
 	Slack      Slack     `koanf:"slack"`
 	Discord    Discord   `koanf:"discord"`
@@ -169,6 +170,35 @@ type Runtime struct {
 	Secret string `koanf:"secret"`
 }
 
+// Gateway is the model gateway: AI runtimes call the model APIs through it with a per-sandbox token,
+// and the real keys (ANTHROPIC_API_KEY, OPENAI_API_KEY) stay in the bot's environment.
+type Gateway struct {
+	// Enabled routes AI runtimes on Docker through the gateway (sandboxes keep network none). Off, or
+	// with the local provider, the runtime gets the key itself, as before.
+	Enabled bool `koanf:"enabled"`
+	// AnthropicURL and OpenAIURL are the upstreams the gateway calls.
+	AnthropicURL string `koanf:"anthropic_url"`
+	OpenAIURL    string `koanf:"openai_url"`
+	// PublicURL is where cloud sandboxes (Daytona, Deno) reach the gateway; unused by Docker.
+	PublicURL string `koanf:"public_url"`
+	// SocketDir holds one directory per Docker sandbox (socket and token), bind-mounted into it; it
+	// must be on the Docker daemon's host.
+	SocketDir string `koanf:"socket_dir"`
+	// Forwarder is a static (CGO_ENABLED=0) threadbox-forward binary; empty: this threadbox binary,
+	// which must then be static itself (`threadbox forward`).
+	Forwarder string `koanf:"forwarder"`
+	// Port is the forwarder's port on the sandbox's loopback.
+	Port   int           `koanf:"port"`
+	Budget GatewayBudget `koanf:"budget"`
+}
+
+// GatewayBudget caps model use in tokens (input plus output); 0 is no cap.
+type GatewayBudget struct {
+	ThreadTokens    int64 `koanf:"thread_tokens"`
+	UserDailyTokens int64 `koanf:"user_daily_tokens"`
+	DailyTokens     int64 `koanf:"daily_tokens"`
+}
+
 // Lifecycle drives the background loops.
 type Lifecycle struct {
 	IdleTimeout time.Duration `koanf:"idle_timeout"`
@@ -274,6 +304,13 @@ func Default() Config {
 			ReadOnlyRoot: true,
 		},
 		Runtime: Runtime{Name: "auto"},
+		Gateway: Gateway{
+			Enabled:      true,
+			AnthropicURL: "https://api.anthropic.com",
+			OpenAIURL:    "https://api.openai.com/v1",
+			SocketDir:    "./data/gateway",
+			Port:         18080,
+		},
 		Lifecycle: Lifecycle{
 			IdleTimeout:       15 * time.Minute,
 			PausedTTL:         72 * time.Hour,

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -79,6 +80,16 @@ func (c Config) Validate() error {
 			return oneOf("runtime.api", c.Runtime.API, []string{"anthropic", "openai", "openai-compatible"})
 		},
 		func() error { return checkURL("runtime.base_url", c.Runtime.BaseURL, []string{"http", "https"}, true) },
+		func() error {
+			return checkURL("gateway.anthropic_url", c.Gateway.AnthropicURL, []string{"http", "https"}, false)
+		},
+		func() error {
+			return checkURL("gateway.openai_url", c.Gateway.OpenAIURL, []string{"http", "https"}, false)
+		},
+		func() error {
+			return checkURL("gateway.public_url", c.Gateway.PublicURL, []string{"http", "https"}, true)
+		},
+		func() error { return c.validateGateway() },
 		func() error {
 			return duration("lifecycle.idle_timeout", c.Lifecycle.IdleTimeout, time.Minute, 30*24*time.Hour)
 		},
@@ -305,4 +316,17 @@ func urlPublic(raw string) []string {
 		return nil
 	}
 	return []string{u.User.Username(), u.Hostname(), strings.TrimPrefix(u.Path, "/")}
+}
+
+func (c Config) validateGateway() error {
+	g := c.Gateway
+	switch {
+	case g.Port < 1 || g.Port > 65535:
+		return fmt.Errorf("gateway.port = %d: must be between 1 and 65535", g.Port)
+	case g.SocketDir == "":
+		return errors.New("gateway.socket_dir: must not be empty")
+	case g.Budget.ThreadTokens < 0 || g.Budget.UserDailyTokens < 0 || g.Budget.DailyTokens < 0:
+		return errors.New("gateway.budget.*: must be 0 (no cap) or a positive number of tokens")
+	}
+	return nil
 }

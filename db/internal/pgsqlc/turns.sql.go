@@ -11,6 +11,29 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+const turnAddUsage = `-- name: TurnAddUsage :execrows
+UPDATE turns SET usage = COALESCE(usage, '{}'::jsonb) || jsonb_build_object(
+    'input_tokens',  COALESCE((usage->>'input_tokens')::bigint, 0) + $1::bigint,
+    'output_tokens', COALESCE((usage->>'output_tokens')::bigint, 0) + $2::bigint)
+WHERE id = $3
+`
+
+type TurnAddUsageParams struct {
+	InputTokens  int64
+	OutputTokens int64
+	ID           int64
+}
+
+// TurnAddUsage adds one model call's tokens to a turn, atomically and in any status: the model gateway
+// records a call whose last bytes may arrive after the turn was finished.
+func (q *Queries) TurnAddUsage(ctx context.Context, db DBTX, arg TurnAddUsageParams) (int64, error) {
+	result, err := db.Exec(ctx, turnAddUsage, arg.InputTokens, arg.OutputTokens, arg.ID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const turnClaim = `-- name: TurnClaim :one
 UPDATE turns SET owner = $1
 WHERE id = $2 AND owner = $3 AND status IN ('queued', 'running')
@@ -103,6 +126,36 @@ SELECT id, thread_key, platform_event_id, user_id, prompt, status, answer, error
 
 func (q *Queries) TurnGet(ctx context.Context, db DBTX, id int64) (Turn, error) {
 	row := db.QueryRow(ctx, turnGet, id)
+	var i Turn
+	err := row.Scan(
+		&i.ID,
+		&i.ThreadKey,
+		&i.PlatformEventID,
+		&i.UserID,
+		&i.Prompt,
+		&i.Status,
+		&i.Answer,
+		&i.Error,
+		&i.Usage,
+		&i.CreatedAt,
+		&i.StartedAt,
+		&i.LastEventAt,
+		&i.FinishedAt,
+		&i.Delivery,
+		&i.Owner,
+	)
+	return i, err
+}
+
+const turnGetRunning = `-- name: TurnGetRunning :one
+SELECT id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner FROM turns
+WHERE thread_key = $1 AND status = 'running'
+ORDER BY id DESC
+LIMIT 1
+`
+
+func (q *Queries) TurnGetRunning(ctx context.Context, db DBTX, threadKey string) (Turn, error) {
+	row := db.QueryRow(ctx, turnGetRunning, threadKey)
 	var i Turn
 	err := row.Scan(
 		&i.ID,
@@ -406,4 +459,35 @@ func (q *Queries) TurnTouch(ctx context.Context, db DBTX, arg TurnTouchParams) (
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const turnUsageTotals = `-- name: TurnUsageTotals :one
+SELECT
+    (SELECT COALESCE(SUM(COALESCE((t.usage->>'input_tokens')::bigint, 0) + COALESCE((t.usage->>'output_tokens')::bigint, 0)), 0)
+     FROM turns t WHERE t.thread_key = $1::text)::bigint AS thread_tokens,
+    (SELECT COALESCE(SUM(COALESCE((u.usage->>'input_tokens')::bigint, 0) + COALESCE((u.usage->>'output_tokens')::bigint, 0)), 0)
+     FROM turns u WHERE u.user_id = $2::text AND u.started_at >= $3::timestamptz)::bigint AS user_tokens,
+    (SELECT COALESCE(SUM(COALESCE((d.usage->>'input_tokens')::bigint, 0) + COALESCE((d.usage->>'output_tokens')::bigint, 0)), 0)
+     FROM turns d WHERE d.started_at >= $3::timestamptz)::bigint AS all_tokens
+`
+
+type TurnUsageTotalsParams struct {
+	ThreadKey string
+	UserID    string
+	Since     pgtype.Timestamptz
+}
+
+type TurnUsageTotalsRow struct {
+	ThreadTokens int64
+	UserTokens   int64
+	AllTokens    int64
+}
+
+// TurnUsageTotals sums input plus output tokens: the thread's whole life, the user's turns started
+// since @since, and every turn started since @since.
+func (q *Queries) TurnUsageTotals(ctx context.Context, db DBTX, arg TurnUsageTotalsParams) (TurnUsageTotalsRow, error) {
+	row := db.QueryRow(ctx, turnUsageTotals, arg.ThreadKey, arg.UserID, arg.Since)
+	var i TurnUsageTotalsRow
+	err := row.Scan(&i.ThreadTokens, &i.UserTokens, &i.AllTokens)
+	return i, err
 }

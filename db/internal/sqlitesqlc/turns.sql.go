@@ -10,6 +10,29 @@ import (
 	"database/sql"
 )
 
+const turnAddUsage = `-- name: TurnAddUsage :execrows
+UPDATE turns SET usage = json_set(COALESCE(usage, '{}'),
+    '$.input_tokens',  COALESCE(json_extract(usage, '$.input_tokens'), 0) + CAST(?1 AS INTEGER),
+    '$.output_tokens', COALESCE(json_extract(usage, '$.output_tokens'), 0) + CAST(?2 AS INTEGER))
+WHERE id = ?3
+`
+
+type TurnAddUsageParams struct {
+	InputTokens  int64
+	OutputTokens int64
+	ID           int64
+}
+
+// TurnAddUsage adds one model call's tokens to a turn, atomically and in any status: the model gateway
+// records a call whose last bytes may arrive after the turn was finished.
+func (q *Queries) TurnAddUsage(ctx context.Context, db DBTX, arg TurnAddUsageParams) (int64, error) {
+	result, err := db.ExecContext(ctx, turnAddUsage, arg.InputTokens, arg.OutputTokens, arg.ID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
 const turnClaim = `-- name: TurnClaim :one
 UPDATE turns SET owner = ?1
 WHERE id = ?2 AND owner = ?3 AND status IN ('queued', 'running')
@@ -102,6 +125,36 @@ SELECT id, thread_key, platform_event_id, user_id, prompt, status, answer, error
 
 func (q *Queries) TurnGet(ctx context.Context, db DBTX, id int64) (Turn, error) {
 	row := db.QueryRowContext(ctx, turnGet, id)
+	var i Turn
+	err := row.Scan(
+		&i.ID,
+		&i.ThreadKey,
+		&i.PlatformEventID,
+		&i.UserID,
+		&i.Prompt,
+		&i.Status,
+		&i.Answer,
+		&i.Error,
+		&i.Usage,
+		&i.CreatedAt,
+		&i.StartedAt,
+		&i.LastEventAt,
+		&i.FinishedAt,
+		&i.Delivery,
+		&i.Owner,
+	)
+	return i, err
+}
+
+const turnGetRunning = `-- name: TurnGetRunning :one
+SELECT id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner FROM turns
+WHERE thread_key = ?1 AND status = 'running'
+ORDER BY id DESC
+LIMIT 1
+`
+
+func (q *Queries) TurnGetRunning(ctx context.Context, db DBTX, threadKey string) (Turn, error) {
+	row := db.QueryRowContext(ctx, turnGetRunning, threadKey)
 	var i Turn
 	err := row.Scan(
 		&i.ID,
@@ -414,4 +467,35 @@ func (q *Queries) TurnTouch(ctx context.Context, db DBTX, arg TurnTouchParams) (
 		return 0, err
 	}
 	return result.RowsAffected()
+}
+
+const turnUsageTotals = `-- name: TurnUsageTotals :one
+SELECT
+    CAST((SELECT COALESCE(SUM(COALESCE(json_extract(t.usage, '$.input_tokens'), 0) + COALESCE(json_extract(t.usage, '$.output_tokens'), 0)), 0)
+          FROM turns t WHERE t.thread_key = ?1) AS INTEGER) AS thread_tokens,
+    CAST((SELECT COALESCE(SUM(COALESCE(json_extract(u.usage, '$.input_tokens'), 0) + COALESCE(json_extract(u.usage, '$.output_tokens'), 0)), 0)
+          FROM turns u WHERE u.user_id = ?2 AND u.started_at >= ?3) AS INTEGER) AS user_tokens,
+    CAST((SELECT COALESCE(SUM(COALESCE(json_extract(d.usage, '$.input_tokens'), 0) + COALESCE(json_extract(d.usage, '$.output_tokens'), 0)), 0)
+          FROM turns d WHERE d.started_at >= ?3) AS INTEGER) AS all_tokens
+`
+
+type TurnUsageTotalsParams struct {
+	ThreadKey string
+	UserID    string
+	Since     sql.NullString
+}
+
+type TurnUsageTotalsRow struct {
+	ThreadTokens int64
+	UserTokens   int64
+	AllTokens    int64
+}
+
+// TurnUsageTotals sums input plus output tokens: the thread's whole life, the user's turns started
+// since @since, and every turn started since @since.
+func (q *Queries) TurnUsageTotals(ctx context.Context, db DBTX, arg TurnUsageTotalsParams) (TurnUsageTotalsRow, error) {
+	row := db.QueryRowContext(ctx, turnUsageTotals, arg.ThreadKey, arg.UserID, arg.Since)
+	var i TurnUsageTotalsRow
+	err := row.Scan(&i.ThreadTokens, &i.UserTokens, &i.AllTokens)
+	return i, err
 }

@@ -1,0 +1,199 @@
+// Package gateway is the model gateway: an Anthropic Messages and OpenAI (chat completions and
+// Responses) compatible reverse proxy inside the bot, so that model keys never enter a sandbox
+// (DESIGN §7). A sandbox holds only its own token (Token), scoped to its thread and generation; the
+// gateway checks it against the session row, counts each call's tokens against the budgets, records
+// them on the thread's running turn, and adds the real key upstream.
+//
+// Docker sandboxes keep network none and reach the gateway through a unix socket in a per-sandbox
+// host directory bind-mounted into the sandbox, and a static forwarder (package forward) that listens
+// on the sandbox's loopback and adds the sandbox token. Provider wraps a sandbox.Provider to set that
+// up; Runtime wraps a runtime.Runtime to end a turn over budget with a clear reply.
+package gateway
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/threadbox/threadbox/db"
+	"github.com/threadbox/threadbox/sandbox"
+)
+
+// Defaults for Config.
+const (
+	DefaultAnthropicURL = "https://api.anthropic.com"
+	DefaultOpenAIURL    = "https://api.openai.com/v1"
+	// DefaultPort is where the forwarder listens on the sandbox's loopback.
+	DefaultPort = 18080
+)
+
+// Paths inside a sandbox.
+const (
+	// SandboxDir is where the per-sandbox host directory (socket and token) is mounted, read-only.
+	SandboxDir = "/run/threadbox"
+	// ForwarderPath is where the forwarder binary is mounted, read-only.
+	ForwarderPath = "/opt/threadbox/forward"
+	socketName    = "gateway.sock"
+	tokenName     = "token"
+)
+
+// Budget caps model use in tokens (input plus output); zero means no cap.
+type Budget struct {
+	// ThreadTokens caps one thread over its whole life.
+	ThreadTokens int64
+	// UserDailyTokens caps one user's turns per UTC day.
+	UserDailyTokens int64
+	// DailyTokens caps every turn of the deployment per UTC day.
+	DailyTokens int64
+}
+
+// Config configures the gateway.
+type Config struct {
+	// Secret is the service secret tokens are derived from (runtime.secret; required).
+	Secret string
+	// AnthropicURL and OpenAIURL are the upstreams (defaults DefaultAnthropicURL, DefaultOpenAIURL).
+	AnthropicURL, OpenAIURL string
+	// AnthropicKey and OpenAIKey are the real keys, added upstream. An API without a key is refused.
+	AnthropicKey, OpenAIKey string
+	Budget                  Budget
+	// SocketDir holds one directory per sandbox (its socket and token), bind-mounted into it. It must
+	// be an absolute path on the Docker daemon's host, short enough for a socket path (~80 bytes).
+	SocketDir string
+	// Forwarder is the static forwarder binary on the host, mounted into each sandbox; ForwarderArgs
+	// come before its flags (["forward"] when it is the threadbox binary itself).
+	Forwarder     string
+	ForwarderArgs []string
+	// Port is the forwarder's port on the sandbox's loopback (default DefaultPort).
+	Port int
+	// Transport reaches the upstreams (default: a clone of http.DefaultTransport).
+	Transport http.RoundTripper
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Gateway is the model gateway. It is safe for concurrent use.
+type Gateway struct {
+	cfg       Config
+	store     db.Store
+	log       *zap.Logger
+	anthropic *url.URL
+	openai    *url.URL
+	proxy     http.Handler
+	srv       *http.Server
+
+	mu sync.Mutex // protects the following, and cfg.Budget
+	// listeners are the per-sandbox sockets, by identity; bySocket maps a socket path back.
+	listeners map[ident]net.Listener
+	bySocket  map[string]ident
+	// sandboxes remembers which thread and generation a sandbox ID belongs to.
+	sandboxes map[string]ident
+	// refused is the budget refusal of a thread's current turn, for Runtime to turn into the reply.
+	refused map[string]*BudgetError
+	prov    sandbox.Provider
+	closed  bool
+}
+
+// ident is one sandbox generation of a thread.
+type ident struct {
+	thread string
+	gen    int64
+}
+
+// New validates cfg and returns a gateway that serves nothing until Provider or Handler is used.
+func New(cfg Config, store db.Store, log *zap.Logger) (*Gateway, error) {
+	if cfg.Secret == "" {
+		return nil, errors.New("gateway: a service secret is required (sandbox tokens derive from it)")
+	}
+	if store == nil {
+		return nil, errors.New("gateway: a store is required")
+	}
+	cfg.AnthropicURL = cmp.Or(cfg.AnthropicURL, DefaultAnthropicURL)
+	cfg.OpenAIURL = cmp.Or(cfg.OpenAIURL, DefaultOpenAIURL)
+	cfg.Port = cmp.Or(cfg.Port, DefaultPort)
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Transport == nil {
+		cfg.Transport = http.DefaultTransport.(*http.Transport).Clone()
+	}
+	g := &Gateway{
+		cfg: cfg, store: store, log: cmp.Or(log, zap.NewNop()).Named("gateway"),
+		listeners: map[ident]net.Listener{}, bySocket: map[string]ident{},
+		sandboxes: map[string]ident{}, refused: map[string]*BudgetError{},
+	}
+	var err error
+	if g.anthropic, err = parseUpstream("anthropic_url", cfg.AnthropicURL); err != nil {
+		return nil, err
+	}
+	if g.openai, err = parseUpstream("openai_url", cfg.OpenAIURL); err != nil {
+		return nil, err
+	}
+	if cfg.Forwarder != "" {
+		if g.cfg.Forwarder, err = installForwarder(cfg.SocketDir, cfg.Forwarder); err != nil {
+			return nil, err
+		}
+	}
+	g.proxy = g.newProxy()
+	g.srv = &http.Server{
+		Handler:           g,
+		ReadHeaderTimeout: 30 * time.Second,
+		ConnContext:       g.connContext,
+		ErrorLog:          zap.NewStdLog(g.log),
+	}
+	return g, nil
+}
+
+func parseUpstream(name, raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("gateway.%s %q: must be an http(s) URL", name, raw)
+	}
+	return u, nil
+}
+
+// LocalURL is the gateway's base URL as a runtime inside a sandbox sees it (the forwarder), without
+// an API prefix; append AnthropicPath or OpenAIPath.
+func (g *Gateway) LocalURL() string { return fmt.Sprintf("http://127.0.0.1:%d", g.cfg.Port) }
+
+// API prefixes of the gateway: <base>/anthropic is an Anthropic base URL (append /v1 for SDKs that
+// want it), <base>/openai an OpenAI one (with /v1 already, as the upstream URL has it).
+const (
+	AnthropicPath = "/anthropic"
+	OpenAIPath    = "/openai"
+)
+
+// Close stops every per-sandbox listener and the connections on them. The socket directories stay:
+// the sandboxes still mount them, and the next process listens there again.
+func (g *Gateway) Close() error {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
+	return g.srv.Close()
+}
+
+// ctxKey keys the request context values of the gateway.
+type ctxKey int
+
+const (
+	ctxConnIdent ctxKey = iota
+	ctxCall
+)
+
+// connContext tags a connection with the sandbox whose socket it came in on.
+func (g *Gateway) connContext(ctx context.Context, c net.Conn) context.Context {
+	g.mu.Lock()
+	id, ok := g.bySocket[c.LocalAddr().String()]
+	g.mu.Unlock()
+	if ok {
+		ctx = context.WithValue(ctx, ctxConnIdent, id)
+	}
+	return ctx
+}

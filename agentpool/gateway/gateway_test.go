@@ -1,0 +1,224 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/threadbox/threadbox/db"
+)
+
+// TestProxyEachAPI: a call in each format, streamed and not, reaches the upstream with the real key
+// in place of the sandbox token, comes back whole, and its usage is added to the running turn.
+func TestProxyEachAPI(t *testing.T) {
+	for _, c := range apiCalls {
+		for _, stream := range []bool{true, false} {
+			t.Run(c.name+map[bool]string{true: " stream", false: ""}[stream], func(t *testing.T) {
+				e := newEnv(t, Budget{})
+				gen := e.session(t, "web:c1")
+				turnID := e.turn(t, "web:c1", "U1", "ev1")
+				tok := Token(testSecret, "web:c1", gen)
+
+				resp := e.do(t.Context(), t, c, tok, "hi", stream)
+				body := readAll(t, resp)
+				require.Equal(t, http.StatusOK, resp.StatusCode, body)
+				require.Contains(t, body, "hello")
+
+				reqs := e.fake.Requests()
+				require.Len(t, reqs, 1)
+				h := reqs[0].Header
+				if c.header == "X-Api-Key" {
+					require.Equal(t, anthropicKey, h.Get("X-Api-Key"))
+					require.Empty(t, h.Get("Authorization"))
+				} else {
+					require.Equal(t, "Bearer "+openAIKey, h.Get("Authorization"))
+					require.Empty(t, h.Get("X-Api-Key"))
+				}
+				require.NotContains(t, string(reqs[0].Body), tok)
+				require.JSONEq(t, `{"input_tokens":10,"output_tokens":5}`, usageOf(t, e.store, turnID))
+			})
+		}
+	}
+}
+
+// TestChatStreamAsksForUsage: a streamed chat completion gets stream_options.include_usage, which
+// OpenAI needs to report usage at all; the caller's other options are kept.
+func TestChatStreamAsksForUsage(t *testing.T) {
+	e := newEnv(t, Budget{})
+	gen := e.session(t, "web:c1")
+	e.turn(t, "web:c1", "U1", "ev1")
+	c := apiCall{"chat", OpenAIPath + "/chat/completions", "Authorization", func(p string, s bool) string {
+		return `{"model":"m","stream":true,"stream_options":{"x":1},"messages":[{"role":"user","content":"hi"}]}`
+	}}
+	readAll(t, e.do(t.Context(), t, c, Token(testSecret, "web:c1", gen), "hi", true))
+	require.JSONEq(t, `{"x":1,"include_usage":true}`, string(mustField(t, e.fake.Requests()[0].Body, "stream_options")))
+}
+
+// TestRefusals: each reason to refuse a call gives its status, in the API's error format, and nothing
+// reaches the upstream.
+func TestRefusals(t *testing.T) {
+	anthropic := apiCalls[0]
+	tests := []struct {
+		name   string
+		setup  func(t *testing.T, e *env) (tok string, c apiCall)
+		status int
+		msg    string
+	}{
+		{"no token", func(t *testing.T, e *env) (string, apiCall) {
+			e.session(t, "web:c1")
+			e.turn(t, "web:c1", "U1", "ev1")
+			return "", anthropic
+		}, http.StatusUnauthorized, "invalid gateway token"},
+		{"real key instead of a token", func(t *testing.T, e *env) (string, apiCall) {
+			e.session(t, "web:c1")
+			e.turn(t, "web:c1", "U1", "ev1")
+			return anthropicKey, anthropic
+		}, http.StatusUnauthorized, "invalid gateway token"},
+		{"other secret", func(t *testing.T, e *env) (string, apiCall) {
+			gen := e.session(t, "web:c1")
+			e.turn(t, "web:c1", "U1", "ev1")
+			return Token("another-secret", "web:c1", gen), anthropic
+		}, http.StatusUnauthorized, "invalid gateway token"},
+		{"old generation (recreated)", func(t *testing.T, e *env) (string, apiCall) {
+			gen := e.session(t, "web:c1")
+			e.session(t, "web:c1")
+			e.turn(t, "web:c1", "U1", "ev1")
+			return Token(testSecret, "web:c1", gen), apiCalls[1]
+		}, http.StatusUnauthorized, "token revoked"},
+		{"destroyed sandbox", func(t *testing.T, e *env) (string, apiCall) {
+			gen := e.session(t, "web:c1")
+			e.turn(t, "web:c1", "U1", "ev1")
+			_, err := e.store.SessionTransition(t.Context(), "web:c1", db.Transition{From: []db.SessionStatus{db.SessionActive}, To: db.SessionDestroyed})
+			require.NoError(t, err)
+			return Token(testSecret, "web:c1", gen), anthropic
+		}, http.StatusUnauthorized, "token revoked"},
+		{"unknown thread", func(t *testing.T, e *env) (string, apiCall) {
+			return Token(testSecret, "web:nobody", 1), anthropic
+		}, http.StatusUnauthorized, "token revoked"},
+		{"no running turn", func(t *testing.T, e *env) (string, apiCall) {
+			gen := e.session(t, "web:c1")
+			e.finish(t, e.turn(t, "web:c1", "U1", "ev1"))
+			return Token(testSecret, "web:c1", gen), anthropic
+		}, http.StatusConflict, "no turn is running"},
+		{"not a model API", func(t *testing.T, e *env) (string, apiCall) {
+			gen := e.session(t, "web:c1")
+			e.turn(t, "web:c1", "U1", "ev1")
+			return Token(testSecret, "web:c1", gen), apiCall{"files", OpenAIPath + "/files", "Authorization", anthropic.body}
+		}, http.StatusNotFound, "not a model API"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, Budget{})
+			tok, c := tc.setup(t, e)
+			resp := e.do(t.Context(), t, c, tok, "hi", true)
+			body := readAll(t, resp)
+			require.Equal(t, tc.status, resp.StatusCode, body)
+			require.Contains(t, body, tc.msg)
+			if c.header == "X-Api-Key" {
+				require.Contains(t, body, `"type":"error"`, "Anthropic's error format")
+			} else {
+				require.Contains(t, body, `{"error":{`, "OpenAI's error format")
+			}
+			require.Empty(t, e.fake.Requests(), "nothing reached the upstream")
+		})
+	}
+}
+
+// TestBudgets: a call is let through while the thread, the user today and the deployment today are
+// under their caps; the one after the cap is crossed is refused with the budget message, and the
+// refusal is kept for the runtime wrapper.
+func TestBudgets(t *testing.T) {
+	tests := []struct {
+		name   string
+		budget Budget
+		// sameUser and otherUser spend a call first, in another thread: by the same user, or another.
+		sameUser, otherUser bool
+		scope               BudgetScope
+	}{
+		{"thread", Budget{ThreadTokens: fakeTokens}, false, false, ScopeThread},
+		{"user per day", Budget{UserDailyTokens: fakeTokens}, true, false, ScopeUser},
+		{"deployment per day", Budget{DailyTokens: fakeTokens}, false, true, ScopeDay},
+	}
+	anthropic := apiCalls[0]
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, tc.budget)
+			spend := func(thread, user, event string) {
+				gen := e.session(t, thread)
+				id := e.turn(t, thread, user, event)
+				resp := e.do(t.Context(), t, anthropic, Token(testSecret, thread, gen), "hi", true)
+				body := readAll(t, resp)
+				require.Equal(t, http.StatusOK, resp.StatusCode, body)
+				e.finish(t, id)
+			}
+			if tc.sameUser {
+				spend("web:other", "U1", "ev0")
+			}
+			if tc.otherUser {
+				spend("web:other", "U2", "ev0")
+			}
+			gen := e.session(t, "web:c1")
+			tok := Token(testSecret, "web:c1", gen)
+			e.turn(t, "web:c1", "U1", "ev1")
+			if tc.scope == ScopeThread {
+				resp := e.do(t.Context(), t, anthropic, tok, "hi", true)
+				require.Equal(t, http.StatusOK, resp.StatusCode, "under the cap")
+				readAll(t, resp)
+			}
+			resp := e.do(t.Context(), t, anthropic, tok, "hi", true)
+			body := readAll(t, resp)
+			require.Equal(t, http.StatusForbidden, resp.StatusCode, body)
+			require.Contains(t, body, "permission_error")
+			be := e.g.takeRefusal("web:c1")
+			require.NotNil(t, be)
+			require.Equal(t, tc.scope, be.Scope)
+			require.ErrorIs(t, be, ErrBudget)
+			require.Contains(t, body, be.Error())
+		})
+	}
+}
+
+// TestStreamPassesThroughAndCancels: the first bytes of a stream reach the client while the upstream
+// is still answering (no buffering), and a client that goes away cancels the upstream call.
+func TestStreamPassesThroughAndCancels(t *testing.T) {
+	for _, c := range apiCalls {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, Budget{})
+			gen := e.session(t, "web:c1")
+			e.turn(t, "web:c1", "U1", "ev1")
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			resp := e.do(ctx, t, c, Token(testSecret, "web:c1", gen), "HANG please", true)
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+			// The fake streams a first text delta, then holds the call open: seeing it proves the
+			// gateway flushed mid-stream.
+			r := bufio.NewReader(resp.Body)
+			for {
+				line, err := r.ReadString('\n')
+				require.NoError(t, err)
+				if strings.Contains(line, "Working") {
+					break
+				}
+			}
+			cancel()
+			_ = resp.Body.Close()
+			require.Eventually(t, func() bool {
+				reqs := e.fake.Requests()
+				return len(reqs) == 1 && reqs[0].Cancelled
+			}, 10*time.Second, 10*time.Millisecond, "the upstream call was cancelled")
+		})
+	}
+}
+
+func mustField(t *testing.T, raw []byte, field string) []byte {
+	t.Helper()
+	var m map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(raw, &m))
+	return m[field]
+}

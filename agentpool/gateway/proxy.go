@@ -1,0 +1,316 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/http/httputil"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/threadbox/threadbox/db"
+)
+
+// api is the wire format of a call.
+type api int
+
+const (
+	apiMessages api = iota + 1
+	apiChat
+	apiResponses
+	apiOther // models listings, token counts: proxied, nothing to meter
+)
+
+// family is the upstream a path prefix selects.
+type family int
+
+const (
+	familyAnthropic family = iota + 1
+	familyOpenAI
+)
+
+// call is one authorized model call, carried in the request context to the proxy's hooks.
+type call struct {
+	family family
+	api    api
+	path   string // upstream path below the upstream URL
+	thread string
+	turnID int64
+}
+
+// route maps a gateway path to its upstream and format. Only model calls and model listings pass: the
+// real key must not open the rest of the account (files, batches, fine-tuning, admin).
+func route(p string) (family, api, string, bool) {
+	switch {
+	case strings.HasPrefix(p, AnthropicPath+"/"):
+		rest := strings.TrimPrefix(p, AnthropicPath)
+		switch {
+		case rest == "/v1/messages":
+			return familyAnthropic, apiMessages, rest, true
+		case rest == "/v1/messages/count_tokens", rest == "/v1/models", strings.HasPrefix(rest, "/v1/models/"):
+			return familyAnthropic, apiOther, rest, true
+		}
+	case strings.HasPrefix(p, OpenAIPath+"/"):
+		rest := strings.TrimPrefix(p, OpenAIPath)
+		switch {
+		case rest == "/chat/completions":
+			return familyOpenAI, apiChat, rest, true
+		case rest == "/responses":
+			return familyOpenAI, apiResponses, rest, true
+		case rest == "/models", strings.HasPrefix(rest, "/models/"):
+			return familyOpenAI, apiOther, rest, true
+		}
+	}
+	return 0, 0, "", false
+}
+
+// maxRequestBody bounds a request body the gateway reads (see bufferBody), and maxJSONBody a
+// whole response it reads for its usage.
+const (
+	maxRequestBody = 64 << 20
+	maxJSONBody    = 32 << 20
+)
+
+// ServeHTTP implements http.Handler: authorize, check the budgets, proxy.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if (r.Method == http.MethodHead || r.Method == http.MethodGet) && (r.URL.Path == AnthropicPath || r.URL.Path == AnthropicPath+"/" || r.URL.Path == "/") {
+		// Claude Code probes its base URL before the first call.
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	fam, kind, upPath, ok := route(r.URL.Path)
+	if !ok {
+		writeError(w, fam, http.StatusNotFound, "not_found_error", "threadbox gateway: "+r.URL.Path+" is not a model API the gateway serves")
+		return
+	}
+	if (fam == familyAnthropic && g.cfg.AnthropicKey == "") || (fam == familyOpenAI && g.cfg.OpenAIKey == "") {
+		writeError(w, fam, http.StatusForbidden, "permission_error", "threadbox gateway: the bot has no key for this API (set ANTHROPIC_API_KEY or OPENAI_API_KEY in the bot's environment)")
+		return
+	}
+	c := &call{family: fam, api: kind, path: upPath}
+	status, errType, err := g.authorize(r, c)
+	if err != nil {
+		var be *BudgetError
+		if errors.As(err, &be) {
+			g.noteRefusal(c.thread, be)
+		}
+		g.log.Info("model call refused", zap.String("thread", c.thread), zap.Int("status", status), zap.Error(err))
+		writeError(w, fam, status, errType, "threadbox gateway: "+err.Error())
+		return
+	}
+	if err := bufferBody(r, kind == apiChat); err != nil {
+		writeError(w, fam, http.StatusBadRequest, "invalid_request_error", "threadbox gateway: "+err.Error())
+		return
+	}
+	g.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxCall, c)))
+}
+
+// authorize checks the token, that it is the current generation of a live session (and of the socket
+// it came in on), that a turn runs in its thread, and the budgets. It returns the status to answer
+// with on refusal.
+func (g *Gateway) authorize(r *http.Request, c *call) (int, string, error) {
+	tok := r.Header.Get("X-Api-Key")
+	if tok == "" {
+		tok, _ = strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	}
+	thread, gen, err := ParseToken(g.cfg.Secret, strings.TrimSpace(tok))
+	if err != nil {
+		return http.StatusUnauthorized, "authentication_error", err
+	}
+	c.thread = thread
+	if conn, ok := r.Context().Value(ctxConnIdent).(ident); ok && conn != (ident{thread, gen}) {
+		return http.StatusUnauthorized, "authentication_error", errors.New("the token belongs to another sandbox")
+	}
+	ctx := r.Context()
+	sess, err := g.store.SessionGet(ctx, thread)
+	switch {
+	case errors.Is(err, db.ErrNotFound):
+		return http.StatusUnauthorized, "authentication_error", errors.New("token revoked: the thread has no session")
+	case err != nil:
+		return http.StatusServiceUnavailable, "api_error", fmt.Errorf("checking the token: %w", err)
+	case sess.Generation != gen || !liveStatus(sess.Status):
+		return http.StatusUnauthorized, "authentication_error", fmt.Errorf("token revoked: its sandbox (generation %d) was destroyed or replaced", gen)
+	}
+	turn, err := g.store.TurnGetRunning(ctx, thread)
+	switch {
+	case errors.Is(err, db.ErrNotFound):
+		return http.StatusConflict, "invalid_request_error", errors.New("no turn is running in this thread; model calls are allowed only during a turn")
+	case err != nil:
+		return http.StatusServiceUnavailable, "api_error", fmt.Errorf("finding the running turn: %w", err)
+	}
+	c.turnID = turn.ID
+	if err := g.checkBudget(ctx, thread, turn.UserID); err != nil {
+		var be *BudgetError
+		if errors.As(err, &be) {
+			return http.StatusForbidden, "permission_error", err
+		}
+		return http.StatusServiceUnavailable, "api_error", err
+	}
+	return 0, "", nil
+}
+
+// liveStatus: a sandbox in these states may be running a turn.
+func liveStatus(s db.SessionStatus) bool {
+	switch s {
+	case db.SessionCreating, db.SessionActive, db.SessionResuming:
+		return true
+	}
+	return false
+}
+
+// bufferBody reads the request body whole before it goes upstream. A model call's JSON is useless to
+// the upstream until complete, so this costs nothing; and streaming the incoming body through to the
+// upstream cut about one streamed answer in a thousand under load (the upstream connection was
+// closed mid-answer), which a whole body does not. For a streamed chat completion it also asks for
+// the usage (stream_options.include_usage), which OpenAI sends only when asked: without it the call
+// could not be counted.
+func bufferBody(r *http.Request, includeUsage bool) error {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBody+1))
+	_ = r.Body.Close()
+	if err != nil {
+		return fmt.Errorf("reading the request: %w", err)
+	}
+	if len(body) > maxRequestBody {
+		return fmt.Errorf("request body over %d MiB", maxRequestBody>>20)
+	}
+	var req map[string]json.RawMessage
+	if includeUsage && json.Unmarshal(body, &req) == nil && string(req["stream"]) == "true" {
+		var opts map[string]any
+		_ = json.Unmarshal(req["stream_options"], &opts)
+		if opts == nil {
+			opts = map[string]any{}
+		}
+		if opts["include_usage"] != true {
+			opts["include_usage"] = true
+			req["stream_options"], _ = json.Marshal(opts)
+			if b, err := json.Marshal(req); err == nil {
+				body = b
+			}
+		}
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	r.Header.Set("Content-Length", fmt.Sprint(len(body)))
+	return nil
+}
+
+// newProxy is the reverse proxy to both upstreams. FlushInterval -1 flushes every write, so a stream
+// passes through as it comes; the outgoing request carries the incoming one's context, so a client
+// that goes away (a cancelled turn) cancels the upstream call.
+func (g *Gateway) newProxy() http.Handler {
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			c := pr.In.Context().Value(ctxCall).(*call)
+			up := g.openai
+			if c.family == familyAnthropic {
+				up = g.anthropic
+			}
+			pr.Out.URL.Scheme, pr.Out.URL.Host = up.Scheme, up.Host
+			pr.Out.URL.Path = strings.TrimSuffix(up.Path, "/") + c.path
+			pr.Out.URL.RawPath = ""
+			pr.Out.Host = ""
+			pr.Out.Header.Del("X-Api-Key")
+			pr.Out.Header.Del("Authorization")
+			if c.family == familyAnthropic {
+				pr.Out.Header.Set("X-Api-Key", g.cfg.AnthropicKey)
+			} else {
+				pr.Out.Header.Set("Authorization", "Bearer "+g.cfg.OpenAIKey)
+			}
+		},
+		Transport:      g.cfg.Transport,
+		FlushInterval:  -1,
+		ModifyResponse: g.meterResponse,
+		ErrorLog:       zap.NewStdLog(g.log),
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			c := r.Context().Value(ctxCall).(*call)
+			if r.Context().Err() != nil {
+				return // the client went away: nobody to answer
+			}
+			g.log.Warn("upstream call failed", zap.String("thread", c.thread), zap.Error(err))
+			writeError(w, c.family, http.StatusBadGateway, "api_error", "threadbox gateway: the model API could not be reached")
+		},
+	}
+}
+
+// meterResponse arranges for the call's usage to be recorded on its turn. A stream is metered as it
+// passes; a whole JSON answer is read first (the upstream made it whole anyway), so that its usage is
+// recorded before the client has it, and so before the turn can finish.
+func (g *Gateway) meterResponse(resp *http.Response) error {
+	c := resp.Request.Context().Value(ctxCall).(*call)
+	if c.api == apiOther || resp.StatusCode/100 != 2 {
+		return nil
+	}
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if mt == "text/event-stream" {
+		resp.Body = &meteredBody{ReadCloser: resp.Body, m: usageMeter{api: c.api}, record: func(u Usage) { g.record(c, u) }}
+		return nil
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxJSONBody))
+	_ = resp.Body.Close()
+	if err != nil {
+		return fmt.Errorf("reading the upstream answer: %w", err)
+	}
+	if u, ok := jsonUsage(body); ok {
+		g.record(c, u)
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	return nil
+}
+
+// record adds a call's usage to its turn. It runs detached from the request: a call the client gave
+// up on still cost what it cost.
+func (g *Gateway) record(c *call, u Usage) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := g.store.TurnAddUsage(ctx, c.turnID, u.Input, u.Output); err != nil {
+		g.log.Warn("recording model usage", zap.String("thread", c.thread), zap.Int64("turn", c.turnID), zap.Error(err))
+	}
+}
+
+// meteredBody feeds a streamed answer to its usage meter as the proxy copies it. The usage is
+// recorded inside the Read that carries the closing event, before its bytes go on to the client: the
+// runtime cannot end the turn before its usage is on record.
+type meteredBody struct {
+	io.ReadCloser
+	m        usageMeter
+	record   func(Usage)
+	recorded bool
+}
+
+func (b *meteredBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 && b.m.feed(p[:n]) && !b.recorded {
+		b.recorded = true
+		b.record(b.m.usage)
+	}
+	return n, err
+}
+
+// Close records what a stream cut short had reported so far (its input was paid for).
+func (b *meteredBody) Close() error {
+	if !b.recorded && b.m.seen {
+		b.recorded = true
+		b.record(b.m.usage)
+	}
+	return b.ReadCloser.Close()
+}
+
+// writeError answers in the error format of the API family, so that the runtime shows the message.
+func writeError(w http.ResponseWriter, fam family, status int, errType, msg string) {
+	var body any
+	if fam == familyOpenAI {
+		body = map[string]any{"error": map[string]any{"message": msg, "type": errType, "code": errType}}
+	} else {
+		body = map[string]any{"type": "error", "error": map[string]string{"type": errType, "message": msg}}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(body)
+}

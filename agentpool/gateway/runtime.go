@@ -1,0 +1,47 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+
+	"github.com/threadbox/threadbox/agentpool/runtime"
+	"github.com/threadbox/threadbox/db"
+	"github.com/threadbox/threadbox/sandbox"
+)
+
+// Runtime wraps rt so that a turn over budget ends with the budget reply: at once when a budget is
+// used up before the turn, or in place of whatever the runtime made of a refused call during it. The
+// turn's usage is the gateway's own record (written to the turn as calls end), so the runtime's
+// figure is dropped rather than written over it.
+func (g *Gateway) Runtime(rt runtime.Runtime) runtime.Runtime {
+	return &gatedRuntime{Runtime: rt, g: g}
+}
+
+type gatedRuntime struct {
+	runtime.Runtime
+	g *Gateway
+}
+
+// Prompt implements runtime.Runtime.
+func (r *gatedRuntime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID string, p runtime.Prompt, emit func(runtime.Event)) (runtime.Result, error) {
+	id, known := r.g.identify(ctx, sb.Handle())
+	if known {
+		r.g.takeRefusal(id.thread) // a refusal from an earlier turn is not this one's
+		if turn, err := r.g.store.TurnGetRunning(ctx, id.thread); err == nil {
+			var be *BudgetError
+			if err := r.g.checkBudget(ctx, id.thread, turn.UserID); errors.As(err, &be) {
+				return runtime.Result{Answer: be.Error(), IsError: true}, nil
+			}
+		} else if !errors.Is(err, db.ErrNotFound) {
+			return runtime.Result{}, err
+		}
+	}
+	res, err := r.Runtime.Prompt(ctx, sb, sessionID, p, emit)
+	if known {
+		if be := r.g.takeRefusal(id.thread); be != nil && ctx.Err() == nil {
+			return runtime.Result{Answer: be.Error(), IsError: true, Duration: res.Duration}, nil
+		}
+	}
+	res.Usage = runtime.Usage{}
+	return res, err
+}
