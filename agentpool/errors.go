@@ -26,6 +26,8 @@ const (
 	EINTERNAL Code = "internal"
 	// EINTERRUPTED: the process running the turn died; the turn is not run again on its own.
 	EINTERRUPTED Code = "interrupted"
+	// ELIMIT: the turn hit a sandbox limit (memory, disk); the error is a *LimitError with the numbers.
+	ELIMIT Code = "limit"
 	// EINVALID: the request itself is wrong (an attachment that cannot be read, a bad argument).
 	EINVALID Code = "invalid"
 	// ENOTFOUND: no such thread, session or turn.
@@ -50,7 +52,7 @@ const (
 
 // Codes lists every code, for tables that must cover them all.
 func Codes() []Code {
-	return []Code{ECANCELLED, ECAPACITY, ECONFLICT, EINTERNAL, EINTERRUPTED, EINVALID, ENOTFOUND, ERESET,
+	return []Code{ECANCELLED, ECAPACITY, ECONFLICT, EINTERNAL, EINTERRUPTED, ELIMIT, EINVALID, ENOTFOUND, ERESET,
 		ERUNTIME, ESANDBOX, ESHUTDOWN, ESTUCK, ETIMEOUT, ETOOLARGE, EUNAVAILABLE}
 }
 
@@ -118,10 +120,15 @@ func ErrorCode(err error) Code {
 
 // causeCode is the code of a cause that says what happened wherever it shows up.
 func causeCode(err error) (Code, bool) {
-	var e *Error
+	var (
+		e  *Error
+		le *LimitError
+	)
 	switch {
 	case errors.As(err, &e):
 		return e.Code, true
+	case errors.As(err, &le):
+		return ELIMIT, true
 	case errors.Is(err, ErrInterrupted):
 		return EINTERRUPTED, true
 	case errors.Is(err, ErrStuck):

@@ -55,6 +55,11 @@ type Config struct {
 	// ProviderWait is how long a turn waits out a provider outage (sandbox.ErrUnavailable) before it
 	// fails (lifecycle.provider_wait, default 2m).
 	ProviderWait time.Duration
+	// EnforceLimits measures each turn against the sandbox's limits through Exec (limits.go): the
+	// work directory against Resources.DiskMB, every LimitCheckInterval (default 5s) while the turn
+	// runs and once after it, and the memory cgroup's kill count, so a turn ends with a LimitError.
+	EnforceLimits      bool
+	LimitCheckInterval time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -62,6 +67,7 @@ func (c Config) withDefaults() Config {
 	c.EnsureTimeout = cmp.Or(c.EnsureTimeout, 2*time.Minute)
 	c.StuckAfter = cmp.Or(c.StuckAfter, 10*time.Minute)
 	c.MaxQueued = cmp.Or(c.MaxQueued, DefaultMaxQueued)
+	c.LimitCheckInterval = cmp.Or(c.LimitCheckInterval, DefaultLimitCheckInterval)
 	c.MaxResumeFailures = cmp.Or(c.MaxResumeFailures, DefaultMaxResumeFailures)
 	c.ProviderWait = cmp.Or(c.ProviderWait, DefaultProviderWait)
 	c.Transcript.MaxTurns = cmp.Or(c.Transcript.MaxTurns, 20)
@@ -128,6 +134,9 @@ type Pool struct {
 	// instMu protects the following.
 	instMu   sync.Mutex
 	instHold db.Hold
+
+	// limits remembers each sandbox's last limit reading.
+	limits limitState
 }
 
 // Lifecycle defaults (lifecycle.max_resume_failures, lifecycle.provider_wait).

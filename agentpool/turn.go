@@ -170,18 +170,31 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 		}
 		emit := w.emitter()
 		tctx, cancel := context.WithTimeout(ctx, p.cfg.TurnTimeout)
+		tctx, limits := p.watchLimits(tctx, r.sb, r.created)
 		alive := w.processAlive(p.rt)
 		res, err = p.rt.Prompt(tctx, r.sb, sid, runtime.Prompt{
 			Text: req.Text, System: p.cfg.SystemPrompt, History: history, Env: p.cfg.RuntimeEnv, Timeout: p.cfg.TurnTimeout,
 		}, emit.emit)
 		alive()
-		// Stopped by us (cancel, watchdog, shutdown) or by the turn timeout: a server runtime would
-		// keep working unless told.
+		// Stopped by us (cancel, watchdog, shutdown, disk quota) or by the turn timeout: a server
+		// runtime would keep working unless told.
 		interrupted := tctx.Err() != nil
+		limitErr := limits.finish(ctx)
 		cancel()
 		out.Replayed = out.Replayed || history != ""
 		// Late events from this attempt's goroutines must not reach the user once it is over.
 		emit.retire()
+		if limitErr != nil {
+			// A limit explains the failure better than what the runtime saw (exit 137, a dead server),
+			// and retrying in the same sandbox would hit it again.
+			if runtime.Classify(err) == runtime.ClassNone {
+				out = p.finishAnswer(ctx, r, res, out)
+			} else if interrupted {
+				p.abort(r, sid)
+			}
+			out.Err = limitErr
+			return out
+		}
 		switch runtime.Classify(err) {
 		case runtime.ClassNone:
 			return p.finishAnswer(ctx, r, res, out)

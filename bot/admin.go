@@ -43,6 +43,8 @@ type Admin struct {
 	ops    AdminOps
 	admins map[string]bool
 	log    *zap.Logger
+	// refusals, when set, reports the access policy's refusals for stats (the handler sets it).
+	refusals func() map[string]int64
 }
 
 // NewAdmin builds the admin command set. admins are platform:user_id strings (admin.users).
@@ -190,7 +192,11 @@ func (a *Admin) dispatch(ctx context.Context, cmd string, argv []string) (string
 		}
 		return "Drained: no new turns are taken; running turns have finished.", nil
 	case "stats":
-		return a.ops.Stats(ctx)
+		out, err := a.ops.Stats(ctx)
+		if err == nil && a.refusals != nil {
+			out += "\n" + formatRefusals(a.refusals())
+		}
+		return out, err
 	}
 	return "", badRequest("unknown admin command %q\n%s", cmd, AdminHelp)
 }

@@ -120,9 +120,12 @@ type Message struct {
 	Thread ThreadKey
 	// ChannelID is the platform channel the reply goes to.
 	ChannelID string
-	User      User
-	Text      string
-	Files     []File
+	// ParentChannelID is, for a thread that is a channel of its own (Discord), the channel it was
+	// started in; access.channels matches either.
+	ParentChannelID string
+	User            User
+	Text            string
+	Files           []File
 	// EventID is the platform's unique id for the event (the turn's dedupe key).
 	EventID string
 	// Reply is the adapter's encoding of where replies go, recorded with the turn so that another

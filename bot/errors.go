@@ -65,11 +65,19 @@ func Explain(log *zap.Logger, msg string, err error, fields ...zap.Field) Proble
 	if log == nil {
 		log = zap.NewNop()
 	}
-	var re *requestError
+	var (
+		re *requestError
+		le *agentpool.LimitError
+	)
 	if errors.As(err, &re) {
 		// Our own words about the user's request: nothing to look up.
 		log.Debug(msg, append(fields, zap.Error(err))...)
 		return Problem{Code: agentpool.EINVALID, Text: re.msg}
+	}
+	if errors.As(err, &le) {
+		// The sandbox's limit, with its numbers: the text says it all, nothing to look up.
+		log.Info(msg, append(fields, zap.String("code", string(agentpool.ELIMIT)), zap.Error(err))...)
+		return Problem{Code: agentpool.ELIMIT, Text: limitText(le)}
 	}
 	code := agentpool.ErrorCode(err)
 	text, ok := userText(code)
@@ -98,6 +106,8 @@ func userText(code agentpool.Code) (text string, ok bool) {
 		return "Something went wrong on my side. Try again; if it keeps happening, tell an operator and quote the ref.", true
 	case agentpool.EINTERRUPTED:
 		return "This message was interrupted by a restart before it finished. I did not run it again on my own, since it may have done part of its work: send \"retry\" to run it again.", true
+	case agentpool.ELIMIT:
+		return "This thread's sandbox hit one of its limits (memory or disk). Use less at once, delete files you no longer need, or \"reset\" for a fresh sandbox.", true
 	case agentpool.EINVALID:
 		return "I could not use part of that request (an argument, or an attachment I could not read). Check it and send it again.", true
 	case agentpool.ENOTFOUND:
@@ -128,7 +138,7 @@ func userText(code agentpool.Code) (text string, ok bool) {
 // otherwise.
 func logLevel(code agentpool.Code) zapcore.Level {
 	switch code {
-	case agentpool.ECANCELLED, agentpool.ECAPACITY, agentpool.EINTERRUPTED, agentpool.EINVALID,
+	case agentpool.ECANCELLED, agentpool.ECAPACITY, agentpool.EINTERRUPTED, agentpool.ELIMIT, agentpool.EINVALID,
 		agentpool.ENOTFOUND, agentpool.ERESET, agentpool.ESHUTDOWN, agentpool.ETOOLARGE:
 		return zapcore.InfoLevel
 	case agentpool.EINTERNAL:

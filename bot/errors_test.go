@@ -60,6 +60,7 @@ func TestEveryCodeSaysWhatToDo(t *testing.T) {
 		{agentpool.ECONFLICT, "changed this thread's sandbox at the same moment", "Try again", zapcore.WarnLevel, http.StatusConflict},
 		{agentpool.EINTERNAL, "went wrong on my side", "tell an operator and quote the ref", zapcore.ErrorLevel, http.StatusInternalServerError},
 		{agentpool.EINTERRUPTED, "interrupted by a restart", `send "retry"`, zapcore.InfoLevel, http.StatusInternalServerError},
+		{agentpool.ELIMIT, "hit one of its limits", `"reset" for a fresh sandbox`, zapcore.InfoLevel, http.StatusInternalServerError},
 		{agentpool.EINVALID, "could not use part of that request", "Check it and send it again", zapcore.InfoLevel, http.StatusBadRequest},
 		{agentpool.ENOTFOUND, "no such thread", "Check the name", zapcore.InfoLevel, http.StatusNotFound},
 		{agentpool.ERESET, "reset before this message ran", "Send it again", zapcore.InfoLevel, http.StatusInternalServerError},

@@ -41,17 +41,22 @@ type HandlerConfig struct {
 	// ProgressInterval is the least time between two progress edits (default 2s: Slack's chat.update
 	// tier tolerates about that per message).
 	ProgressInterval time.Duration
+	// Access says who may use the bot; the zero value lets everyone in.
+	Access AccessPolicy
+	// Now is the clock (default time.Now).
+	Now func() time.Time
 }
 
 // Handler routes messages: in-thread commands (help, status, stop, reset), admin commands (admin …),
 // and everything else to the agent pool as a turn.
 type Handler struct {
-	cfg   HandlerConfig
-	turns Turns
-	store Store
-	admin *Admin
-	log   *zap.Logger
-	plat  platforms
+	cfg    HandlerConfig
+	turns  Turns
+	store  Store
+	admin  *Admin
+	log    *zap.Logger
+	plat   platforms
+	access *access
 	// bg tracks replies to commands, which run off the adapter's call.
 	bg sync.WaitGroup
 }
@@ -64,7 +69,18 @@ func NewHandler(cfg HandlerConfig, turns Turns, store Store, admin *Admin, log *
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Handler{cfg: cfg, turns: turns, store: store, admin: admin, log: log.Named("handler")}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	log = log.Named("handler")
+	h := &Handler{
+		cfg: cfg, turns: turns, store: store, admin: admin, log: log,
+		access: newAccess(cfg.Access, admin.IsAdmin, cfg.Now, log.Named("access")),
+	}
+	if admin != nil {
+		admin.refusals = h.Refusals // admin stats shows them
+	}
+	return h
 }
 
 // Command words recognised in a thread. Only a message that is exactly one of these (any case) is a
@@ -93,7 +109,16 @@ Files the agent writes to output/display/ are posted here.`
 // acknowledge the platform. Replies come later, through r. A non-nil error wrapping ErrNotAccepted
 // means nothing was taken and the message must not be acknowledged; any other error is only for
 // the adapter's log (the user was told).
+//
+// A message the access policy refuses is answered at most once per refusal window, and nothing of it
+// is recorded: no turn, no session, no sandbox.
 func (h *Handler) Handle(ctx context.Context, msg Message, r Replier) error {
+	if reason := h.access.admit(msg); reason != "" {
+		if h.access.refused(msg, reason) {
+			h.replyPrivately(ctx, r, msg.User.ID, refusalText(reason))
+		}
+		return nil
+	}
 	text := strings.TrimSpace(msg.Text)
 	word := strings.ToLower(text)
 	key := msg.Thread.String()
@@ -105,17 +130,28 @@ func (h *Handler) Handle(ctx context.Context, msg Message, r Replier) error {
 		h.reply(ctx, r, func(ctx context.Context) string { return h.status(ctx, msg.Thread) })
 		return nil
 	case word == CmdStop:
-		stopped := h.turns.Cancel(key)
-		h.reply(ctx, r, func(context.Context) string {
-			if stopped {
+		stop := func(ctx context.Context) string {
+			if refusal := h.control(ctx, msg, CmdStop); refusal != "" {
+				return refusal
+			}
+			if h.turns.Cancel(key) {
 				return "Stopping the running turn."
 			}
 			return "Nothing is running."
-		})
+		}
+		if !h.ownerOnly(msg) {
+			// Nothing to look up: stop at once, before the adapter's call returns.
+			answer := stop(ctx)
+			stop = func(context.Context) string { return answer }
+		}
+		h.reply(ctx, r, stop)
 		return nil
 	case word == CmdReset:
 		// Reset stops the running turn and drops the queued ones itself.
 		h.reply(ctx, r, func(ctx context.Context) string {
+			if refusal := h.control(ctx, msg, CmdReset); refusal != "" {
+				return refusal
+			}
 			if err := h.turns.Reset(ctx, key); err != nil {
 				return "Reset failed: " + Explain(h.log, "reset failed", err, zap.String("thread", key)).String()
 			}
@@ -150,6 +186,34 @@ func (h *Handler) Handle(ctx context.Context, msg Message, r Replier) error {
 	return h.turn(ctx, msg, r)
 }
 
+// control checks that msg's sender may run a control command (reset, stop) on its thread, and returns
+// the refusal to show if not. With access.owner_only_controls, only the thread's starter (the
+// session's owner) and admins may. A thread without a session yet has no sandbox to reset; its first
+// turn records the owner when it starts.
+func (h *Handler) control(ctx context.Context, msg Message, cmd string) string {
+	if !h.ownerOnly(msg) {
+		return ""
+	}
+	s, err := h.store.SessionGet(ctx, msg.Thread.String())
+	switch {
+	case errors.Is(err, db.ErrNotFound):
+		return ""
+	case err != nil:
+		return cmd + " is unavailable: " + Explain(h.log, "looking up the thread's owner", err, zap.String("thread", msg.Thread.String())).String()
+	case s.OwnerUserID == "" || s.OwnerUserID == msg.User.ID:
+		return ""
+	}
+	h.access.count(RefusedControl)
+	h.log.Info("control command refused: not the thread's owner", zap.String("command", cmd),
+		zap.String("user", msg.User.Qualified(msg.Thread.Platform)), zap.String("thread", msg.Thread.String()))
+	return notOwnerText(cmd)
+}
+
+// ownerOnly reports whether msg's sender must own the thread to run a control command.
+func (h *Handler) ownerOnly(msg Message) bool {
+	return h.cfg.Access.OwnerOnlyControls && !h.admin.IsAdmin(msg.User.Qualified(msg.Thread.Platform))
+}
+
 // reply answers a command off the adapter's call: the answer may need the database or the chat API.
 func (h *Handler) reply(ctx context.Context, r Replier, answer func(ctx context.Context) string) {
 	ctx = context.WithoutCancel(ctx)
@@ -158,6 +222,25 @@ func (h *Handler) reply(ctx context.Context, r Replier, answer func(ctx context.
 		defer cancel()
 		if err := r.Post(ctx, answer(ctx)); err != nil {
 			h.log.Warn("posting a command reply", zap.Error(err))
+		}
+	})
+}
+
+// replyPrivately posts text only userID sees where the platform can (Slack's ephemeral messages),
+// so that a refusal does not land in a channel for everyone; elsewhere it is an ordinary post.
+func (h *Handler) replyPrivately(ctx context.Context, r Replier, userID, text string) {
+	ctx = context.WithoutCancel(ctx)
+	h.bg.Go(func() {
+		ctx, cancel := context.WithTimeout(ctx, commandTimeout)
+		defer cancel()
+		var err error
+		if pp, ok := r.(PrivatePoster); ok {
+			err = pp.PostPrivate(ctx, userID, text)
+		} else {
+			err = r.Post(ctx, text)
+		}
+		if err != nil {
+			h.log.Warn("posting a refusal", zap.Error(err))
 		}
 	})
 }

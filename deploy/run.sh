@@ -19,7 +19,9 @@ if [[ -z "${THREADBOX_SANDBOX_IMAGE:-}" ]] && docker info >/dev/null 2>&1; then
 	fi
 fi
 export THREADBOX_SANDBOX_LOCAL_I_UNDERSTAND_NO_ISOLATION=true
-# The person at this machine administers the local web chat.
+# The person at this machine administers the local web chat: trust loopback clients (never do this
+# behind a reverse proxy or tunnel on this machine), and print a one-time login link for the browser.
 export THREADBOX_ADMIN_USERS="${THREADBOX_ADMIN_USERS:-web:local}"
+export THREADBOX_HTTP_TRUST_LOOPBACK="${THREADBOX_HTTP_TRUST_LOOPBACK:-true}"
 # Static (no cgo): the model gateway mounts this binary into Docker sandboxes as their forwarder.
-CGO_ENABLED=0 exec go run -ldflags "-X main.version=${VERSION:-dev}" ./cmd/threadbox serve "$@"
+CGO_ENABLED=0 exec go run -ldflags "-X main.version=${VERSION:-dev}" ./cmd/threadbox serve --login-link "$@"

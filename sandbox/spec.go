@@ -53,6 +53,8 @@ type Resources struct {
 	CPUs     float64 `json:"cpus" koanf:"cpus"`
 	PIDs     int     `json:"pids" koanf:"pids"`
 	DiskMB   int     `json:"disk_mb" koanf:"disk_mb"`
+	// TmpMB sizes the /tmp tmpfs of a read-only root (it counts against MemoryMB); 0: the default.
+	TmpMB int `json:"tmp_mb" koanf:"tmp_mb"`
 	// ExecTimeout is the default per-exec timeout for agent commands.
 	ExecTimeout time.Duration `json:"exec_timeout" koanf:"exec_timeout"`
 }
@@ -64,12 +66,16 @@ var (
 	CPUsRange        = [2]float64{0.5, 16}
 	PIDsRange        = [2]int{32, 4096}
 	DiskMBRange      = [2]int{1024, 102400}
+	TmpMBRange       = [2]int{16, 16384}
 	ExecTimeoutRange = [2]time.Duration{time.Second, 24 * time.Hour}
 )
 
+// DefaultTmpMB is /tmp's size when Resources.TmpMB is 0 (seed 002's 512m).
+const DefaultTmpMB = 512
+
 // DefaultResources are the limits used when nothing is configured.
 func DefaultResources() Resources {
-	return Resources{MemoryMB: 4096, CPUs: 2, PIDs: 256, DiskMB: 10240, ExecTimeout: time.Hour}
+	return Resources{MemoryMB: 4096, CPUs: 2, PIDs: 256, DiskMB: 10240, TmpMB: DefaultTmpMB, ExecTimeout: time.Hour}
 }
 
 // Validate checks every field against its range. field(name) renders the key in the caller's terms
@@ -87,6 +93,9 @@ func (r Resources) Validate(field func(string) string) error {
 		return fmt.Errorf("%s = %d: must be between %d and %d", field("pids"), r.PIDs, PIDsRange[0], PIDsRange[1])
 	case r.DiskMB != 0 && (r.DiskMB < DiskMBRange[0] || r.DiskMB > DiskMBRange[1]):
 		return fmt.Errorf("%s = %d: must be 0 (provider default) or between %d and %d (MB)", field("disk_mb"), r.DiskMB, DiskMBRange[0], DiskMBRange[1])
+	case r.TmpMB != 0 && (r.TmpMB < TmpMBRange[0] || r.TmpMB > TmpMBRange[1] || r.TmpMB > r.MemoryMB):
+		return fmt.Errorf("%s = %d: must be 0 (default %d) or between %d and %d (MB), and at most memory_mb (tmpfs counts against it)",
+			field("tmp_mb"), r.TmpMB, DefaultTmpMB, TmpMBRange[0], TmpMBRange[1])
 	case r.ExecTimeout < ExecTimeoutRange[0] || r.ExecTimeout > ExecTimeoutRange[1]:
 		return fmt.Errorf("%s = %s: must be between %s and %s", field("exec_timeout"), r.ExecTimeout, ExecTimeoutRange[0], ExecTimeoutRange[1])
 	}
@@ -140,6 +149,9 @@ func (s Spec) Normalize() (Spec, error) {
 	}
 	if err := s.Resources.Validate(nil); err != nil {
 		return s, fmt.Errorf("%w: %w", ErrInvalidSpec, err)
+	}
+	if s.Resources.TmpMB == 0 {
+		s.Resources.TmpMB = min(DefaultTmpMB, s.Resources.MemoryMB)
 	}
 	blocked := NewMatcher(append(DefaultBlocked(), s.BlockedEnv...))
 	env := make(map[string]string, len(s.Env))

@@ -9,15 +9,20 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 
 	"github.com/threadbox/threadbox/bot"
 )
 
 // Identity. The web chat has no accounts: who you are follows from how you got in.
-//   - A loopback client (see isLoopback) is web:local: the person at this machine.
+//   - A loopback client (see isLoopback) is web:local, the person at this machine, but only with
+//     TrustLoopback (http.trust_loopback; make run sets it).
+//   - The browser that used the one-time login link serve printed is web:local too: it was shown
+//     to whoever started the bot.
 //   - Any other client with the token is web:token: whoever was given it.
 //
-// These are the actors admin.users must list for the web ops view to run admin commands.
+// Everyone else gets 401. These are the actors admin.users must list for the web ops view to run
+// admin commands.
 type identity struct {
 	user  bot.User
 	local bool
@@ -38,41 +43,56 @@ func identityFrom(ctx context.Context) identity {
 }
 
 // cookieName carries a value derived from the token (not the token itself) for the page and the
-// requests a browser cannot add headers to (EventSource, <img>).
-const cookieName = "threadbox_web"
+// requests a browser cannot add headers to (EventSource, <img>). loginCookieName carries the session
+// the one-time login opened.
+const (
+	cookieName      = "threadbox_web"
+	loginCookieName = "threadbox_login"
+)
 
 // authenticate finds the caller's identity or answers the request itself (401 or 403).
 func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (identity, bool) {
 	bearer := s.hasToken && s.bearerOK(r)
-	byToken, ambient := bearer, false
+	byToken, byLogin, ambient := bearer, false, false
 	if s.hasToken && !bearer {
 		switch {
 		case s.cookieOK(r):
 			byToken, ambient = true, true
-		case r.Method == http.MethodGet && r.URL.Path == "/" && s.tokenOK(r.URL.Query().Get("token")):
+		case isPageBootstrap(r, "token") && s.tokenOK(r.URL.Query().Get("token")):
 			// The page bootstrap: remember the token in a cookie the browser sends back on its own.
-			http.SetCookie(w, &http.Cookie{
-				Name: cookieName, Value: s.cookieValue(), Path: "/", HttpOnly: true,
-				SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
-			})
+			setCookie(w, r, cookieName, s.cookieValue())
 			byToken, ambient = true, true
 		}
 	}
-	local := isLoopback(r)
+	if !bearer && s.login != nil {
+		switch {
+		case s.login.cookieOK(r):
+			byLogin, ambient = true, true
+		case isPageBootstrap(r, "login"):
+			if v, ok := s.login.spend(r.URL.Query().Get("login")); ok {
+				setCookie(w, r, loginCookieName, v)
+				byLogin, ambient = true, true
+			}
+		}
+	}
 	var id identity
 	switch {
-	case local:
+	case s.trustLo && isLoopback(r):
 		// The person at this machine is web:local whether or not they also hold the token, so one
 		// admin.users entry covers the page, the chat and the CLI's fallback to this API.
 		id, ambient = identity{user: localUser, local: true}, !bearer
+	case byLogin:
+		id = identity{user: localUser}
 	case byToken:
 		id = identity{user: tokenUser}
-	case !s.hasToken:
-		writeError(w, http.StatusForbidden, "the web chat serves only loopback clients unless a web token is configured")
-		return identity{}, false
 	default:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="threadbox"`)
-		writeError(w, http.StatusUnauthorized, "a token is required: send \"Authorization: Bearer <token>\", or open the page once as /?token=<token>")
+		msg := "a token is required: send \"Authorization: Bearer <token>\", or open the page once as /?token=<token>"
+		if !s.hasToken {
+			msg = "the web chat needs its token, and none is configured: set http.token (then send \"Authorization: Bearer <token>\", " +
+				"or open the page once as /?token=<token>), or http.trust_loopback: true to let in clients on this machine"
+		}
+		writeError(w, http.StatusUnauthorized, msg)
 		return identity{}, false
 	}
 	// Credentials the browser attaches by itself (the cookie, or simply being on loopback) must not
@@ -82,6 +102,63 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (identity,
 		return identity{}, false
 	}
 	return id, true
+}
+
+// isPageBootstrap is the page opened with a credential in its query (?token= or ?login=): the only
+// request that may carry one, which the page then drops from the address bar.
+func isPageBootstrap(r *http.Request, param string) bool {
+	return r.Method == http.MethodGet && r.URL.Path == "/" && r.URL.Query().Has(param)
+}
+
+func setCookie(w http.ResponseWriter, r *http.Request, name, value string) {
+	http.SetCookie(w, &http.Cookie{
+		Name: name, Value: value, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
+	})
+}
+
+// oneTimeLogin is a login link that works once: the first browser to open it gets a session cookie,
+// and the token is spent. It is safe for concurrent use.
+type oneTimeLogin struct {
+	sum [32]byte
+	// mu protects the following.
+	mu    sync.Mutex
+	spent bool
+	// session is the hash of the cookie value the login issued.
+	session [32]byte
+}
+
+func newOneTimeLogin(token string) *oneTimeLogin {
+	return &oneTimeLogin{sum: sha256.Sum256([]byte(token))}
+}
+
+// spend trades the token for a session cookie value, once.
+func (l *oneTimeLogin) spend(given string) (cookie string, ok bool) {
+	if given == "" {
+		return "", false
+	}
+	sum := sha256.Sum256([]byte(given))
+	if subtle.ConstantTimeCompare(sum[:], l.sum[:]) != 1 {
+		return "", false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.spent {
+		return "", false
+	}
+	cookie = randomID(32)
+	l.spent, l.session = true, sha256.Sum256([]byte(cookie))
+	return cookie, true
+}
+
+func (l *oneTimeLogin) cookieOK(r *http.Request) bool {
+	c, err := r.Cookie(loginCookieName)
+	if err != nil {
+		return false
+	}
+	sum := sha256.Sum256([]byte(c.Value))
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.spent && subtle.ConstantTimeCompare(sum[:], l.session[:]) == 1
 }
 
 func safeMethod(m string) bool {

@@ -49,7 +49,13 @@ func serve(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
 
 func newTestServer(t *testing.T, token string) *Server {
 	t.Helper()
-	srv, err := New(Options{Handler: nopHandler{}, Directory: bot.NewDirectory(newStore(t)), Token: token, Warning: "no isolation <b>here</b>"})
+	return newTestServerWith(t, Options{Token: token, TrustLoopback: true})
+}
+
+func newTestServerWith(t *testing.T, o Options) *Server {
+	t.Helper()
+	o.Handler, o.Directory, o.Warning = nopHandler{}, bot.NewDirectory(newStore(t)), "no isolation <b>here</b>"
+	srv, err := New(o)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = srv.Close() })
 	return srv
@@ -92,8 +98,8 @@ func TestNotLoopbackWithoutToken(t *testing.T) {
 		req("GET", "/api/me", "0.0.0.0:8080", "198.51.100.7:1", "localhost:8080", nil),
 	} {
 		rec := serve(srv, r)
-		require.Equal(t, http.StatusForbidden, rec.Code, "%s %s", r.Host, r.Header)
-		require.Contains(t, rec.Body.String(), "only loopback clients")
+		require.Equal(t, http.StatusUnauthorized, rec.Code, "%s %s", r.Host, r.Header)
+		require.Contains(t, rec.Body.String(), "set http.token")
 	}
 }
 

@@ -84,7 +84,7 @@ func TestCursor(t *testing.T) {
 // http.Server shutdown is not held up.
 func TestStreamResetAndClose(t *testing.T) {
 	h := &scriptHandler{}
-	srv, err := New(Options{Handler: h, Directory: bot.NewDirectory(newStore(t))})
+	srv, err := New(Options{Handler: h, Directory: bot.NewDirectory(newStore(t)), TrustLoopback: true})
 	require.NoError(t, err)
 	ts := httptest.NewServer(srv)
 	defer ts.Close()
@@ -134,7 +134,7 @@ var pngBytes = []byte("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x
 // TestMessagesHandledInOrder: intake runs off the request but keeps each conversation's order.
 func TestMessagesHandledInOrder(t *testing.T) {
 	h := &scriptHandler{}
-	srv, err := New(Options{Handler: h, Directory: bot.NewDirectory(newStore(t))})
+	srv, err := New(Options{Handler: h, Directory: bot.NewDirectory(newStore(t)), TrustLoopback: true})
 	require.NoError(t, err)
 	ts := httptest.NewServer(srv)
 	defer ts.Close()

@@ -92,7 +92,7 @@ func newStack(t *testing.T, o stackOpts) *stack {
 	})
 	admin := bot.NewAdmin(st, agentpool.Ops{Pool: pool}, o.admins, log)
 	h := bot.NewHandler(bot.HandlerConfig{ProgressInterval: 50 * time.Millisecond}, pool, st, admin, log)
-	srv, err := New(Options{Handler: h, Admin: admin, Directory: bot.NewDirectory(st), Token: o.token, Warning: o.warning, Logger: log})
+	srv, err := New(Options{Handler: h, Admin: admin, Directory: bot.NewDirectory(st), Token: o.token, TrustLoopback: true, Warning: o.warning, Logger: log})
 	require.NoError(t, err)
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)

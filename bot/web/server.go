@@ -38,9 +38,18 @@ type Options struct {
 	Admin *bot.Admin
 	// Directory is read for conversations, history and the operations view; required.
 	Directory *bot.Directory
-	// Token, when set, lets clients that are not on loopback in with "Authorization: Bearer <token>"
-	// (or a cookie set by opening the page with ?token=). Without it only loopback clients are served.
+	// Token, when set, lets clients in with "Authorization: Bearer <token>" (or a cookie set by
+	// opening the page with ?token=) as web:token.
 	Token string
+	// TrustLoopback lets a client on this machine in without the token, as web:local (http.
+	// trust_loopback; make run sets it). Off by default: a reverse proxy or tunnel on this machine
+	// makes every visitor look local, and only the Forwarded headers, which a proxy may not add,
+	// would tell them apart.
+	TrustLoopback bool
+	// LoginToken, when set, is a one-time login: opening the page once with ?login=<token> signs that
+	// browser in as web:local (a cookie), and the token is spent. serve prints it for the person who
+	// started the bot, as Jupyter does.
+	LoginToken string
 	// Warning is shown as a banner on every page (for example: the sandbox provider isolates nothing).
 	Warning string
 	Logger  *zap.Logger
@@ -79,6 +88,8 @@ type Server struct {
 	dir      *bot.Directory
 	hasToken bool
 	tokenSum [32]byte
+	trustLo  bool
+	login    *oneTimeLogin
 	warning  string
 	log      *zap.Logger
 	now      func() time.Time
@@ -116,6 +127,10 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.Token != "" {
 		s.hasToken, s.tokenSum = true, sha256.Sum256([]byte(opts.Token))
+	}
+	s.trustLo = opts.TrustLoopback
+	if opts.LoginToken != "" {
+		s.login = newOneTimeLogin(opts.LoginToken)
 	}
 	if s.log == nil {
 		s.log = zap.NewNop()
@@ -197,7 +212,7 @@ const pageCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-sr
 	"connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 
 func (s *Server) servePage(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Query().Has("token") {
+	if q := r.URL.Query(); q.Has("token") || q.Has("login") {
 		// authenticate set the cookie; drop the token from the address bar and history.
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 		return

@@ -20,7 +20,8 @@ import (
 // runAdmin is the operator CLI: the chat's admin commands with direct database and provider access.
 // The operator is audited as cli:<unix user>; having the config and the database is the authority,
 // so the CLI needs no admin.users entry. When a running `threadbox serve` holds the SQLite database,
-// the command goes to that process's admin API on http.addr instead (audited there as web:local).
+// the command goes to that process's admin API on http.addr instead (audited there as web:local with
+// http.trust_loopback, else as web:token with http.token).
 func (m *Main) runAdmin(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		fmt.Fprintln(m.Stdout, "usage: threadbox admin <command>\n\n"+bot.AdminHelp)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -15,13 +14,15 @@ import (
 	"github.com/threadbox/threadbox/bot/web"
 )
 
-// mountChat mounts the chat adapters on mux (the web chat owns "/" and /api/; the more specific
-// health and webhook routes win) and returns a function that stops them: Slack first (it drains the
-// events it accepted into the pool), then the web chat. Calling it twice waits for the first call.
-func (m *Main) mountChat(ctx context.Context, mux *http.ServeMux, a *app, addr net.Addr) (func(), error) {
+// mountChat mounts the web chat on mux (it owns "/" and /api/; the more specific health and webhook
+// routes win) and the platforms' webhooks on hooks (mux itself, or the http.public_addr listener's),
+// and returns a function that stops them: Slack first (it drains the events it accepted into the
+// pool), then the web chat. Calling it twice waits for the first call. login, when set, is the web
+// chat's one-time login token.
+func (m *Main) mountChat(ctx context.Context, mux, hooks *http.ServeMux, a *app, login string) (func(), error) {
 	ws, err := web.New(web.Options{
 		Handler: a.handler, Admin: a.admin, Directory: a.dir, Token: m.Config.HTTP.Token,
-		Warning: a.warning, Logger: m.Logger,
+		TrustLoopback: m.Config.HTTP.TrustLoopback, LoginToken: login, Warning: a.warning, Logger: m.Logger,
 	})
 	if err != nil {
 		return nil, err
@@ -30,7 +31,7 @@ func (m *Main) mountChat(ctx context.Context, mux *http.ServeMux, a *app, addr n
 	a.handler.RegisterPlatform(ws)
 	closers := []func(){func() { _ = ws.Close() }}
 	if m.Config.Slack.BotToken != "" {
-		stop, err := m.mountSlack(ctx, mux, a)
+		stop, err := m.mountSlack(ctx, hooks, a)
 		if err != nil {
 			_ = ws.Close()
 			return nil, err

@@ -54,7 +54,7 @@ func newCrashRig(t *testing.T, dbURL string) *crashRig {
 	env := append(os.Environ(),
 		"THREADBOX_DATABASE_URL="+dbURL,
 		"THREADBOX_RUNTIME_SECRET=crash-e2e-shared-runtime-secret",
-		"THREADBOX_HTTP_ADDR=127.0.0.1:0",
+		"THREADBOX_HTTP_ADDR=127.0.0.1:0", "THREADBOX_HTTP_TRUST_LOOPBACK=true",
 		"THREADBOX_DEPLOYMENT="+dep,
 		"THREADBOX_SANDBOX_PROVIDER=docker",
 		"THREADBOX_SANDBOX_IMAGE="+dockertest.Image(),

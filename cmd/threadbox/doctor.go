@@ -21,6 +21,8 @@ type check struct {
 
 type problem struct {
 	what, fix string
+	// warn marks a weakness that does not stop the bot (printed as WARN; doctor still exits 0).
+	warn bool
 }
 
 // probeTimeout bounds each probe: a doctor that hangs on a dead socket is no doctor.
@@ -35,18 +37,24 @@ func (m *Main) runDoctor(ctx context.Context) error {
 		src = cfg.File
 	}
 	fmt.Fprintf(m.Stdout, "ok      config: %s (+ THREADBOX_* overrides)\n", src)
-	problems := 0
+	problems, warnings := 0, 0
 	for _, c := range m.doctorChecks() {
 		cctx, cancel := context.WithTimeout(ctx, probeTimeout)
 		ok, p := c.run(cctx)
 		cancel()
 		switch {
+		case p != nil && p.warn:
+			warnings++
+			fmt.Fprintf(m.Stdout, "WARN    %s: %s. Fix: %s\n", c.name, p.what, p.fix)
 		case p != nil:
 			problems++
 			fmt.Fprintf(m.Stdout, "PROBLEM %s: %s. Fix: %s\n", c.name, p.what, p.fix)
 		case ok != "":
 			fmt.Fprintf(m.Stdout, "ok      %s: %s\n", c.name, ok)
 		}
+	}
+	if warnings > 0 {
+		fmt.Fprintf(m.Stdout, "%d warning(s) about the security posture\n", warnings)
 	}
 	if problems > 0 {
 		fmt.Fprintf(m.Stdout, "%d problem(s) found\n", problems)
@@ -65,13 +73,17 @@ func (m *Main) doctorChecks() []check {
 		checks = append(checks, check{name: "daytona", run: m.checkDaytona})
 	case "local":
 		checks = append(checks, check{name: "sandbox", run: func(context.Context) (string, *problem) {
+			if err := m.localAllowed(); err != nil {
+				return "", &problem{what: "serve will refuse to start: " + oneLine(err),
+					fix: "start Docker and set sandbox.provider docker, or remove the chat platform and keep http.addr on loopback"}
+			}
 			return "local provider: NO ISOLATION, agent commands run as host processes", nil
 		}})
 	}
 	checks = append(checks, check{name: "runtime", run: m.checkRuntime})
 	checks = append(checks, check{name: "database", run: m.checkDatabase})
 	checks = append(checks, check{name: "redis", run: m.checkRedis})
-	return checks
+	return append(checks, m.postureChecks()...)
 }
 
 func (m *Main) checkDocker(ctx context.Context) (string, *problem) {

@@ -124,7 +124,7 @@ func TestSIGTERMDuringTurnKeepsTheSandbox(t *testing.T) {
 	dbPath := filepath.Join(dir, "tb.db")
 	env := append(os.Environ(),
 		"THREADBOX_DATABASE_URL=sqlite:"+dbPath,
-		"THREADBOX_HTTP_ADDR=127.0.0.1:0",
+		"THREADBOX_HTTP_ADDR=127.0.0.1:0", "THREADBOX_HTTP_TRUST_LOOPBACK=true",
 		"THREADBOX_DEPLOYMENT="+dep,
 		"THREADBOX_SANDBOX_PROVIDER=docker",
 		"THREADBOX_SANDBOX_IMAGE="+dockertest.Image(),

@@ -62,7 +62,7 @@ var shortTimeouts = httpTimeouts{ReadHeader: 300 * time.Millisecond, Read: 600 *
 // serveWithTimeouts runs serve in process on the local provider with the given HTTP timeouts.
 func serveWithTimeouts(t *testing.T, to httpTimeouts) *server {
 	t.Helper()
-	env := baseEnv(t, "THREADBOX_HTTP_ADDR=127.0.0.1:0", "THREADBOX_SANDBOX_PROVIDER=local",
+	env := baseEnv(t, "THREADBOX_HTTP_ADDR=127.0.0.1:0", "THREADBOX_HTTP_TRUST_LOOPBACK=true", "THREADBOX_SANDBOX_PROVIDER=local",
 		"THREADBOX_SANDBOX_LOCAL_I_UNDERSTAND_NO_ISOLATION=true", "THREADBOX_SANDBOX_LOCAL_DIR="+t.TempDir())
 	var stdout, stderr strings.Builder
 	m := NewMain(&stdout, &stderr, env)

@@ -143,7 +143,7 @@ func envOr(k, def string) string {
 }
 
 func TestServeHealthAndGracefulShutdown(t *testing.T) {
-	env := baseEnv(t, "THREADBOX_HTTP_ADDR=127.0.0.1:0", "THREADBOX_SANDBOX_PROVIDER=local",
+	env := baseEnv(t, "THREADBOX_HTTP_ADDR=127.0.0.1:0", "THREADBOX_HTTP_TRUST_LOOPBACK=true", "THREADBOX_SANDBOX_PROVIDER=local",
 		"THREADBOX_SANDBOX_LOCAL_I_UNDERSTAND_NO_ISOLATION=true",
 		"THREADBOX_SANDBOX_LOCAL_DIR="+t.TempDir())
 	sv := serveInProcess(t, env)
@@ -278,7 +278,7 @@ func TestServeOnPostgresStartupLine(t *testing.T) {
 	requireServices(t)
 	pg := dbtest.PostgresSchemaURL(t) // a schema of its own: other runs' migrations are not its business
 	env := []string{"THREADBOX_DATABASE_URL=" + pg, "THREADBOX_RUNTIME_SECRET=" + strings.Repeat("ab", 16),
-		"THREADBOX_HTTP_ADDR=127.0.0.1:0", "THREADBOX_SANDBOX_PROVIDER=local",
+		"THREADBOX_HTTP_ADDR=127.0.0.1:0", "THREADBOX_HTTP_TRUST_LOOPBACK=true", "THREADBOX_SANDBOX_PROVIDER=local",
 		"THREADBOX_SANDBOX_LOCAL_I_UNDERSTAND_NO_ISOLATION=true", "THREADBOX_SANDBOX_LOCAL_DIR=" + t.TempDir(),
 		"THREADBOX_LOG_FORMAT=json"}
 	sv := serveInProcess(t, env)

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -19,6 +21,12 @@ import (
 // loops. It returns when ctx ends (SIGTERM), after a graceful shutdown.
 func (m *Main) runServe(ctx context.Context) error {
 	log := m.Logger
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(m.Stderr)
+	loginLink := fs.Bool("login-link", false, "print a one-time login link to the web chat (make run sets it)")
+	if err := fs.Parse(m.args); err != nil {
+		return errUsage
+	}
 	if err := m.Config.ValidateServe(); err != nil {
 		return err
 	}
@@ -33,27 +41,70 @@ func (m *Main) runServe(ctx context.Context) error {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	mux.Handle("GET /readyz", readyHandler(a.store, a.pool, func(ctx context.Context) string { return providerStatus(ctx, a.prov, log) }, log))
+	ready := readyHandler(a.store, a.pool, func(ctx context.Context) string { return providerStatus(ctx, a.prov, log) }, log)
+	mux.Handle("GET /readyz", ready)
+	// The public webhooks get their own listener when http.public_addr is set, so the web chat and
+	// the admin API can stay on loopback; the health checks answer on both.
+	hooks := mux
+	if m.Config.HTTP.PublicAddr != "" {
+		hooks = http.NewServeMux()
+		hooks.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+		hooks.Handle("GET /readyz", ready)
+	}
 	ln, err := net.Listen("tcp", m.Config.HTTP.Addr)
 	if err != nil {
 		return fmt.Errorf("http.addr %s: %w", m.Config.HTTP.Addr, err)
 	}
-	closeChat, err := m.mountChat(ctx, mux, a, ln.Addr())
+	var lns []net.Listener
+	defer func() {
+		for _, l := range lns {
+			_ = l.Close()
+		}
+	}()
+	lns = append(lns, ln)
+	if hooks != mux {
+		pln, err := net.Listen("tcp", m.Config.HTTP.PublicAddr)
+		if err != nil {
+			return fmt.Errorf("http.public_addr %s: %w", m.Config.HTTP.PublicAddr, err)
+		}
+		lns = append(lns, pln)
+	}
+	login := ""
+	if *loginLink {
+		login = rand.Text()
+	}
+	closeChat, err := m.mountChat(ctx, mux, hooks, a, login)
 	if err != nil {
-		_ = ln.Close()
 		return err
 	}
-	srv := newHTTPServer(mux, m.httpTimeouts)
+	servers := []*http.Server{newHTTPServer(mux, m.httpTimeouts)}
+	if hooks != mux {
+		servers = append(servers, newHTTPServer(hooks, m.httpTimeouts))
+	}
 	// Live event streams never go idle, so Shutdown would wait for them: close the adapters with it.
-	srv.RegisterOnShutdown(closeChat)
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	servers[0].RegisterOnShutdown(closeChat)
+	errc := make(chan error, len(servers))
+	for i, srv := range servers {
+		l := lns[i]
+		go func() { errc <- srv.Serve(l) }()
+	}
+	lns = nil // the servers own them now
 
 	loopCtx, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
 	var loops sync.WaitGroup
 	loops.Go(func() { a.maint.Run(loopCtx) })
 
-	log.Info("listening", zap.String("url", "http://"+ln.Addr().String()))
+	log.Info("listening", zap.String("url", "http://"+ln.Addr().String()),
+		zap.Bool("trust_loopback", m.Config.HTTP.TrustLoopback), zap.Bool("token", m.Config.HTTP.Token != ""))
+	if len(servers) > 1 {
+		log.Info("public webhooks listening", zap.String("url", "http://"+m.Config.HTTP.PublicAddr))
+	}
+	if login != "" {
+		// Straight to the console, never through the logger: logs are kept and shipped, and this
+		// link makes whoever opens it first web:local.
+		fmt.Fprintf(m.Stderr, "\n  Open the web chat: http://%s/?login=%s\n  (a one-time link: the first browser to open it is signed in as web:local)\n\n",
+			browsable(ln.Addr()), login)
+	}
 	if m.OnListen != nil {
 		m.OnListen(ln.Addr().String())
 	}
@@ -69,8 +120,10 @@ func (m *Main) runServe(ctx context.Context) error {
 	log.Info("shutting down: no new messages; letting running turns finish", zap.Duration("grace", grace))
 	// 1. Stop intake: no new HTTP requests (in-flight ones get a moment).
 	hctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	if serr := srv.Shutdown(hctx); serr != nil && !errors.Is(serr, http.ErrServerClosed) {
-		log.Warn("http shutdown", zap.Error(serr))
+	for _, srv := range servers {
+		if serr := srv.Shutdown(hctx); serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+			log.Warn("http shutdown", zap.Error(serr))
+		}
 	}
 	cancel()
 	// RegisterOnShutdown runs closeChat without waiting; wait here, so events the adapters accepted
@@ -87,6 +140,19 @@ func (m *Main) runServe(ctx context.Context) error {
 	stopLoops()
 	loops.Wait()
 	return err
+}
+
+// browsable is a listener's address as a browser on this machine reaches it: a wildcard listener
+// is opened on loopback.
+func browsable(a net.Addr) string {
+	host, port, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
 }
 
 // providerStatus is /readyz's line about the sandbox provider. An outage does not fail readiness:

@@ -30,7 +30,7 @@ func TestServeAnswersASlackMention(t *testing.T) {
 	env := []string{
 		"THREADBOX_DATABASE_URL=" + pg,
 		"THREADBOX_RUNTIME_SECRET=slack-e2e-shared-runtime-secret", // required with PostgreSQL
-		"THREADBOX_HTTP_ADDR=127.0.0.1:0",
+		"THREADBOX_HTTP_ADDR=127.0.0.1:0", "THREADBOX_HTTP_TRUST_LOOPBACK=true",
 		"THREADBOX_DEPLOYMENT=" + dep,
 		"THREADBOX_SANDBOX_PROVIDER=docker",
 		"THREADBOX_SANDBOX_IMAGE=" + dockertest.Image(),

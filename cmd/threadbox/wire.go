@@ -11,6 +11,7 @@ import (
 	"github.com/threadbox/threadbox/agentpool"
 	"github.com/threadbox/threadbox/agentpool/runtime"
 	"github.com/threadbox/threadbox/bot"
+	"github.com/threadbox/threadbox/cmd/threadbox/config"
 	"github.com/threadbox/threadbox/db"
 	"github.com/threadbox/threadbox/prompts"
 	"github.com/threadbox/threadbox/sandbox"
@@ -76,12 +77,19 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 		m.Logger.Warn("sandbox.env asks for blocked variables; they are left out", zap.Strings("blocked", blocked))
 	}
 	network, _ := sandbox.ParseNetworkMode(cfg.Sandbox.Network)
+	readOnly := cfg.Sandbox.ReadOnlyRoot && config.ReadOnlyRootApplies(a.rt.Name())
+	if cfg.Sandbox.ReadOnlyRoot && !readOnly {
+		m.Logger.Info("sandbox.read_only_root does not apply: the runtime keeps its sessions in the home directory, so the root stays writable",
+			zap.String("runtime", a.rt.Name()))
+	}
 	a.pool, err = agentpool.New(agentpool.Config{
 		Deployment: cfg.Deployment, Image: cfg.Sandbox.Image, Resources: cfg.Sandbox.Resources,
-		Network: network, ReadOnlyRoot: cfg.Sandbox.ReadOnlyRoot, Env: env, BlockedEnv: cfg.Sandbox.Env.Blocked,
+		Network: network, ReadOnlyRoot: readOnly, Env: env, BlockedEnv: cfg.Sandbox.Env.Blocked,
 		StuckAfter: cfg.Lifecycle.StuckAfter, MaxQueued: cfg.Lifecycle.MaxQueued, MaxActive: cfg.Sandbox.MaxActive,
 		MaxResumeFailures: cfg.Lifecycle.MaxResumeFailures, ProviderWait: cfg.Lifecycle.ProviderWait,
-		SystemPrompt: prompts.System(prompts.SystemData{WorkDir: sandbox.DefaultWorkDir}),
+		// disk_mb on the work directory, and memory kills named as such: no provider here caps volumes.
+		EnforceLimits: true,
+		SystemPrompt:  prompts.System(prompts.SystemData{WorkDir: sandbox.DefaultWorkDir}),
 	}, agentpool.Deps{Store: st, Provider: a.prov, Runtime: a.rt, Logger: m.Logger,
 		// The handler is built below; turns are restored only once serve has registered the adapters.
 		Restore: func(ctx context.Context, t db.Turn) (agentpool.Request, error) { return a.handler.Restore(ctx, t) },
@@ -103,7 +111,11 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 		return nil, err
 	}
 	a.admin = bot.NewAdmin(st, agentpool.Ops{Pool: a.pool, Maint: a.maint}, cfg.Admin.Users, m.Logger)
-	a.handler = bot.NewHandler(bot.HandlerConfig{}, a.pool, st, a.admin, m.Logger)
+	ac := cfg.Access
+	a.handler = bot.NewHandler(bot.HandlerConfig{Access: bot.AccessPolicy{
+		SlackTeams: ac.SlackTeams, DiscordGuilds: ac.DiscordGuilds, Channels: ac.Channels, Users: ac.Users,
+		BlockDMs: !ac.DMs, OwnerOnlyControls: ac.OwnerOnlyControls, RefusalWindow: ac.RefusalWindow,
+	}}, a.pool, st, a.admin, m.Logger)
 	a.dir = bot.NewDirectory(st)
 	return a, nil
 }

@@ -52,7 +52,8 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Handl
 	}
 
 	cfg, hc := containerConfig(spec, st.Volume, labels)
-	created, err := p.cli.ContainerCreate(ctx, cfg, hc, nil, nil, name)
+	p.withDiskLimits(hc, spec.Resources.DiskMB)
+	created, err := p.createContainer(ctx, cfg, hc, name)
 	if err != nil {
 		rmErr := p.bestEffort(ctx, "remove volume", func(ctx context.Context) error { return p.removeVolume(ctx, st.Volume) })
 		if cerrdefs.IsNotFound(err) {
@@ -126,8 +127,9 @@ func containerConfig(spec sandbox.Spec, vol string, labels map[string]string) (*
 		hc.NetworkMode = container.NetworkMode("bridge")
 	}
 	if spec.ReadOnlyRoot {
-		// tmpfs pages count against the memory limit, so no separate size bound is needed.
-		hc.Tmpfs = map[string]string{"/tmp": "rw,nosuid,nodev,mode=1777"}
+		// tmpfs pages count against the memory limit; the size bound keeps /tmp from taking all of
+		// it, and noexec keeps it a place for data, not for dropped binaries.
+		hc.Tmpfs = map[string]string{"/tmp": fmt.Sprintf("rw,noexec,nosuid,nodev,size=%dm,mode=1777", spec.Resources.TmpMB)}
 	}
 	return cfg, hc
 }

@@ -60,6 +60,7 @@ type Provider struct {
 	log         *zap.Logger
 	cpu         cpuSamples
 	facts       imageFacts
+	quota       quotaFacts
 }
 
 var (
@@ -90,13 +91,15 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
-	return &Provider{
+	p := &Provider{
 		cli:         cli,
 		deployment:  opts.Deployment,
 		stopTimeout: opts.StopTimeout,
 		log:         opts.Logger.Named("sandbox.docker"),
 		cpu:         cpuSamples{last: map[string]cpuSample{}},
-	}, nil
+	}
+	p.probeStorageQuota(ctx)
+	return p, nil
 }
 
 var _ sandbox.Pinger = (*Provider)(nil)

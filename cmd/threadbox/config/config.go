@@ -30,6 +30,7 @@ type Config struct {
 	Slack      Slack     `koanf:"slack"`
 	Discord    Discord   `koanf:"discord"`
 	Admin      Admin     `koanf:"admin"`
+	Access     Access    `koanf:"access"`
 	RateLimit  RateLimit `koanf:"ratelimit"`
 }
 
@@ -61,13 +62,22 @@ type Redis struct {
 // HTTP is the listener for webhooks, the web chat and health checks.
 type HTTP struct {
 	Addr string `koanf:"addr"`
-	// Token is required for the web chat and admin API when Addr is not loopback.
+	// Token lets web chat and admin API clients in (Authorization: Bearer, or the page's ?token=).
 	Token string `koanf:"token"`
+	// TrustLoopback lets clients on this machine into the web chat without the token, as web:local.
+	// Off by default: behind a reverse proxy or a tunnel on this machine every visitor would be local.
+	TrustLoopback bool `koanf:"trust_loopback"`
+	// PublicAddr, when set, is a second listener with only the public webhooks (/slack/*,
+	// /discord/*) and health checks, so that Addr (the web chat and admin API) can stay on loopback.
+	PublicAddr string `koanf:"public_addr"`
 }
 
-// loopback reports whether Addr listens on loopback only.
-func (h HTTP) loopback() bool {
-	host, _, err := net.SplitHostPort(h.Addr)
+// Loopback reports whether Addr listens on loopback only.
+func (h HTTP) Loopback() bool { return IsLoopbackAddr(h.Addr) }
+
+// IsLoopbackAddr reports whether a host:port listens on loopback only.
+func IsLoopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return false
 	}
@@ -76,6 +86,17 @@ func (h HTTP) loopback() bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// ChatPlatform names the first chat platform configured (slack or discord), or "".
+func (c Config) ChatPlatform() string {
+	switch {
+	case c.Slack.BotToken != "":
+		return "slack.bot_token"
+	case c.Discord.Token != "":
+		return "discord.token"
+	}
+	return ""
 }
 
 // Sandbox configures where agents run.
@@ -87,7 +108,8 @@ type Sandbox struct {
 	Network   string            `koanf:"network"`
 	Resources sandbox.Resources `koanf:"resources"`
 	Env       sandbox.EnvPolicy `koanf:"env"`
-	// ReadOnlyRoot mounts the image read-only with a tmpfs /tmp; the workdir stays writable.
+	// ReadOnlyRoot mounts the image read-only with a tmpfs /tmp; the workdir stays writable. It
+	// applies only where the runtime allows it (ReadOnlyRootApplies).
 	ReadOnlyRoot bool `koanf:"read_only_root"`
 	// MaxActive caps the live sandboxes of the deployment; past it, new threads wait in line (an idle
 	// sandbox is paused to make room when there is one). 0 means no cap.
@@ -97,6 +119,11 @@ type Sandbox struct {
 	Daytona   Daytona      `koanf:"daytona"`
 	Deno      Deno         `koanf:"deno"`
 }
+
+// ReadOnlyRootApplies reports whether sandbox.read_only_root can be honoured with the runtime: the
+// AI runtimes keep their sessions in the sandbox user's home directory, on the root filesystem, and
+// must find them again after a pause.
+func ReadOnlyRootApplies(runtimeName string) bool { return runtimeName == "shell" }
 
 // DockerConfig is the Docker provider's own settings.
 type DockerConfig struct {
@@ -240,6 +267,33 @@ type Admin struct {
 	Users []string `koanf:"users"`
 }
 
+// Access says who may use the bot on Slack and Discord. An empty list lets everyone through on its
+// dimension (doctor warns); admins (admin.users) always get in. The web chat is gated by http.token
+// and http.trust_loopback instead.
+type Access struct {
+	// SlackTeams are the Slack workspace ids (T…) the bot answers in.
+	SlackTeams []string `koanf:"slack_teams"`
+	// DiscordGuilds are the Discord server ids the bot answers in.
+	DiscordGuilds []string `koanf:"discord_guilds"`
+	// Channels are platform:channel_id (slack:C0123, discord:4567); a Discord thread matches by the
+	// channel it was started in.
+	Channels []string `koanf:"channels"`
+	// Users are platform:user_id (slack:U0123, discord:4567), as admin.users.
+	Users []string `koanf:"users"`
+	// DMs lets people use the bot in direct messages (still subject to users).
+	DMs bool `koanf:"dms"`
+	// OwnerOnlyControls limits reset and stop to the person who started the thread, and admins.
+	OwnerOnlyControls bool `koanf:"owner_only_controls"`
+	// RefusalWindow is how often a refused person is told so; more messages are dropped quietly.
+	RefusalWindow time.Duration `koanf:"refusal_window"`
+}
+
+// Open reports whether anyone on a configured chat platform may use the bot: no list restricts
+// who, where or in which workspace.
+func (a Access) Open() bool {
+	return len(a.SlackTeams) == 0 && len(a.DiscordGuilds) == 0 && len(a.Channels) == 0 && len(a.Users) == 0
+}
+
 // Default returns the embedded defaults.
 func Default() Config {
 	return Config{
@@ -256,6 +310,8 @@ func Default() Config {
 			Env:       sandbox.EnvPolicy{Passthrough: []string{}, Set: map[string]string{}, Blocked: []string{}},
 			Local:     LocalConfig{Dir: "./data/sandboxes"},
 			Daytona:   Daytona{APIURL: "https://app.daytona.io/api", AutoStopMinutes: 30, AutoDeleteMinutes: -1},
+			// Where the runtime allows it (see ReadOnlyRootApplies).
+			ReadOnlyRoot: true,
 		},
 		Runtime: Runtime{Name: "auto"},
 		Gateway: Gateway{
@@ -278,7 +334,11 @@ func Default() Config {
 			LoopInterval:  time.Minute,
 			MaxQueued:     50,
 		},
-		Admin:     Admin{Users: []string{}},
+		Admin: Admin{Users: []string{}},
+		Access: Access{
+			SlackTeams: []string{}, DiscordGuilds: []string{}, Channels: []string{}, Users: []string{},
+			DMs: true, OwnerOnlyControls: true, RefusalWindow: time.Hour,
+		},
 		Slack:     Slack{MaxFileBytes: 1 << 30, MaxInboundFileBytes: 25 << 20},
 		RateLimit: RateLimit{UserMessages: 30, ChannelMessages: 120, Window: time.Minute},
 	}

@@ -67,7 +67,7 @@ func Load(path string, environ []string) (Loaded, error) {
 	if err := out.Config.Validate(); err != nil {
 		return out, fmt.Errorf("config%s: %w", fileSuffix(path), err)
 	}
-	if !out.HTTP.loopback() && out.HTTP.Token == "" {
+	if !out.HTTP.Loopback() && out.HTTP.Token == "" {
 		out.Warnings = append(out.Warnings, fmt.Sprintf("http.addr %s is not loopback and http.token is empty: "+
 			"the web chat and admin API will refuse every remote client", out.HTTP.Addr))
 	}

@@ -40,6 +40,15 @@ func (c Config) Validate() error {
 			}
 			return nil
 		},
+		func() error {
+			if _, _, err := net.SplitHostPort(c.HTTP.PublicAddr); c.HTTP.PublicAddr != "" && err != nil {
+				return fmt.Errorf("http.public_addr = %q: must be empty or host:port, for example 0.0.0.0:8443", c.HTTP.PublicAddr)
+			}
+			if c.HTTP.PublicAddr != "" && c.HTTP.PublicAddr == c.HTTP.Addr {
+				return fmt.Errorf("http.public_addr = %q: must differ from http.addr (leave it empty for one listener)", c.HTTP.PublicAddr)
+			}
+			return nil
+		},
 		func() error { return oneOf("sandbox.provider", c.Sandbox.Provider, Providers) },
 		func() error {
 			if c.Sandbox.Image == "" {
@@ -140,12 +149,16 @@ func (c Config) Validate() error {
 		func() error { return perWindow("ratelimit.channel_messages", c.RateLimit.ChannelMessages) },
 		func() error { return checkURL("discord.api_url", c.Discord.APIURL, []string{"http", "https"}, true) },
 		func() error {
-			for _, u := range c.Admin.Users {
-				if p, id, ok := strings.Cut(u, ":"); !ok || p == "" || id == "" {
-					return fmt.Errorf("admin.users: %q must be platform:user_id, for example slack:U012AB3CD", u)
-				}
-			}
-			return nil
+			return qualified("admin.users", c.Admin.Users, "platform:user_id, for example slack:U012AB3CD")
+		},
+		func() error {
+			return qualified("access.users", c.Access.Users, "platform:user_id, for example slack:U012AB3CD")
+		},
+		func() error {
+			return qualified("access.channels", c.Access.Channels, "platform:channel_id, for example slack:C012AB3CD")
+		},
+		func() error {
+			return duration("access.refusal_window", c.Access.RefusalWindow, time.Minute, 7*24*time.Hour)
 		},
 	}
 	for _, check := range checks {
@@ -215,6 +228,17 @@ func (c Config) validateProvider() error {
 		return fmt.Errorf("sandbox.daytona.auto_delete_minutes = %d: must be -1 (never), 0 (when stopped) or more", d.AutoDeleteMinutes)
 	}
 	return checkURL("sandbox.daytona.api_url", d.APIURL, []string{"http", "https"}, true)
+}
+
+// qualified checks that every entry is platform:id with a platform the bot knows.
+func qualified(name string, list []string, want string) error {
+	for _, u := range list {
+		p, id, ok := strings.Cut(u, ":")
+		if !ok || id == "" || !slices.Contains([]string{"slack", "discord", "web"}, p) {
+			return fmt.Errorf("%s: %q must be %s (platform slack, discord or web)", name, u, want)
+		}
+	}
+	return nil
 }
 
 func sizeRange(name string, n int64) error {

@@ -1,0 +1,44 @@
+package bot
+
+import (
+	"fmt"
+
+	"github.com/threadbox/threadbox/agentpool"
+)
+
+// Texts the access policy and the sandbox limits show users, kept together so that the coded error
+// model can take them over in one place.
+
+// refusalText is the one polite reply a refused person gets per refusal window.
+func refusalText(reason string) string {
+	switch reason {
+	case RefusedDM:
+		return "Sorry, I don't take direct messages here. Mention me in a channel I serve instead."
+	case RefusedChannel:
+		return "Sorry, I'm not enabled in this channel. Ask the bot's operator to add it, or mention me in a channel where I work."
+	case RefusedTeam, RefusedGuild:
+		return "Sorry, I'm not enabled for this workspace. Ask the bot's operator to add it."
+	}
+	return "Sorry, I only work for the people the bot's operator has listed. Ask them to add you."
+}
+
+// notOwnerText answers a control command (reset, stop) from someone other than the thread's starter.
+func notOwnerText(cmd string) string {
+	return fmt.Sprintf("Only the person who started this thread, or an admin, can %s it.", cmd)
+}
+
+// limitText explains a turn that hit a sandbox limit, and what to do about it (Explain shows it for
+// agentpool.ELIMIT, with the numbers).
+func limitText(e *agentpool.LimitError) string {
+	if e.Kind == agentpool.LimitMemory {
+		return fmt.Sprintf("This turn hit the %d MiB memory limit: the sandbox killed the process using the most memory. "+
+			"Use less memory at once (smaller inputs, fewer parallel jobs), or ask the operator to raise sandbox.resources.memory_mb.", e.LimitMB)
+	}
+	used := HumanSize(e.UsedKB << 10)
+	if e.Stopped {
+		return fmt.Sprintf("This thread's sandbox went over its %d MiB disk limit (its files use %s), so I stopped the turn. "+
+			"Delete files you no longer need, or send \"reset\" to start a fresh sandbox.", e.LimitMB, used)
+	}
+	return fmt.Sprintf("This thread's sandbox is over its %d MiB disk limit (its files use %s). "+
+		"Delete files you no longer need, or send \"reset\" to start a fresh sandbox.", e.LimitMB, used)
+}
