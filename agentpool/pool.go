@@ -196,6 +196,9 @@ type Request struct {
 	// Delivery is where the reply goes, recorded with the turn (opaque JSON from the bot) so another
 	// process can answer it if this one dies.
 	Delivery json.RawMessage
+	// Context, when set, reads what the chat thread said before this message; it is called only on
+	// the thread's first turn, when the turn runs (chatcontext.go).
+	Context func(ctx context.Context) (ChatContext, error)
 }
 
 // InboundFile is an attachment from the user. Its bytes are read only when the turn runs (from a

@@ -98,6 +98,8 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 		out.Err = classify(EINTERNAL, "load session", err)
 		return out
 	}
+	chat, note := p.chatContext(ctx, req, w.emitter().emit)
+	out.Context = note
 	var (
 		res            runtime.Result
 		forceNew       bool
@@ -172,7 +174,7 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 		tctx, cancel := context.WithTimeout(ctx, p.cfg.TurnTimeout)
 		alive := w.processAlive(p.rt)
 		res, err = p.rt.Prompt(tctx, r.sb, sid, runtime.Prompt{
-			Text: req.Text, System: p.cfg.SystemPrompt, History: history, Env: p.cfg.RuntimeEnv, Timeout: p.cfg.TurnTimeout,
+			Text: req.Text, System: p.cfg.SystemPrompt, History: withChatContext(chat, history), Env: p.cfg.RuntimeEnv, Timeout: p.cfg.TurnTimeout,
 		}, emit.emit)
 		alive()
 		// Stopped by us (cancel, watchdog, shutdown) or by the turn timeout: a server runtime would

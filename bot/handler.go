@@ -227,6 +227,7 @@ func (h *Handler) turn(ctx context.Context, msg Message, r Replier) error {
 	tk, err := h.turns.Submit(ctx, agentpool.Request{
 		ThreadKey: key, Platform: msg.Thread.Platform, ChannelID: msg.ChannelID,
 		UserID: msg.User.ID, EventID: msg.EventID, Text: msg.Text, Files: files, Sink: sink, Delivery: dl,
+		Context: messageContext(msg),
 	})
 	switch {
 	case errors.Is(err, db.ErrDuplicate):
