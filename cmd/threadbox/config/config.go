@@ -177,6 +177,10 @@ type Slack struct {
 	// MaxFileBytes caps uploads into Slack; MaxInboundFileBytes caps one attachment downloaded.
 	MaxFileBytes        int64 `koanf:"max_file_bytes"`
 	MaxInboundFileBytes int64 `koanf:"max_inbound_file_bytes"`
+	// ContextMessages and ContextChars cap the earlier messages of a thread that a mention in its
+	// middle brings into the first prompt (conversations.replies); 0 messages turns it off.
+	ContextMessages int `koanf:"context_messages"`
+	ContextChars    int `koanf:"context_chars"`
 }
 
 // RateLimit bounds messages per user and per channel in a window; shared by replicas through Redis.
@@ -232,7 +236,7 @@ func Default() Config {
 			MaxQueued:     50,
 		},
 		Admin:     Admin{Users: []string{}},
-		Slack:     Slack{MaxFileBytes: 1 << 30, MaxInboundFileBytes: 25 << 20},
+		Slack:     Slack{MaxFileBytes: 1 << 30, MaxInboundFileBytes: 25 << 20, ContextMessages: 20, ContextChars: 8000},
 		RateLimit: RateLimit{UserMessages: 30, ChannelMessages: 120, Window: time.Minute},
 	}
 }

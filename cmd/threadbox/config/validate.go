@@ -124,6 +124,8 @@ func (c Config) Validate() error {
 		},
 		func() error { return sizeRange("slack.max_file_bytes", c.Slack.MaxFileBytes) },
 		func() error { return sizeRange("slack.max_inbound_file_bytes", c.Slack.MaxInboundFileBytes) },
+		func() error { return intRange("slack.context_messages", c.Slack.ContextMessages, 0, 1000) },
+		func() error { return intRange("slack.context_chars", c.Slack.ContextChars, 1, 200000) },
 		func() error { return duration("ratelimit.window", c.RateLimit.Window, time.Second, 24*time.Hour) },
 		func() error { return perWindow("ratelimit.user_messages", c.RateLimit.UserMessages) },
 		func() error { return perWindow("ratelimit.channel_messages", c.RateLimit.ChannelMessages) },
@@ -195,6 +197,13 @@ func (c Config) validateProvider() error {
 		return fmt.Errorf("sandbox.local.dir: must not be empty")
 	}
 	return checkURL("sandbox.daytona.api_url", c.Sandbox.Daytona.APIURL, []string{"http", "https"}, true)
+}
+
+func intRange(name string, n, lo, hi int) error {
+	if n < lo || n > hi {
+		return fmt.Errorf("%s = %d: must be between %d and %d", name, n, lo, hi)
+	}
+	return nil
 }
 
 func sizeRange(name string, n int64) error {
