@@ -30,7 +30,7 @@ func randomHex(n int) string {
 }
 
 // gitSandbox starts a Docker sandbox (network none) with git in it, destroyed when t ends.
-func gitSandbox(t *testing.T) sandbox.Sandbox {
+func gitSandbox(t testing.TB) sandbox.Sandbox {
 	t.Helper()
 	dep := "repotest-" + randomHex(4)
 	prov := dockertest.New(t, docker.Options{Deployment: dep})
@@ -53,7 +53,7 @@ func gitSandbox(t *testing.T) sandbox.Sandbox {
 
 // sh runs a shell command in the sandbox's working directory and returns stdout; it fails the test
 // on a non-zero exit.
-func sh(t *testing.T, sb sandbox.Sandbox, script string) string {
+func sh(t testing.TB, sb sandbox.Sandbox, script string) string {
 	t.Helper()
 	var out, errb bytes.Buffer
 	res, err := sb.Exec(t.Context(), sandbox.ExecRequest{Cmd: []string{"sh", "-c", script}, Stdout: &out, Stderr: &errb})
