@@ -22,9 +22,9 @@ type Pushed struct {
 // Push takes the thread's branch out of the sandbox as a git bundle, verifies it on the bot's side
 // (it must hold exactly that branch, at the commit the sandbox reports, on top of what the bot
 // already has), and pushes it with the token. Only threadbox/* branches are pushed, and only with
-// a lease: the forge's branch must still be at lastPushed (absent when ""), so nothing anyone else
-// pushed is ever overwritten.
-func (r *Repos) Push(ctx context.Context, sb sandbox.Sandbox, s Spec, branch, lastPushed string) (Pushed, error) {
+// a lease: the forge's branch must still be where this thread last left it (pushedRef in the
+// sandbox; absent before the first push), so nothing anyone else pushed is ever overwritten.
+func (r *Repos) Push(ctx context.Context, sb sandbox.Sandbox, s Spec, branch string) (Pushed, error) {
 	if !strings.HasPrefix(branch, BranchPrefix) || !ValidBranch(branch) {
 		return Pushed{}, fmt.Errorf("%s: %w", branch, ErrBranchRefused)
 	}
@@ -36,6 +36,8 @@ func (r *Repos) Push(ctx context.Context, sb sandbox.Sandbox, s Spec, branch, la
 	head = strings.TrimSpace(head)
 	base, _ := sandboxGit(ctx, sb, "rev-parse", "--verify", "--quiet", baseRef)
 	base = strings.TrimSpace(base)
+	lastPushed, _ := sandboxGit(ctx, sb, "rev-parse", "--verify", "--quiet", pushedRef)
+	lastPushed = strings.TrimSpace(lastPushed)
 	if head == lastPushed || head == base {
 		return Pushed{}, fmt.Errorf("%s at %s: %w", branch, short(head), ErrNothingToPush)
 	}
@@ -68,6 +70,10 @@ func (r *Repos) Push(ctx context.Context, sb sandbox.Sandbox, s Spec, branch, la
 	lease := "--force-with-lease=" + ref + ":" + lastPushed
 	if _, err := r.git.run(ctx, cache, "push", "--quiet", "--no-verify", lease, r.URL(s), local+":"+ref); err != nil {
 		return Pushed{}, fmt.Errorf("%s %s: %w: %w", s, branch, ErrPushRejected, err)
+	}
+	if _, err := sandboxGit(ctx, sb, "update-ref", pushedRef, head); err != nil {
+		// Pushed all the same; the next push's lease is then stale and refused, which is safe.
+		return Pushed{Branch: branch, Commit: head}, fmt.Errorf("repo: recording the push in the sandbox: %w", err)
 	}
 	return Pushed{Branch: branch, Commit: head}, nil
 }

@@ -117,16 +117,16 @@ func TestRepoIntoTheSandboxAndBack(t *testing.T) {
 
 	// The agent commits; push delivers it, as the chat user.
 	sh(t, sb, "echo 'fixed' >> README.md && git commit -q -am 'fix the readme'")
-	p1, err := f.repos.Push(ctx, sb, spec, branch, "")
+	p1, err := f.repos.Push(ctx, sb, spec, branch)
 	require.NoError(t, err)
 	require.Equal(t, p1.Commit, f.srv.Head(t, "acme", "app", branch))
 	require.Equal(t, "Ada Lovelace <ada@example.com>", strings.TrimSpace(f.srv.Git(t, "acme", "app", "log", "-1", "--format=%an <%ae>", branch)))
-	_, err = f.repos.Push(ctx, sb, spec, branch, p1.Commit)
+	_, err = f.repos.Push(ctx, sb, spec, branch)
 	require.ErrorIs(t, err, repo.ErrNothingToPush)
 
 	// A second push updates the branch.
 	sh(t, sb, "echo 'more' >> README.md && git commit -q -am 'more'")
-	p2, err := f.repos.Push(ctx, sb, spec, branch, p1.Commit)
+	p2, err := f.repos.Push(ctx, sb, spec, branch)
 	require.NoError(t, err)
 	require.NotEqual(t, p1.Commit, p2.Commit)
 	require.Equal(t, p2.Commit, f.srv.Head(t, "acme", "app", branch))
@@ -135,7 +135,7 @@ func TestRepoIntoTheSandboxAndBack(t *testing.T) {
 	mainBefore := f.srv.Head(t, "acme", "app", "main")
 	sh(t, sb, "git branch -f main HEAD")
 	for _, b := range []string{"main", "feature/x", "threadbox/../main", "-f"} {
-		_, err = f.repos.Push(ctx, sb, spec, b, "")
+		_, err = f.repos.Push(ctx, sb, spec, b)
 		require.ErrorIs(t, err, repo.ErrBranchRefused, b)
 	}
 	require.Equal(t, mainBefore, f.srv.Head(t, "acme", "app", "main"))
@@ -143,20 +143,36 @@ func TestRepoIntoTheSandboxAndBack(t *testing.T) {
 	// A refused push says so and leaves the thread working.
 	sh(t, sb, "echo 'third' >> README.md && git commit -q -am third")
 	f.srv.RejectPushes(true)
-	_, err = f.repos.Push(ctx, sb, spec, branch, p2.Commit)
+	_, err = f.repos.Push(ctx, sb, spec, branch)
 	require.ErrorIs(t, err, repo.ErrPushRejected)
 	require.NotContains(t, err.Error(), f.token, "git's words, with the token scrubbed")
 	require.Equal(t, p2.Commit, f.srv.Head(t, "acme", "app", branch))
 	f.srv.RejectPushes(false)
-	p3, err := f.repos.Push(ctx, sb, spec, branch, p2.Commit)
+	p3, err := f.repos.Push(ctx, sb, spec, branch)
 	require.NoError(t, err)
 	require.Equal(t, p3.Commit, f.srv.Head(t, "acme", "app", branch))
 
-	// The branch moved on the forge behind the bot's back: the lease refuses to overwrite it.
+	// The branch moved on the forge behind the thread's back: the lease refuses to overwrite it.
+	moved := f.srv.Git(t, "acme", "app", "commit-tree", "-p", p3.Commit, "-m", "someone else", p3.Commit+"^{tree}")
+	f.srv.Git(t, "acme", "app", "update-ref", "refs/heads/"+branch, strings.TrimSpace(moved))
 	sh(t, sb, "echo 'fourth' >> README.md && git commit -q -am fourth")
-	_, err = f.repos.Push(ctx, sb, spec, branch, p1.Commit)
+	_, err = f.repos.Push(ctx, sb, spec, branch)
 	require.ErrorIs(t, err, repo.ErrPushRejected)
-	require.Equal(t, p3.Commit, f.srv.Head(t, "acme", "app", branch))
+	require.Equal(t, strings.TrimSpace(moved), f.srv.Head(t, "acme", "app", branch), "someone else's commit is kept")
+	f.srv.Git(t, "acme", "app", "update-ref", "refs/heads/"+branch, p3.Commit)
+
+	// The sandbox is lost (docker rm -f, recreate): a new one starts from what was pushed.
+	fresh := gitSandbox(t)
+	co2, err := f.repos.Prepare(ctx, fresh, spec, branch, repo.Identity{Name: "Ada Lovelace", Email: "ada@example.com"})
+	require.NoError(t, err)
+	require.True(t, co2.Restored)
+	require.False(t, co2.Cold, "from the cache")
+	require.Equal(t, p3.Commit, co2.Base)
+	require.Equal(t, "# app\nfixed\nmore\nthird", sh(t, fresh, "cat README.md"), "the pushed work is back; the unpushed commit is not")
+	sh(t, fresh, "echo 'after restore' >> README.md && git commit -q -am 'after restore'")
+	p4, err := f.repos.Push(ctx, fresh, spec, branch)
+	require.NoError(t, err, "the lease expects the restored commit")
+	require.Equal(t, p4.Commit, f.srv.Head(t, "acme", "app", branch))
 }
 
 // TestRepoBadInput: each bad request fails with its own error before anything reaches a sandbox,

@@ -27,11 +27,18 @@ type Checkout struct {
 	Branch, BaseBranch, Base string
 	// Cold is true when the repository had to be cloned (no cache yet).
 	Cold bool
+	// Restored is true when the thread's branch already existed on the forge (pushed before this
+	// sandbox was made), so the checkout starts from it, at Base.
+	Restored bool
 }
 
 // baseRef marks, inside the sandbox's repository, the commit the thread started from: bundles are
 // cut from there, so a push carries only the thread's own commits.
 const baseRef = "refs/threadbox/base"
+
+// pushedRef marks, inside the sandbox's repository, the commit last pushed from it (or restored
+// from the forge): the next push's lease expects the forge's branch there.
+const pushedRef = "refs/threadbox/pushed"
 
 // excluded are the workdir's own directories, kept out of the agent's git status.
 var excluded = []string{"/input/", "/output/", "/.threadbox/"}
@@ -58,7 +65,14 @@ func (r *Repos) Prepare(ctx context.Context, sb sandbox.Sandbox, s Spec, branch 
 	// A local clone hardlinks the cache's objects: cheap, and self-contained (no alternates), so
 	// the copy in the sandbox needs nothing of the bot's disk.
 	args := []string{"clone", "--quiet", "--local"}
-	if s.Branch != "" {
+	// A thread whose branch was pushed starts again from there (its sandbox was lost or recreated):
+	// what was pushed is back.
+	_, err = r.git.run(ctx, cache, "rev-parse", "--verify", "--quiet", "refs/heads/"+branch+"^{commit}")
+	restored := err == nil
+	switch {
+	case restored:
+		args = append(args, "--branch", branch)
+	case s.Branch != "":
 		args = append(args, "--branch", s.Branch)
 	}
 	_, err = r.git.run(ctx, "", append(args, cache, work)...)
@@ -66,13 +80,16 @@ func (r *Repos) Prepare(ctx context.Context, sb sandbox.Sandbox, s Spec, branch 
 	if err != nil {
 		return Checkout{}, fmt.Errorf("repo: work copy of %s: %w", s, err)
 	}
-	co := Checkout{Spec: s, Branch: branch, Cold: cold}
+	co := Checkout{Spec: s, Branch: branch, Cold: cold, Restored: restored}
 	steps := [][]string{
 		{"remote", "set-url", "origin", r.URL(s)},
 		{"checkout", "--quiet", "-B", branch},
 		{"update-ref", baseRef, "HEAD"},
 		{"config", "user.name", who.Name},
 		{"config", "user.email", who.Email},
+	}
+	if restored {
+		steps = append(steps, []string{"update-ref", pushedRef, "HEAD"})
 	}
 	for _, st := range steps {
 		if _, err := r.git.run(ctx, work, st...); err != nil {
