@@ -103,6 +103,8 @@ type Deps struct {
 	// Restore rebuilds a recorded turn's request, sink included, from its Delivery, so that a turn
 	// taken over from a dead process can be answered. Without it such turns fail with a log line.
 	Restore func(ctx context.Context, t db.Turn) (Request, error)
+	// Workspace, when set, fills each sandbox before the agent works in it (a repository).
+	Workspace Workspace
 }
 
 // Pool runs turns, one at a time per thread.
@@ -124,6 +126,7 @@ type Pool struct {
 	instance string
 	restore  func(ctx context.Context, t db.Turn) (Request, error)
 	capa     *capacity
+	ws       Workspace
 
 	// instMu protects the following.
 	instMu   sync.Mutex
@@ -149,7 +152,7 @@ func New(cfg Config, deps Deps) (*Pool, error) {
 	p := &Pool{
 		cfg: cfg, store: deps.Store, prov: deps.Provider, rt: deps.Runtime,
 		log: cmp.Or(deps.Logger, zap.NewNop()).Named("agentpool"), now: deps.Now,
-		stop: stop, q: newQueues(base), instance: deps.Instance, restore: deps.Restore,
+		stop: stop, q: newQueues(base), instance: deps.Instance, restore: deps.Restore, ws: deps.Workspace,
 	}
 	if p.instance == "" {
 		p.instance = newInstanceID()

@@ -41,7 +41,9 @@ type Outcome struct {
 	Replayed bool
 	// Context says what the turn read of the chat thread before the message.
 	Context ContextNote
-	Usage   runtime.Usage
+	// Workspace is the Workspace's note for the user (a repository checked out, restored).
+	Workspace string
+	Usage     runtime.Usage
 }
 
 // NopSink discards everything.

@@ -164,6 +164,12 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 			}
 		}
 		if filesInGen != sess.Generation {
+			ws, err := p.prepareWorkspace(ctx, r, req)
+			if err != nil {
+				out.Err = err
+				return out
+			}
+			out.Workspace = ws
 			if err := p.copyInbound(ctx, r, req.Files); err != nil {
 				out.Err = err // classified inside: the attachment or the sandbox
 				return out

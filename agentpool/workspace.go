@@ -1,0 +1,47 @@
+package agentpool
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/threadbox/threadbox/sandbox"
+)
+
+// Workspace fills a thread's sandbox before the agent works in it: a repository checkout
+// (agentpool/repo, wired by cmd/threadbox). The pool knows nothing of git or forges.
+type Workspace interface {
+	// Prepare runs before each turn's prompt, once per sandbox generation. It returns at once when
+	// the sandbox already holds the workspace (a marker in it says so, so a lost sandbox is filled
+	// again and a resumed one is not). note is told to the user with the answer ("" for nothing).
+	Prepare(ctx context.Context, sb sandbox.Sandbox, t WorkspaceThread) (note string, err error)
+}
+
+// WorkspaceThread is what a Workspace knows of the thread.
+type WorkspaceThread struct {
+	ThreadKey, Platform, ChannelID, UserID string
+}
+
+// WorkspaceError is a workspace failure with words for the user: the workspace knows what went
+// wrong (a repository off the allowlist, a failing clone) better than a code can say. The bot shows
+// Text (bot.Explain) and logs Err.
+type WorkspaceError struct {
+	Text string
+	Err  error
+}
+
+func (e *WorkspaceError) Error() string { return fmt.Sprintf("workspace: %s: %v", e.Text, e.Err) }
+
+// Unwrap keeps the cause matchable.
+func (e *WorkspaceError) Unwrap() error { return e.Err }
+
+// prepareWorkspace runs the Workspace for a turn, if there is one.
+func (p *Pool) prepareWorkspace(ctx context.Context, r resolved, req Request) (string, error) {
+	if p.ws == nil {
+		return "", nil
+	}
+	note, err := p.ws.Prepare(ctx, r.sb, WorkspaceThread{ThreadKey: req.ThreadKey, Platform: req.Platform, ChannelID: req.ChannelID, UserID: req.UserID})
+	if err != nil {
+		return "", classify(EINVALID, "prepare the workspace", err)
+	}
+	return note, nil
+}
