@@ -68,6 +68,10 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 		m.Logger.Warn("sandbox.env asks for blocked variables; they are left out", zap.Strings("blocked", blocked))
 	}
 	network, _ := sandbox.ParseNetworkMode(cfg.Sandbox.Network)
+	ws, err := newWorkspace(cfg.Config)
+	if err != nil {
+		return nil, fmt.Errorf("repos: %w", err)
+	}
 	a.pool, err = agentpool.New(agentpool.Config{
 		Deployment: cfg.Deployment, Image: cfg.Sandbox.Image, Resources: cfg.Sandbox.Resources,
 		Network: network, ReadOnlyRoot: cfg.Sandbox.ReadOnlyRoot, Env: env, BlockedEnv: cfg.Sandbox.Env.Blocked,
@@ -76,7 +80,8 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 		SystemPrompt: prompts.System(prompts.SystemData{WorkDir: sandbox.DefaultWorkDir}),
 	}, agentpool.Deps{Store: st, Provider: a.prov, Runtime: a.rt, Logger: m.Logger,
 		// The handler is built below; turns are restored only once serve has registered the adapters.
-		Restore: func(ctx context.Context, t db.Turn) (agentpool.Request, error) { return a.handler.Restore(ctx, t) },
+		Restore:   func(ctx context.Context, t db.Turn) (agentpool.Request, error) { return a.handler.Restore(ctx, t) },
+		Workspace: ws,
 	})
 	if err != nil {
 		return nil, err

@@ -130,6 +130,29 @@ func (c Config) Validate() error {
 		func() error { return perWindow("ratelimit.user_messages", c.RateLimit.UserMessages) },
 		func() error { return perWindow("ratelimit.channel_messages", c.RateLimit.ChannelMessages) },
 		func() error { return checkURL("discord.api_url", c.Discord.APIURL, []string{"http", "https"}, true) },
+		func() error { return checkURL("git.url", c.Git.URL, []string{"http", "https"}, true) },
+		func() error {
+			return checkURL("git.github_api_url", c.Git.GitHubAPIURL, []string{"http", "https"}, true)
+		},
+		func() error {
+			if c.Repos.Default == "" && len(c.Repos.Channels) == 0 {
+				return nil
+			}
+			if c.Repos.CacheDir == "" {
+				return fmt.Errorf("repos.cache_dir: required with repos.default or repos.channels")
+			}
+			for key, v := range map[string]string{"repos.default": c.Repos.Default} {
+				if v != "" && !repoLike(v) {
+					return fmt.Errorf("%s = %q: want owner/name or owner/name@branch", key, v)
+				}
+			}
+			for ch, v := range c.Repos.Channels {
+				if !repoLike(v) {
+					return fmt.Errorf("repos.channels.%s = %q: want owner/name or owner/name@branch", ch, v)
+				}
+			}
+			return nil
+		},
 		func() error {
 			for _, u := range c.Admin.Users {
 				if p, id, ok := strings.Cut(u, ":"); !ok || p == "" || id == "" {
@@ -290,4 +313,11 @@ func urlPublic(raw string) []string {
 		return nil
 	}
 	return []string{u.User.Username(), u.Hostname(), strings.TrimPrefix(u.Path, "/")}
+}
+
+// repoLike is a light check of owner/name[@branch] (agentpool/repo.Parse has the full one).
+func repoLike(v string) bool {
+	ref, _, _ := strings.Cut(v, "@")
+	n := strings.Count(ref, "/")
+	return (n == 1 || n == 2) && !strings.HasPrefix(ref, "/") && !strings.HasSuffix(ref, "/") && !strings.Contains(ref, "//")
 }

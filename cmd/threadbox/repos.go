@@ -1,0 +1,55 @@
+package main
+
+import (
+	"context"
+
+	"github.com/threadbox/threadbox/agentpool"
+	"github.com/threadbox/threadbox/agentpool/repo"
+	"github.com/threadbox/threadbox/cmd/threadbox/config"
+	"github.com/threadbox/threadbox/sandbox"
+)
+
+// newWorkspace wires repos.* and git.* into the pool: nil when no thread gets a repository.
+func newWorkspace(cfg config.Config) (agentpool.Workspace, error) {
+	if cfg.Repos.Default == "" && len(cfg.Repos.Channels) == 0 {
+		return nil, nil
+	}
+	hosts := map[string]string{}
+	if cfg.Git.URL != "" {
+		hosts[cfg.Git.Host] = cfg.Git.URL
+	}
+	r, err := repo.New(repo.Config{CacheDir: cfg.Repos.CacheDir, Token: cfg.Git.Token, Hosts: hosts, Allow: repo.Allowlist(cfg.Repos.Allow)})
+	if err != nil {
+		return nil, err
+	}
+	return &repoWorkspace{
+		repos: r,
+		sel:   repo.Selection{Default: cfg.Repos.Default, Channels: cfg.Repos.Channels, DefaultHost: cfg.Git.Host},
+		who:   repo.Identity{Name: cfg.Git.CommitName, Email: cfg.Git.CommitEmail},
+	}, nil
+}
+
+// repoWorkspace adapts agentpool/repo to the pool's Workspace: the thread's channel picks the
+// repository, and repository failures carry their words for the user.
+type repoWorkspace struct {
+	repos *repo.Repos
+	sel   repo.Selection
+	who   repo.Identity
+}
+
+func (w *repoWorkspace) Prepare(ctx context.Context, sb sandbox.Sandbox, t agentpool.WorkspaceThread) (string, error) {
+	spec, ok, err := w.sel.For(t.ChannelID)
+	if err == nil && !ok {
+		return "", nil
+	}
+	if err == nil {
+		var note string
+		if note, err = w.repos.Ensure(ctx, sb, spec, t.ThreadKey, w.who); err == nil {
+			return note, nil
+		}
+	}
+	if text := repo.UserText(err, spec); text != "" {
+		return "", &agentpool.WorkspaceError{Text: text, Err: err}
+	}
+	return "", err // the sandbox's or ours: the bot explains it by code
+}
