@@ -2,8 +2,10 @@ package agentpool
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
+	"github.com/threadbox/threadbox/db"
 	"github.com/threadbox/threadbox/sandbox"
 )
 
@@ -44,4 +46,46 @@ func (p *Pool) prepareWorkspace(ctx context.Context, r resolved, req Request) (s
 		return "", classify(EINVALID, "prepare the workspace", err)
 	}
 	return note, nil
+}
+
+// WorkspacePusher is an optional Workspace capability: deliver the thread's work from its sandbox
+// (push its branch, open or update the pull request). note is the reply.
+type WorkspacePusher interface {
+	Push(ctx context.Context, sb sandbox.Sandbox, t WorkspaceThread) (note string, err error)
+}
+
+// ErrNoWorkspace: the thread has nothing to push (no workspace configured, or no sandbox yet).
+var ErrNoWorkspace = errors.New("this thread has no workspace to push from")
+
+// Push delivers the thread's work through the Workspace, on the thread's queue (after the turns
+// already queued) and under its lock. A paused sandbox is resumed for it.
+func (p *Pool) Push(ctx context.Context, threadKey string) (string, error) {
+	wp, ok := p.ws.(WorkspacePusher)
+	if !ok {
+		return "", &Error{Code: EINVALID, Op: "push", Err: ErrNoWorkspace}
+	}
+	var note string
+	err := p.onThread(ctx, threadKey, func(ctx context.Context, cur db.Session) error {
+		if cur.SandboxID == "" || cur.Status == db.SessionDestroyed || cur.Status == db.SessionDestroying {
+			return &Error{Code: EINVALID, Op: "push", Err: ErrNoWorkspace}
+		}
+		r, err := p.life.resolve(ctx, cur, func() {})
+		if err != nil {
+			return classify(ESANDBOX, "prepare sandbox", err)
+		}
+		if r.created {
+			// The sandbox was gone: nothing unpushed survived, and the new one is filled on the
+			// next turn.
+			return &Error{Code: EINVALID, Op: "push", Err: ErrNoWorkspace}
+		}
+		note, err = wp.Push(ctx, r.sb, WorkspaceThread{ThreadKey: cur.ThreadKey, Platform: cur.Platform, ChannelID: cur.ChannelID, UserID: cur.OwnerUserID})
+		if err != nil {
+			return classify(EINVALID, "push", err)
+		}
+		return nil
+	})
+	if errors.Is(err, db.ErrNotFound) {
+		return "", &Error{Code: EINVALID, Op: "push", Err: ErrNoWorkspace}
+	}
+	return note, err
 }

@@ -85,6 +85,7 @@ Commands (alone in a message):
 • stop: cancel the running turn
 • reset: destroy this thread's sandbox and start fresh
 • retry: run again the message a restart interrupted
+• push: push this thread's branch (threadbox/…) and open or update its pull request
 • admin <command>: operator commands (admins only; "admin help" lists them)
 Files the agent writes to output/display/ are posted here.`
 
@@ -124,6 +125,8 @@ func (h *Handler) Handle(ctx context.Context, msg Message, r Replier) error {
 		return nil
 	case word == CmdRetry:
 		return h.retry(ctx, msg, r)
+	case word == CmdPush:
+		return h.push(ctx, msg, r)
 	case word == CmdAdmin || strings.HasPrefix(word, CmdAdmin+" "):
 		actor, argv, user := msg.User.Qualified(msg.Thread.Platform), strings.Fields(text)[1:], msg.User.ID
 		run := func(ctx context.Context) {

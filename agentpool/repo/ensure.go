@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
 
 	"github.com/threadbox/threadbox/sandbox"
 )
@@ -53,7 +54,7 @@ func (r *Repos) Ensure(ctx context.Context, sb sandbox.Sandbox, spec Spec, threa
 	if err != nil {
 		return "", err
 	}
-	mark, _ := json.Marshal(map[string]string{"repo": spec.String(), "branch": co.Branch, "base": co.Base})
+	mark, _ := json.Marshal(marker{Repo: spec.String(), Branch: co.Branch, Base: co.Base, BaseBranch: co.BaseBranch})
 	if err := sb.WriteFile(ctx, markerPath, mark, 0o644); err != nil {
 		return "", fmt.Errorf("repo: writing %s: %w", markerPath, err)
 	}
@@ -89,4 +90,52 @@ func UserText(err error, spec Spec) string {
 		return "The push went through, but the forge's API failed to open or update the pull request. Try push again later."
 	}
 	return ""
+}
+
+// marker is what markerPath holds.
+type marker struct {
+	Repo       string `json:"repo"`
+	Branch     string `json:"branch"`
+	Base       string `json:"base"`
+	BaseBranch string `json:"base_branch"`
+}
+
+// Deliver pushes the thread's branch from the sandbox and opens or updates its pull request into
+// the branch the thread started from. note is the reply, with the pull request's link.
+func (r *Repos) Deliver(ctx context.Context, sb sandbox.Sandbox, spec Spec, threadKey string, forge Forge) (note string, err error) {
+	raw, err := sb.ReadFile(ctx, markerPath, 64<<10)
+	if err != nil {
+		return "", fmt.Errorf("%w: no checkout in this sandbox: %w", ErrNothingToPush, err)
+	}
+	var m marker
+	if err := json.Unmarshal(raw, &m); err != nil || m.BaseBranch == "" {
+		return "", fmt.Errorf("%w: unreadable %s", ErrNothingToPush, markerPath)
+	}
+	branch := ThreadBranch(threadKey)
+	pushed, err := r.Push(ctx, sb, spec, branch)
+	if err != nil {
+		return "", err
+	}
+	subject, _ := sandboxGit(ctx, sb, "log", "-1", "--format=%s", pushed.Commit)
+	subject = strings.TrimSpace(subject)
+	pr, err := forge.EnsurePullRequest(ctx, PRRequest{
+		Spec: spec, Head: branch, Base: m.BaseBranch,
+		Title: "Threadbox: " + cmpOr(subject, branch),
+		Body:  fmt.Sprintf("Pushed from a Threadbox thread.\n\nLatest commit: %s %s", short(pushed.Commit), subject),
+	})
+	if err != nil {
+		return "", fmt.Errorf("pushed %s at %s, then: %w", branch, short(pushed.Commit), err)
+	}
+	verb := "Updated"
+	if pr.Created {
+		verb = "Opened"
+	}
+	return fmt.Sprintf("Pushed %s to %s (%s). %s pull request #%d: %s", short(pushed.Commit), branch, subject, verb, pr.Number, pr.URL), nil
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }

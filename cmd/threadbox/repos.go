@@ -23,9 +23,9 @@ func newWorkspace(cfg config.Config) (agentpool.Workspace, error) {
 		return nil, err
 	}
 	return &repoWorkspace{
-		repos: r,
-		sel:   repo.Selection{Default: cfg.Repos.Default, Channels: cfg.Repos.Channels, DefaultHost: cfg.Git.Host},
-		who:   repo.Identity{Name: cfg.Git.CommitName, Email: cfg.Git.CommitEmail},
+		repos: r, forge: &repo.GitHub{APIURL: cfg.Git.GitHubAPIURL, Token: cfg.Git.Token},
+		sel: repo.Selection{Default: cfg.Repos.Default, Channels: cfg.Repos.Channels, DefaultHost: cfg.Git.Host},
+		who: repo.Identity{Name: cfg.Git.CommitName, Email: cfg.Git.CommitEmail},
 	}, nil
 }
 
@@ -33,6 +33,7 @@ func newWorkspace(cfg config.Config) (agentpool.Workspace, error) {
 // repository, and repository failures carry their words for the user.
 type repoWorkspace struct {
 	repos *repo.Repos
+	forge repo.Forge
 	sel   repo.Selection
 	who   repo.Identity
 }
@@ -52,4 +53,23 @@ func (w *repoWorkspace) Prepare(ctx context.Context, sb sandbox.Sandbox, t agent
 		return "", &agentpool.WorkspaceError{Text: text, Err: err}
 	}
 	return "", err // the sandbox's or ours: the bot explains it by code
+}
+
+// Push implements agentpool.WorkspacePusher: the thread's branch goes to the forge and its pull
+// request is opened or updated.
+func (w *repoWorkspace) Push(ctx context.Context, sb sandbox.Sandbox, t agentpool.WorkspaceThread) (string, error) {
+	spec, ok, err := w.sel.For(t.ChannelID)
+	if err == nil && !ok {
+		return "", agentpool.ErrNoWorkspace
+	}
+	if err == nil {
+		var note string
+		if note, err = w.repos.Deliver(ctx, sb, spec, t.ThreadKey, w.forge); err == nil {
+			return note, nil
+		}
+	}
+	if text := repo.UserText(err, spec); text != "" {
+		return "", &agentpool.WorkspaceError{Text: text, Err: err}
+	}
+	return "", err
 }

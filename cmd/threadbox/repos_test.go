@@ -13,6 +13,7 @@ import (
 
 	"github.com/threadbox/threadbox/agentpool"
 	"github.com/threadbox/threadbox/agentpool/repo"
+	"github.com/threadbox/threadbox/agentpool/repo/githubfake"
 	"github.com/threadbox/threadbox/agentpool/repo/gitserver"
 	"github.com/threadbox/threadbox/agentpool/runtime/shell"
 	"github.com/threadbox/threadbox/bot"
@@ -28,7 +29,9 @@ import (
 // the git-carrying base image and the shell runtime, against a loopback git server.
 type repoPool struct {
 	pool  *agentpool.Pool
+	prov  *docker.Provider
 	srv   *gitserver.Server
+	gh    *githubfake.Server
 	token string
 }
 
@@ -56,7 +59,8 @@ func newRepoPool(t *testing.T, mod func(*config.Config)) repoPool {
 	cfg.Repos.Default = "acme/app"
 	cfg.Repos.Allow = []string{"github.com/acme"}
 	cfg.Repos.CacheDir = t.TempDir()
-	cfg.Git.Token, cfg.Git.URL = token, srv.URL()
+	gh := githubfake.New(t, token, "acme/app")
+	cfg.Git.Token, cfg.Git.URL, cfg.Git.GitHubAPIURL = token, srv.URL(), gh.URL()
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -67,7 +71,7 @@ func newRepoPool(t *testing.T, mod func(*config.Config)) repoPool {
 	}, agentpool.Deps{Store: dbtest.OpenSQLite(t), Provider: prov, Runtime: shell.New(), Logger: log, Workspace: ws})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pool.Shutdown(context.Background()) })
-	return repoPool{pool: pool, srv: srv, token: token}
+	return repoPool{pool: pool, prov: prov, srv: srv, gh: gh, token: token}
 }
 
 // turn runs one message on the thread and returns its outcome.
@@ -130,4 +134,64 @@ func TestThreadGetsTheConfiguredRepository(t *testing.T) {
 	again := p.turn(t, "web:repo-thread", "C1", "e3", "echo still working")
 	require.NoError(t, again.Err)
 	require.Contains(t, again.Answer, "still working")
+}
+
+// TestPushOpensThenUpdatesThePullRequest: the shell runtime commits in the thread's sandbox; push
+// delivers the branch to the git server and opens a pull request on the fake; a second push updates
+// it; nothing new, or a refused push, gets a clear reply and the thread keeps working; and once the
+// sandbox is removed out of band, the next turn finds the pushed work back and says so.
+func TestPushOpensThenUpdatesThePullRequest(t *testing.T) {
+	t.Parallel()
+	p := newRepoPool(t, nil)
+	const thread = "web:push-thread"
+	branch := repo.ThreadBranch(thread)
+	explain := func(err error) string { return bot.Explain(nil, "push failed", err).String() }
+
+	require.NoError(t, p.turn(t, thread, "C1", "e1", "echo fixed >> README.md && git commit -q -am 'fix the readme'").Err)
+	note, err := p.pool.Push(t.Context(), thread)
+	require.NoError(t, err)
+	require.Contains(t, note, "to "+branch+" (fix the readme). Opened pull request #1: https://github.example/acme/app/pull/1")
+	first := p.srv.Head(t, "acme", "app", branch)
+	require.NotEmpty(t, first)
+	require.Equal(t, "Threadbox <threadbox@users.noreply.github.com>", strings.TrimSpace(p.srv.Git(t, "acme", "app", "log", "-1", "--format=%an <%ae>", branch)))
+	pulls := p.gh.Pulls()
+	require.Len(t, pulls, 1)
+	require.Equal(t, branch, pulls[0].Head)
+	require.Equal(t, "main", pulls[0].Base)
+	require.Equal(t, "Threadbox: fix the readme", pulls[0].Title)
+
+	_, err = p.pool.Push(t.Context(), thread)
+	require.ErrorIs(t, err, repo.ErrNothingToPush)
+	require.Equal(t, "There is nothing new to push: commit the change on the thread's branch first.", explain(err)[:len("There is nothing new to push: commit the change on the thread's branch first.")])
+
+	require.NoError(t, p.turn(t, thread, "C1", "e2", "echo more >> README.md && git commit -q -am 'more'").Err)
+	p.srv.RejectPushes(true)
+	_, err = p.pool.Push(t.Context(), thread)
+	require.ErrorIs(t, err, repo.ErrPushRejected)
+	require.Contains(t, explain(err), "github.com/acme/app refused the push")
+	require.NotContains(t, explain(err), p.token)
+	p.srv.RejectPushes(false)
+	require.NoError(t, p.turn(t, thread, "C1", "e3", "echo still working").Err, "the thread keeps working")
+	note, err = p.pool.Push(t.Context(), thread)
+	require.NoError(t, err)
+	require.Contains(t, note, "Updated pull request #1")
+	require.Len(t, p.gh.Pulls(), 1, "the same pull request, updated")
+	second := p.srv.Head(t, "acme", "app", branch)
+	require.NotEqual(t, first, second)
+
+	// docker rm -f of the sandbox: the next turn gets a new one, with the pushed work back.
+	require.NoError(t, p.turn(t, thread, "C1", "e4", "echo unpushed >> README.md && git commit -q -am unpushed").Err)
+	list, err := p.prov.List(t.Context(), nil)
+	require.NoError(t, err)
+	for _, info := range list {
+		if info.Labels[sandbox.LabelThread] == thread {
+			require.NoError(t, p.prov.Destroy(t.Context(), info.Handle))
+		}
+	}
+	out := p.turn(t, thread, "C1", "e5", "git log -1 --format=%H; cat README.md")
+	require.NoError(t, out.Err)
+	require.Contains(t, out.Workspace, "restored from its last push")
+	require.Contains(t, out.Answer, second)
+	require.Contains(t, out.Answer, "# app\nfixed\nmore")
+	require.NotContains(t, out.Answer, "unpushed", "what was not pushed is gone, as the reply said")
 }
