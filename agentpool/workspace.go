@@ -89,3 +89,18 @@ func (p *Pool) Push(ctx context.Context, threadKey string) (string, error) {
 	}
 	return note, err
 }
+
+// WorkspaceDescriber is an optional Workspace capability: a line for the thread's status (its
+// repository, branch and last pushed commit), from the bot's side only (no sandbox call).
+type WorkspaceDescriber interface {
+	Describe(ctx context.Context, t WorkspaceThread) string
+}
+
+// DescribeWorkspace is the thread's workspace line for status ("" when there is none).
+func (p *Pool) DescribeWorkspace(ctx context.Context, t WorkspaceThread) string {
+	d, ok := p.ws.(WorkspaceDescriber)
+	if !ok {
+		return ""
+	}
+	return d.Describe(ctx, t)
+}

@@ -103,7 +103,7 @@ func (h *Handler) Handle(ctx context.Context, msg Message, r Replier) error {
 		h.reply(ctx, r, func(context.Context) string { return HelpText })
 		return nil
 	case word == CmdStatus:
-		h.reply(ctx, r, func(ctx context.Context) string { return h.status(ctx, msg.Thread) })
+		h.reply(ctx, r, func(ctx context.Context) string { return h.withWorkspace(ctx, msg, h.status(ctx, msg.Thread)) })
 		return nil
 	case word == CmdStop:
 		stopped := h.turns.Cancel(key)

@@ -36,3 +36,22 @@ func (h *Handler) push(ctx context.Context, msg Message, r Replier) error {
 	})
 	return nil
 }
+
+// WorkspaceDescriber is an optional capability of the handler's Turns (*agentpool.Pool has it): the
+// thread's repository line for status.
+type WorkspaceDescriber interface {
+	DescribeWorkspace(ctx context.Context, t agentpool.WorkspaceThread) string
+}
+
+// withWorkspace adds the thread's repository, branch and last pushed commit to a status text.
+func (h *Handler) withWorkspace(ctx context.Context, msg Message, status string) string {
+	d, ok := h.turns.(WorkspaceDescriber)
+	if !ok {
+		return status
+	}
+	line := d.DescribeWorkspace(ctx, agentpool.WorkspaceThread{ThreadKey: msg.Thread.String(), Platform: msg.Thread.Platform, ChannelID: msg.ChannelID, UserID: msg.User.ID})
+	if line == "" {
+		return status
+	}
+	return status + "\n" + line
+}

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/threadbox/threadbox/agentpool"
+	"github.com/threadbox/threadbox/db"
 )
 
 // pushTurns is a Turns whose Push answers as scripted; the rest is unused by the push command.
@@ -24,6 +25,9 @@ func (p *pushTurns) Cancel(string) bool                                  { retur
 func (p *pushTurns) Depth(string) int                                    { return 0 }
 func (p *pushTurns) Reset(context.Context, string) error                 { return nil }
 func (p *pushTurns) Do(string, func(context.Context), func(error)) error { return nil }
+func (p *pushTurns) DescribeWorkspace(_ context.Context, t agentpool.WorkspaceThread) string {
+	return "Repository: github.com/acme/app, branch threadbox/x, last pushed abc (" + t.ChannelID + ")"
+}
 func (p *pushTurns) Push(_ context.Context, key string) (string, error) {
 	p.keys = append(p.keys, key)
 	return p.note, p.err
@@ -53,4 +57,20 @@ func TestPushCommand(t *testing.T) {
 			require.NoError(t, h.Wait(t.Context()))
 		})
 	}
+}
+
+func TestStatusShowsTheRepository(t *testing.T) {
+	h := NewHandler(HandlerConfig{}, &pushTurns{}, noSessions{}, nil, nil)
+	r := newChatReplier()
+	require.NoError(t, h.Handle(t.Context(), Message{Thread: SlackThread("T", "C9", "1.1"), ChannelID: "C9", Text: "status", EventID: "e"}, r))
+	got := r.waitPost(t, "No sandbox yet")
+	require.Contains(t, got, "\nRepository: github.com/acme/app, branch threadbox/x, last pushed abc (C9)")
+	require.NoError(t, h.Wait(t.Context()))
+}
+
+// noSessions is a Store with no sessions.
+type noSessions struct{ Store }
+
+func (noSessions) SessionGet(context.Context, string) (db.Session, error) {
+	return db.Session{}, db.ErrNotFound
 }

@@ -139,3 +139,13 @@ func cmpOr(a, b string) string {
 	}
 	return b
 }
+
+// LastPushed is the thread's branch's commit as the bot last saw it on the forge (its cache, after
+// the last fetch or push; no network call), or "" when it was never pushed.
+func (r *Repos) LastPushed(ctx context.Context, spec Spec, threadKey string) string {
+	out, err := r.git.run(ctx, r.cachePath(spec), "rev-parse", "--verify", "--quiet", "refs/heads/"+ThreadBranch(threadKey)+"^{commit}")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}

@@ -71,6 +71,10 @@ func (r *Repos) Push(ctx context.Context, sb sandbox.Sandbox, s Spec, branch str
 	if _, err := r.git.run(ctx, cache, "push", "--quiet", "--no-verify", lease, r.URL(s), local+":"+ref); err != nil {
 		return Pushed{}, fmt.Errorf("%s %s: %w: %w", s, branch, ErrPushRejected, err)
 	}
+	// The cache mirrors the forge: it has the branch where the push left it (status reads it).
+	if _, err := r.git.run(ctx, cache, "update-ref", ref, head); err != nil {
+		return Pushed{Branch: branch, Commit: head}, fmt.Errorf("repo: recording the push in the cache: %w", err)
+	}
 	if _, err := sandboxGit(ctx, sb, "update-ref", pushedRef, head); err != nil {
 		// Pushed all the same; the next push's lease is then stale and refused, which is safe.
 		return Pushed{Branch: branch, Commit: head}, fmt.Errorf("repo: recording the push in the sandbox: %w", err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/threadbox/threadbox/agentpool"
 	"github.com/threadbox/threadbox/agentpool/repo"
@@ -72,4 +73,18 @@ func (w *repoWorkspace) Push(ctx context.Context, sb sandbox.Sandbox, t agentpoo
 		return "", &agentpool.WorkspaceError{Text: text, Err: err}
 	}
 	return "", err
+}
+
+// Describe implements agentpool.WorkspaceDescriber for status.
+func (w *repoWorkspace) Describe(ctx context.Context, t agentpool.WorkspaceThread) string {
+	spec, ok, err := w.sel.For(t.ChannelID)
+	if err != nil || !ok {
+		return ""
+	}
+	line := fmt.Sprintf("Repository: %s, branch %s", spec.Host+"/"+spec.FullName(), repo.ThreadBranch(t.ThreadKey))
+	// git updates refs atomically, so reading one while a fetch or push runs is safe.
+	if last := w.repos.LastPushed(ctx, spec, t.ThreadKey); last != "" {
+		return line + ", last pushed " + last[:12]
+	}
+	return line + ", not pushed yet"
 }

@@ -178,6 +178,10 @@ func TestPushOpensThenUpdatesThePullRequest(t *testing.T) {
 	require.Len(t, p.gh.Pulls(), 1, "the same pull request, updated")
 	second := p.srv.Head(t, "acme", "app", branch)
 	require.NotEqual(t, first, second)
+	require.Equal(t, "Repository: github.com/acme/app, branch "+branch+", last pushed "+second[:12],
+		p.pool.DescribeWorkspace(t.Context(), agentpool.WorkspaceThread{ThreadKey: thread, ChannelID: "C1"}), "status shows it")
+	require.Equal(t, "Repository: github.com/acme/app, branch "+repo.ThreadBranch("web:other")+", not pushed yet",
+		p.pool.DescribeWorkspace(t.Context(), agentpool.WorkspaceThread{ThreadKey: "web:other", ChannelID: "C1"}))
 
 	// docker rm -f of the sandbox: the next turn gets a new one, with the pushed work back.
 	require.NoError(t, p.turn(t, thread, "C1", "e4", "echo unpushed >> README.md && git commit -q -am unpushed").Err)
