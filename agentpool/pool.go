@@ -189,6 +189,8 @@ type Request struct {
 	Platform  string
 	ChannelID string
 	UserID    string
+	// UserName is the sender's display name, when the adapter knew it (commit identity).
+	UserName string
 	// EventID is the platform's id for the message; a second Submit with the same id is refused with
 	// db.ErrDuplicate (Slack retries, Discord replays).
 	EventID string

@@ -21,6 +21,8 @@ type Workspace interface {
 // WorkspaceThread is what a Workspace knows of the thread.
 type WorkspaceThread struct {
 	ThreadKey, Platform, ChannelID, UserID string
+	// UserName is the requesting user's display name ("" when unknown).
+	UserName string
 }
 
 // WorkspaceError is a workspace failure with words for the user: the workspace knows what went
@@ -41,7 +43,7 @@ func (p *Pool) prepareWorkspace(ctx context.Context, r resolved, req Request) (s
 	if p.ws == nil {
 		return "", nil
 	}
-	note, err := p.ws.Prepare(ctx, r.sb, WorkspaceThread{ThreadKey: req.ThreadKey, Platform: req.Platform, ChannelID: req.ChannelID, UserID: req.UserID})
+	note, err := p.ws.Prepare(ctx, r.sb, WorkspaceThread{ThreadKey: req.ThreadKey, Platform: req.Platform, ChannelID: req.ChannelID, UserID: req.UserID, UserName: req.UserName})
 	if err != nil {
 		return "", classify(EINVALID, "prepare the workspace", err)
 	}

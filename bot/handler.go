@@ -230,7 +230,7 @@ func (h *Handler) turn(ctx context.Context, msg Message, r Replier) error {
 	tk, err := h.turns.Submit(ctx, agentpool.Request{
 		ThreadKey: key, Platform: msg.Thread.Platform, ChannelID: msg.ChannelID,
 		UserID: msg.User.ID, EventID: msg.EventID, Text: msg.Text, Files: files, Sink: sink, Delivery: dl,
-		Context: messageContext(msg),
+		Context: messageContext(msg), UserName: msg.User.Name,
 	})
 	switch {
 	case errors.Is(err, db.ErrDuplicate):

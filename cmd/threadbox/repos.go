@@ -46,7 +46,13 @@ func (w *repoWorkspace) Prepare(ctx context.Context, sb sandbox.Sandbox, t agent
 	}
 	if err == nil {
 		var note string
-		if note, err = w.repos.Ensure(ctx, sb, spec, t.ThreadKey, w.who); err == nil {
+		// Commits carry the requesting user's name when the chat platform gave it, with the
+		// configured address (forges attribute commits by address), else the bot identity.
+		who := w.who
+		if t.UserName != "" {
+			who.Name = t.UserName
+		}
+		if note, err = w.repos.Ensure(ctx, sb, spec, t.ThreadKey, who); err == nil {
 			return note, nil
 		}
 	}

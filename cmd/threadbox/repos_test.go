@@ -33,6 +33,8 @@ type repoPool struct {
 	srv   *gitserver.Server
 	gh    *githubfake.Server
 	token string
+	// userName is the requesting user's name the turns carry.
+	userName string
 }
 
 func newRepoPool(t *testing.T, mod func(*config.Config)) repoPool {
@@ -78,7 +80,7 @@ func newRepoPool(t *testing.T, mod func(*config.Config)) repoPool {
 func (p repoPool) turn(t *testing.T, thread, channel, event, text string) agentpool.Outcome {
 	t.Helper()
 	got := make(chan agentpool.Outcome, 1)
-	_, err := p.pool.Submit(t.Context(), agentpool.Request{ThreadKey: thread, Platform: "web", ChannelID: channel, UserID: "u",
+	_, err := p.pool.Submit(t.Context(), agentpool.Request{ThreadKey: thread, Platform: "web", ChannelID: channel, UserID: "u", UserName: p.userName,
 		EventID: event, Text: text, Sink: agentpool.SinkFuncs{DeliverFunc: func(_ context.Context, out agentpool.Outcome) ([]string, error) {
 			got <- out
 			return nil, nil
@@ -143,6 +145,7 @@ func TestThreadGetsTheConfiguredRepository(t *testing.T) {
 func TestPushOpensThenUpdatesThePullRequest(t *testing.T) {
 	t.Parallel()
 	p := newRepoPool(t, nil)
+	p.userName = "Ada Lovelace"
 	const thread = "web:push-thread"
 	branch := repo.ThreadBranch(thread)
 	explain := func(err error) string { return bot.Explain(nil, "push failed", err).String() }
@@ -153,7 +156,7 @@ func TestPushOpensThenUpdatesThePullRequest(t *testing.T) {
 	require.Contains(t, note, "to "+branch+" (fix the readme). Opened pull request #1: https://github.example/acme/app/pull/1")
 	first := p.srv.Head(t, "acme", "app", branch)
 	require.NotEmpty(t, first)
-	require.Equal(t, "Threadbox <threadbox@users.noreply.github.com>", strings.TrimSpace(p.srv.Git(t, "acme", "app", "log", "-1", "--format=%an <%ae>", branch)))
+	require.Equal(t, "Ada Lovelace <threadbox@users.noreply.github.com>", strings.TrimSpace(p.srv.Git(t, "acme", "app", "log", "-1", "--format=%an <%ae>", branch)))
 	pulls := p.gh.Pulls()
 	require.Len(t, pulls, 1)
 	require.Equal(t, branch, pulls[0].Head)
