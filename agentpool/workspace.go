@@ -12,9 +12,9 @@ import (
 // Workspace fills a thread's sandbox before the agent works in it: a repository checkout
 // (agentpool/repo, wired by cmd/threadbox). The pool knows nothing of git or forges.
 type Workspace interface {
-	// Prepare runs before each turn's prompt, once per sandbox generation. It returns at once when
-	// the sandbox already holds the workspace (a marker in it says so, so a lost sandbox is filled
-	// again and a resumed one is not). note is told to the user with the answer ("" for nothing).
+	// Prepare runs before each turn's prompt (and again if the turn had to replace the sandbox). It
+	// returns at once when the sandbox already holds the workspace, so a lost sandbox is filled again
+	// and a resumed one is not. note is told to the user with the answer ("" for nothing).
 	Prepare(ctx context.Context, sb sandbox.Sandbox, t WorkspaceThread) (note string, err error)
 }
 

@@ -45,10 +45,14 @@ const markerPath = ".threadbox/repo.json"
 // ThreadBranch(threadKey), and a branch pushed before comes back. note tells the user what
 // happened ("" when nothing did).
 func (r *Repos) Ensure(ctx context.Context, sb sandbox.Sandbox, spec Spec, threadKey string, who Identity) (note string, err error) {
-	if _, err := sb.ReadFile(ctx, markerPath, 64<<10); err == nil {
-		return "", nil
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return "", fmt.Errorf("repo: reading %s: %w", markerPath, err)
+	// The marker, or any repository already there (the agent may have cleaned .threadbox/ away with
+	// git clean -x): a checkout never goes over a working tree, which would overwrite the work.
+	for _, p := range []string{markerPath, ".git/HEAD"} {
+		if _, err := sb.ReadFile(ctx, p, 64<<10); err == nil {
+			return "", nil
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("repo: reading %s: %w", p, err)
+		}
 	}
 	co, err := r.Prepare(ctx, sb, spec, ThreadBranch(threadKey), who)
 	if err != nil {

@@ -220,3 +220,24 @@ func TestRepoBadInput(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, branch, co.Branch)
 }
+
+// TestEnsureNeverGoesOverAWorkingTree: Ensure checks out once; after that, even with its marker
+// cleaned away (git clean -x), it leaves the working tree and the agent's changes alone.
+func TestEnsureNeverGoesOverAWorkingTree(t *testing.T) {
+	t.Parallel()
+	f := newForge(t)
+	sb := gitSandbox(t)
+	spec, err := repo.Parse("acme/app", "github.com")
+	require.NoError(t, err)
+	who := repo.Identity{Name: "a", Email: "a@example.com"}
+	note, err := f.repos.Ensure(t.Context(), sb, spec, "web:ensure", who)
+	require.NoError(t, err)
+	require.Contains(t, note, "Checked out github.com/acme/app")
+	sh(t, sb, "echo 'agent work' >> README.md && git clean -fdxq && test ! -e .threadbox")
+	for range 2 {
+		note, err = f.repos.Ensure(t.Context(), sb, spec, "web:ensure", who)
+		require.NoError(t, err)
+		require.Empty(t, note)
+	}
+	require.Equal(t, "# app\nagent work", sh(t, sb, "cat README.md"))
+}
