@@ -109,6 +109,8 @@ type Deps struct {
 	// Restore rebuilds a recorded turn's request, sink included, from its Delivery, so that a turn
 	// taken over from a dead process can be answered. Without it such turns fail with a log line.
 	Restore func(ctx context.Context, t db.Turn) (Request, error)
+	// Workspace, when set, fills each sandbox before the agent works in it (a repository).
+	Workspace Workspace
 }
 
 // Pool runs turns, one at a time per thread.
@@ -130,6 +132,7 @@ type Pool struct {
 	instance string
 	restore  func(ctx context.Context, t db.Turn) (Request, error)
 	capa     *capacity
+	ws       Workspace
 
 	// instMu protects the following.
 	instMu   sync.Mutex
@@ -158,7 +161,7 @@ func New(cfg Config, deps Deps) (*Pool, error) {
 	p := &Pool{
 		cfg: cfg, store: deps.Store, prov: deps.Provider, rt: deps.Runtime,
 		log: cmp.Or(deps.Logger, zap.NewNop()).Named("agentpool"), now: deps.Now,
-		stop: stop, q: newQueues(base), instance: deps.Instance, restore: deps.Restore,
+		stop: stop, q: newQueues(base), instance: deps.Instance, restore: deps.Restore, ws: deps.Workspace,
 	}
 	if p.instance == "" {
 		p.instance = newInstanceID()
@@ -195,6 +198,8 @@ type Request struct {
 	Platform  string
 	ChannelID string
 	UserID    string
+	// UserName is the sender's display name, when the adapter knew it (commit identity).
+	UserName string
 	// EventID is the platform's id for the message; a second Submit with the same id is refused with
 	// db.ErrDuplicate (Slack retries, Discord replays).
 	EventID string
@@ -205,6 +210,9 @@ type Request struct {
 	// Delivery is where the reply goes, recorded with the turn (opaque JSON from the bot) so another
 	// process can answer it if this one dies.
 	Delivery json.RawMessage
+	// Context, when set, reads what the chat thread said before this message; it is called only on
+	// the thread's first turn, when the turn runs (chatcontext.go).
+	Context func(ctx context.Context) (ChatContext, error)
 }
 
 // InboundFile is an attachment from the user. Its bytes are read only when the turn runs (from a

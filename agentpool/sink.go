@@ -39,7 +39,11 @@ type Outcome struct {
 	Recreate RecreateReason
 	// Replayed is true when the conversation so far was replayed to a new sandbox or agent session.
 	Replayed bool
-	Usage    runtime.Usage
+	// Context says what the turn read of the chat thread before the message.
+	Context ContextNote
+	// Workspace is the Workspace's note for the user (a repository checked out, restored).
+	Workspace string
+	Usage     runtime.Usage
 }
 
 // NopSink discards everything.

@@ -98,6 +98,8 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 		out.Err = classify(EINTERNAL, "load session", err)
 		return out
 	}
+	chat, note := p.chatContext(ctx, req, w.emitter().emit)
+	out.Context = note
 	var (
 		res            runtime.Result
 		forceNew       bool
@@ -162,6 +164,12 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 			}
 		}
 		if filesInGen != sess.Generation {
+			ws, err := p.prepareWorkspace(ctx, r, req)
+			if err != nil {
+				out.Err = err
+				return out
+			}
+			out.Workspace = ws
 			if err := p.copyInbound(ctx, r, req.Files); err != nil {
 				out.Err = err // classified inside: the attachment or the sandbox
 				return out
@@ -173,7 +181,7 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 		tctx, limits := p.watchLimits(tctx, r.sb, r.created)
 		alive := w.processAlive(p.rt)
 		res, err = p.rt.Prompt(tctx, r.sb, sid, runtime.Prompt{
-			Text: req.Text, System: p.cfg.SystemPrompt, History: history, Env: p.cfg.RuntimeEnv, Timeout: p.cfg.TurnTimeout,
+			Text: req.Text, System: p.cfg.SystemPrompt, History: withChatContext(chat, history), Env: p.cfg.RuntimeEnv, Timeout: p.cfg.TurnTimeout,
 		}, emit.emit)
 		alive()
 		// Stopped by us (cancel, watchdog, shutdown, disk quota) or by the turn timeout: a server

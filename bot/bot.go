@@ -133,6 +133,9 @@ type Message struct {
 	Reply json.RawMessage
 	// Notes are the adapter's remarks for the reply (attachments it could not use).
 	Notes []string
+	// Earlier, when set, is the thread before this message, read only if the turn is the thread's
+	// first (earlier.go).
+	Earlier *Earlier
 }
 
 // Limits are a platform's sizes.

@@ -34,6 +34,8 @@ type delivery struct {
 	Channel  string          `json:"channel,omitempty"`
 	Files    []fileRef       `json:"files,omitempty"`
 	Notes    []string        `json:"notes,omitempty"`
+	// Earlier is the adapter's reference to the thread's earlier messages (EarlierReader).
+	Earlier string `json:"earlier,omitempty"`
 }
 
 type fileRef struct {
@@ -47,6 +49,9 @@ const maxDeliveryBytes = 64 << 10
 
 func encodeDelivery(msg Message) (json.RawMessage, error) {
 	d := delivery{V: 1, Platform: msg.Thread.Platform, Reply: msg.Reply, Channel: msg.ChannelID, Notes: msg.Notes}
+	if msg.Earlier != nil {
+		d.Earlier = msg.Earlier.Ref
+	}
 	for _, f := range msg.Files {
 		d.Files = append(d.Files, fileRef{Name: f.Name, Size: f.Size, Ref: f.Ref})
 	}
@@ -118,5 +123,6 @@ func (h *Handler) Restore(ctx context.Context, t db.Turn) (agentpool.Request, er
 	return agentpool.Request{
 		ThreadKey: t.ThreadKey, Platform: d.Platform, ChannelID: d.Channel, UserID: t.UserID,
 		EventID: t.PlatformEventID, Text: t.Prompt, Files: files, Sink: sink, Delivery: t.Delivery,
+		Context: restoredContext(p, d.Earlier),
 	}, nil
 }

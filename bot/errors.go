@@ -79,6 +79,14 @@ func Explain(log *zap.Logger, msg string, err error, fields ...zap.Field) Proble
 		log.Info(msg, append(fields, zap.String("code", string(agentpool.ELIMIT)), zap.Error(err))...)
 		return Problem{Code: agentpool.ELIMIT, Text: limitText(le)}
 	}
+	var we *agentpool.WorkspaceError
+	if errors.As(err, &we) {
+		// The workspace's own words (a repository off the allowlist, a failing clone); the cause,
+		// which may name internal detail, goes to the log under the ref.
+		p := Problem{Code: agentpool.EINVALID, Text: we.Text, Ref: newRef()}
+		log.Info(msg, append(fields, zap.String("ref", p.Ref), zap.String("code", string(p.Code)), zap.Error(err))...)
+		return p
+	}
 	code := agentpool.ErrorCode(err)
 	text, ok := userText(code)
 	if !ok {

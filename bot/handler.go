@@ -101,6 +101,7 @@ Commands (alone in a message):
 • stop: cancel the running turn
 • reset: destroy this thread's sandbox and start fresh
 • retry: run again the message a restart interrupted
+• push: push this thread's branch (threadbox/…) and open or update its pull request
 • admin <command>: operator commands (admins only; "admin help" lists them)
 Files the agent writes to output/display/ are posted here.`
 
@@ -127,7 +128,7 @@ func (h *Handler) Handle(ctx context.Context, msg Message, r Replier) error {
 		h.reply(ctx, r, func(context.Context) string { return HelpText })
 		return nil
 	case word == CmdStatus:
-		h.reply(ctx, r, func(ctx context.Context) string { return h.status(ctx, msg.Thread) })
+		h.reply(ctx, r, func(ctx context.Context) string { return h.withWorkspace(ctx, msg, h.status(ctx, msg.Thread)) })
 		return nil
 	case word == CmdStop:
 		stop := func(ctx context.Context) string {
@@ -160,6 +161,8 @@ func (h *Handler) Handle(ctx context.Context, msg Message, r Replier) error {
 		return nil
 	case word == CmdRetry:
 		return h.retry(ctx, msg, r)
+	case word == CmdPush:
+		return h.push(ctx, msg, r)
 	case word == CmdAdmin || strings.HasPrefix(word, CmdAdmin+" "):
 		actor, argv, user := msg.User.Qualified(msg.Thread.Platform), strings.Fields(text)[1:], msg.User.ID
 		run := func(ctx context.Context) {
@@ -310,6 +313,7 @@ func (h *Handler) turn(ctx context.Context, msg Message, r Replier) error {
 	tk, err := h.turns.Submit(ctx, agentpool.Request{
 		ThreadKey: key, Platform: msg.Thread.Platform, ChannelID: msg.ChannelID,
 		UserID: msg.User.ID, EventID: msg.EventID, Text: msg.Text, Files: files, Sink: sink, Delivery: dl,
+		Context: messageContext(msg), UserName: msg.User.Name,
 	})
 	switch {
 	case errors.Is(err, db.ErrDuplicate):

@@ -131,6 +131,12 @@ func (s *replySink) Deliver(ctx context.Context, out agentpool.Outcome) ([]strin
 		post("Sorry, that failed: " + Explain(s.log, "turn failed", out.Err, turn).String())
 	}
 	if out.Err == nil || out.Answer != "" {
+		if out.Workspace != "" {
+			post(out.Workspace)
+		}
+		if n := contextNote(out.Context); n != "" {
+			post(n)
+		}
 		if out.Replayed || out.Recreate != "" {
 			post(replayNote(out))
 		}

@@ -86,3 +86,30 @@ func render(name string, data any) string {
 	}
 	return strings.TrimRight(b.String(), "\n")
 }
+
+// ChatMessage is one message of a chat thread from before the bot was asked in it.
+type ChatMessage struct {
+	Author string
+	// Bot marks another integration's post (an alert, a CI report).
+	Bot bool
+	// At is when it was written, as the template shows it ("" to leave it out).
+	At   string
+	Text string
+}
+
+// ChatData fills the chat thread's context.
+type ChatData struct {
+	// Messages are oldest first; capping them is the caller's business.
+	Messages []ChatMessage
+	// Omitted is how many earlier messages the caps left out.
+	Omitted int
+}
+
+// Chat renders what a chat thread said before the bot was first asked in it, for the first prompt.
+// No messages render as "".
+func Chat(d ChatData) string {
+	if len(d.Messages) == 0 {
+		return ""
+	}
+	return render("chat.md", d)
+}

@@ -64,3 +64,16 @@ func TestMessage(t *testing.T) {
 	golden(t, "message", got)
 	require.True(t, strings.HasSuffix(got, "New message:\nwhat next?"))
 }
+
+func TestChat(t *testing.T) {
+	require.Empty(t, Chat(ChatData{Omitted: 3}), "nothing read renders nothing")
+	got := Chat(ChatData{Omitted: 2, Messages: []ChatMessage{
+		{Author: "ada", At: "2026-11-23 15:00 UTC", Text: "the build is red since this morning"},
+		{Author: "ci-bot", Bot: true, At: "2026-11-23 15:01 UTC", Text: "job 42 failed: TestParse"},
+	}})
+	golden(t, "chat", got)
+	require.Less(t, strings.Index(got, "the build is red"), strings.Index(got, "job 42 failed"), "oldest first")
+	require.Contains(t, got, "2 more were left out")
+	require.Contains(t, got, "ci-bot (a bot)")
+	require.NotContains(t, Chat(ChatData{Messages: []ChatMessage{{Author: "a", Text: "b"}}}), "left out")
+}

@@ -129,6 +129,7 @@ func (a *Adapter) accept(ctx context.Context, env envelope) bool {
 	msg := bot.Message{
 		Thread: key, ChannelID: ev.Channel, User: bot.User{ID: ev.User, Name: name},
 		Text: text, Files: files, Notes: notes, EventID: msgKey, Reply: r.dest(),
+		Earlier: a.earlierOf(k, ev),
 	}
 	log.Debug("handling", zap.String("thread", key.String()), zap.String("kind", k.String()))
 	if err := a.handler.Handle(ctx, msg, r); err != nil {

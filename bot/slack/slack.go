@@ -81,6 +81,10 @@ type Options struct {
 	// MaxInboundBytes all of one message's (default 100 MiB).
 	MaxInboundFileBytes int64
 	MaxInboundBytes     int64
+	// ContextMessages and ContextChars cap the thread's earlier messages that a mention in the middle
+	// of a thread brings into its first prompt (defaults 20 and 8,000; negative turns it off).
+	ContextMessages int
+	ContextChars    int
 	// DedupeTTL is how long an event is remembered (default 1h; Slack retries for about 5 minutes).
 	DedupeTTL time.Duration
 	// CommandBudget is how long a slash command may run before the reply goes to its response_url
@@ -123,6 +127,8 @@ func (o Options) withDefaults() Options {
 	o.MaxFileBytes = cmp.Or(o.MaxFileBytes, DefaultMaxFileBytes)
 	o.MaxInboundFileBytes = cmp.Or(o.MaxInboundFileBytes, DefaultMaxInboundFileBytes)
 	o.MaxInboundBytes = cmp.Or(o.MaxInboundBytes, DefaultMaxInboundBytes)
+	o.ContextMessages = cmp.Or(o.ContextMessages, DefaultContextMessages)
+	o.ContextChars = cmp.Or(o.ContextChars, DefaultContextChars)
 	o.DedupeTTL = cmp.Or(o.DedupeTTL, DefaultDedupeTTL)
 	o.CommandBudget = cmp.Or(o.CommandBudget, DefaultCommandBudget)
 	o.DrainTimeout = cmp.Or(o.DrainTimeout, DefaultDrainTimeout)

@@ -63,6 +63,7 @@ func (m *Main) mountSlack(ctx context.Context, mux *http.ServeMux, a *app) (func
 		Handler: a.handler, Admin: a.admin, Sessions: a.dir, Redis: rdb, FollowUps: cfg.FollowUps,
 		RateLimit:    slack.RateLimit{UserMessages: rl.UserMessages, ChannelMessages: rl.ChannelMessages, Window: rl.Window},
 		MaxFileBytes: cfg.MaxFileBytes, MaxInboundFileBytes: cfg.MaxInboundFileBytes, Logger: m.Logger,
+		ContextMessages: contextMessages(cfg.ContextMessages), ContextChars: cfg.ContextChars,
 	})
 	if err != nil {
 		return nil, err
@@ -98,4 +99,13 @@ func (m *Main) mountSlack(ctx context.Context, mux *http.ServeMux, a *app) (func
 			m.Logger.Warn("slack: close", zap.Error(err))
 		}
 	}, nil
+}
+
+// contextMessages maps slack.context_messages to the adapter's option: 0 turns reading the thread
+// off (the adapter reads 0 as "default" and a negative number as off).
+func contextMessages(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }

@@ -82,6 +82,10 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 		m.Logger.Info("sandbox.read_only_root does not apply: the runtime keeps its sessions in the home directory, so the root stays writable",
 			zap.String("runtime", a.rt.Name()))
 	}
+	ws, err := newWorkspace(cfg.Config)
+	if err != nil {
+		return nil, fmt.Errorf("repos: %w", err)
+	}
 	a.pool, err = agentpool.New(agentpool.Config{
 		Deployment: cfg.Deployment, Image: cfg.Sandbox.Image, Resources: cfg.Sandbox.Resources,
 		Network: network, ReadOnlyRoot: readOnly, Env: env, BlockedEnv: cfg.Sandbox.Env.Blocked,
@@ -92,7 +96,8 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 		SystemPrompt:  prompts.System(prompts.SystemData{WorkDir: sandbox.DefaultWorkDir}),
 	}, agentpool.Deps{Store: st, Provider: a.prov, Runtime: a.rt, Logger: m.Logger,
 		// The handler is built below; turns are restored only once serve has registered the adapters.
-		Restore: func(ctx context.Context, t db.Turn) (agentpool.Request, error) { return a.handler.Restore(ctx, t) },
+		Restore:   func(ctx context.Context, t db.Turn) (agentpool.Request, error) { return a.handler.Restore(ctx, t) },
+		Workspace: ws,
 	})
 	if err != nil {
 		return nil, err

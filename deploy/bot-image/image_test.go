@@ -91,7 +91,7 @@ func TestBotImage(t *testing.T) {
 		var exit *exec.ExitError
 		require.ErrorAs(t, err, &exit, out)
 		require.Equal(t, 1, exit.ExitCode())
-		require.Contains(t, out, "404 Not Found")
+		require.Contains(t, out, "401 Unauthorized", "the web chat refuses a client without its token")
 	})
 }
 

@@ -79,6 +79,8 @@ type Message struct {
 	ThreadTS string
 	User     string
 	BotID    string
+	// Username names another integration's post (BotPost); empty for users' and the bot's own.
+	Username string
 	Text     string
 	// Edits holds earlier texts, oldest first (chat.update history).
 	Edits []string

@@ -279,21 +279,6 @@ func (s *Server) react(p map[string]string, remove bool) (map[string]any, string
 	return nil, ""
 }
 
-func (s *Server) conversationsReplies(p map[string]string) (map[string]any, string) {
-	ch, ts := p["channel"], p["ts"]
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	root, ok := s.messages[ch+"/"+ts]
-	if !ok {
-		return nil, "thread_not_found"
-	}
-	list := []any{wireMessage(root)}
-	for _, m := range s.messagesLocked(func(m *Message) bool { return m.Channel == ch && m.ThreadTS == ts && m.TS != ts }) {
-		list = append(list, wireMessage(&m))
-	}
-	return map[string]any{"messages": list, "has_more": false, "response_metadata": map[string]any{"next_cursor": ""}}, ""
-}
-
 func (s *Server) usersInfo(p map[string]string) (map[string]any, string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -307,18 +292,4 @@ func (s *Server) usersInfo(p map[string]string) (map[string]any, string) {
 		"is_bot": id == s.opts.BotUserID, "deleted": false,
 		"profile": map[string]any{"real_name": name, "display_name": name},
 	}}, ""
-}
-
-func wireMessage(m *Message) map[string]any {
-	out := map[string]any{"type": "message", "ts": m.TS, "text": m.Text, "user": m.User}
-	if m.ThreadTS != "" {
-		out["thread_ts"] = m.ThreadTS
-	}
-	if m.BotID != "" {
-		out["bot_id"] = m.BotID
-	}
-	if len(m.Edits) > 0 {
-		out["edited"] = map[string]any{"user": m.User, "ts": m.TS}
-	}
-	return out
 }

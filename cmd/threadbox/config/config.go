@@ -32,6 +32,35 @@ type Config struct {
 	Admin      Admin     `koanf:"admin"`
 	Access     Access    `koanf:"access"`
 	RateLimit  RateLimit `koanf:"ratelimit"`
+	Repos      Repos     `koanf:"repos"`
+	Git        Git       `koanf:"git"`
+}
+
+// Repos says which repository a thread's sandbox starts with (agentpool/repo).
+type Repos struct {
+	// Default is owner/name[@branch] (or host/owner/name[@branch]) for every thread; "" for none.
+	Default string `koanf:"default"`
+	// Channels overrides Default per chat channel id.
+	Channels map[string]string `koanf:"channels"`
+	// Allow lists host/owner or host/owner/name; only those are ever cloned. Empty allows nothing.
+	Allow []string `koanf:"allow"`
+	// CacheDir holds the bot's clones, fetched again before each use.
+	CacheDir string `koanf:"cache_dir"`
+}
+
+// Git is the bot's side of the forge; the token never enters a sandbox.
+type Git struct {
+	// Token clones, fetches and pushes over HTTPS and calls the forge's API.
+	Token string `koanf:"token"`
+	// Host is the forge host owner/name means (default github.com); URL its base URL (default
+	// https://<host>), for GitHub Enterprise or a test server.
+	Host string `koanf:"host"`
+	URL  string `koanf:"url"`
+	// GitHubAPIURL is the REST API (https://api.github.com; GitHub Enterprise: https://<host>/api/v3).
+	GitHubAPIURL string `koanf:"github_api_url"`
+	// CommitName and CommitEmail are the identity commits in the sandbox carry.
+	CommitName  string `koanf:"commit_name"`
+	CommitEmail string `koanf:"commit_email"`
 }
 
 // Log configures zap.
@@ -243,6 +272,10 @@ type Slack struct {
 	// MaxFileBytes caps uploads into Slack; MaxInboundFileBytes caps one attachment downloaded.
 	MaxFileBytes        int64 `koanf:"max_file_bytes"`
 	MaxInboundFileBytes int64 `koanf:"max_inbound_file_bytes"`
+	// ContextMessages and ContextChars cap the earlier messages of a thread that a mention in its
+	// middle brings into the first prompt (conversations.replies); 0 messages turns it off.
+	ContextMessages int `koanf:"context_messages"`
+	ContextChars    int `koanf:"context_chars"`
 }
 
 // RateLimit bounds messages per user and per channel in a window; shared by replicas through Redis.
@@ -339,8 +372,11 @@ func Default() Config {
 			SlackTeams: []string{}, DiscordGuilds: []string{}, Channels: []string{}, Users: []string{},
 			DMs: true, OwnerOnlyControls: true, RefusalWindow: time.Hour,
 		},
-		Slack:     Slack{MaxFileBytes: 1 << 30, MaxInboundFileBytes: 25 << 20},
+		Slack:     Slack{MaxFileBytes: 1 << 30, MaxInboundFileBytes: 25 << 20, ContextMessages: 20, ContextChars: 8000},
 		RateLimit: RateLimit{UserMessages: 30, ChannelMessages: 120, Window: time.Minute},
+		Repos:     Repos{Channels: map[string]string{}, Allow: []string{}, CacheDir: "./data/repos"},
+		Git: Git{Host: "github.com", GitHubAPIURL: "https://api.github.com",
+			CommitName: "Threadbox", CommitEmail: "threadbox@users.noreply.github.com"},
 	}
 }
 
@@ -349,7 +385,7 @@ func (c Config) Secrets() []string {
 	var out []string
 	all := []string{
 		c.HTTP.Token, c.Sandbox.Daytona.APIKey, c.Sandbox.Deno.Token, c.Runtime.Secret,
-		c.Slack.BotToken, c.Slack.SigningSecret, c.Slack.AppToken, c.Discord.Token,
+		c.Slack.BotToken, c.Slack.SigningSecret, c.Slack.AppToken, c.Discord.Token, c.Git.Token,
 	}
 	all = append(all, urlSecrets(c.Database.URL)...)
 	all = append(all, urlSecrets(c.Redis.URL)...)

@@ -144,10 +144,35 @@ func (c Config) Validate() error {
 		},
 		func() error { return sizeRange("slack.max_file_bytes", c.Slack.MaxFileBytes) },
 		func() error { return sizeRange("slack.max_inbound_file_bytes", c.Slack.MaxInboundFileBytes) },
+		func() error { return intRange("slack.context_messages", c.Slack.ContextMessages, 0, 1000) },
+		func() error { return intRange("slack.context_chars", c.Slack.ContextChars, 1, 200000) },
 		func() error { return duration("ratelimit.window", c.RateLimit.Window, time.Second, 24*time.Hour) },
 		func() error { return perWindow("ratelimit.user_messages", c.RateLimit.UserMessages) },
 		func() error { return perWindow("ratelimit.channel_messages", c.RateLimit.ChannelMessages) },
 		func() error { return checkURL("discord.api_url", c.Discord.APIURL, []string{"http", "https"}, true) },
+		func() error { return checkURL("git.url", c.Git.URL, []string{"http", "https"}, true) },
+		func() error {
+			return checkURL("git.github_api_url", c.Git.GitHubAPIURL, []string{"http", "https"}, true)
+		},
+		func() error {
+			if c.Repos.Default == "" && len(c.Repos.Channels) == 0 {
+				return nil
+			}
+			if c.Repos.CacheDir == "" {
+				return fmt.Errorf("repos.cache_dir: required with repos.default or repos.channels")
+			}
+			for key, v := range map[string]string{"repos.default": c.Repos.Default} {
+				if v != "" && !repoLike(v) {
+					return fmt.Errorf("%s = %q: want owner/name or owner/name@branch", key, v)
+				}
+			}
+			for ch, v := range c.Repos.Channels {
+				if !repoLike(v) {
+					return fmt.Errorf("repos.channels.%s = %q: want owner/name or owner/name@branch", ch, v)
+				}
+			}
+			return nil
+		},
 		func() error {
 			return qualified("admin.users", c.Admin.Users, "platform:user_id, for example slack:U012AB3CD")
 		},
@@ -237,6 +262,13 @@ func qualified(name string, list []string, want string) error {
 		if !ok || id == "" || !slices.Contains([]string{"slack", "discord", "web"}, p) {
 			return fmt.Errorf("%s: %q must be %s (platform slack, discord or web)", name, u, want)
 		}
+	}
+	return nil
+}
+
+func intRange(name string, n, lo, hi int) error {
+	if n < lo || n > hi {
+		return fmt.Errorf("%s = %d: must be between %d and %d", name, n, lo, hi)
 	}
 	return nil
 }
@@ -338,4 +370,11 @@ func (c Config) validateGateway() error {
 		return errors.New("gateway.budget.*: must be 0 (no cap) or a positive number of tokens")
 	}
 	return nil
+}
+
+// repoLike is a light check of owner/name[@branch] (agentpool/repo.Parse has the full one).
+func repoLike(v string) bool {
+	ref, _, _ := strings.Cut(v, "@")
+	n := strings.Count(ref, "/")
+	return (n == 1 || n == 2) && !strings.HasPrefix(ref, "/") && !strings.HasSuffix(ref, "/") && !strings.Contains(ref, "//")
 }

@@ -1,0 +1,92 @@
+package repo
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+)
+
+// git runs git on the bot's side. The token travels in the environment as an http.extraHeader
+// (GIT_CONFIG_COUNT…, git 2.31+): never on a command line (ps shows those), never in a config file
+// or a remote URL, so nothing written to disk, and so nothing copied into a sandbox, holds it.
+type git struct {
+	// token authenticates to the forge over HTTPS ("" for none).
+	token string
+}
+
+// run runs git with args in dir ("" for the current one) and returns stdout. Errors carry git's
+// stderr with the token scrubbed.
+func (g git) run(ctx context.Context, dir string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, "git", args...)
+	cmd.Dir = dir
+	cmd.Env = g.env()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.Bytes(), &gitError{args: args, stderr: g.scrub(strings.TrimSpace(stderr.String())), err: err}
+	}
+	return stdout.Bytes(), nil
+}
+
+// env is the bot's environment minus anything that would prompt or pick up a user's config, plus
+// the token header.
+func (g git) env() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "GIT_") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	env = append(env, "GIT_TERMINAL_PROMPT=0", "GIT_ASKPASS=", "SSH_ASKPASS=", "GIT_CONFIG_NOSYSTEM=1",
+		"GIT_AUTHOR_NAME=threadbox", "GIT_AUTHOR_EMAIL=threadbox@localhost",
+		"GIT_COMMITTER_NAME=threadbox", "GIT_COMMITTER_EMAIL=threadbox@localhost")
+	if g.token != "" {
+		basic := base64.StdEncoding.EncodeToString([]byte("x-access-token:" + g.token))
+		env = append(env, "GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=http.extraHeader",
+			"GIT_CONFIG_VALUE_0=Authorization: Basic "+basic)
+	}
+	return env
+}
+
+func (g git) scrub(s string) string {
+	if g.token == "" {
+		return s
+	}
+	s = strings.ReplaceAll(s, g.token, "[token]")
+	return strings.ReplaceAll(s, base64.StdEncoding.EncodeToString([]byte("x-access-token:"+g.token)), "[token]")
+}
+
+// gitError is a failed git command; its text is for operators (the bot words it for users).
+type gitError struct {
+	args   []string
+	stderr string
+	err    error
+}
+
+func (e *gitError) Error() string {
+	return fmt.Sprintf("git %s: %v: %s", strings.Join(e.args, " "), e.err, e.stderr)
+}
+
+func (e *gitError) Unwrap() error { return e.err }
+
+// notFound reports whether git's words say the repository or branch does not exist (or the token
+// may not see it: forges answer 404 for private repositories).
+func notFound(err error) bool {
+	ge, ok := err.(*gitError)
+	if !ok {
+		return false
+	}
+	s := strings.ToLower(ge.stderr)
+	for _, w := range []string{"not found", "404", "does not appear to be a git repository", "remote branch", "couldn't find remote ref"} {
+		if strings.Contains(s, w) {
+			return true
+		}
+	}
+	return false
+}

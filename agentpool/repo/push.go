@@ -1,0 +1,138 @@
+package repo
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/threadbox/threadbox/sandbox"
+)
+
+// Pushed is what a push delivered.
+type Pushed struct {
+	Branch string
+	// Commit is the branch's commit now on the forge.
+	Commit string
+}
+
+// Push takes the thread's branch out of the sandbox as a git bundle, verifies it on the bot's side
+// (it must hold exactly that branch, at the commit the sandbox reports, on top of what the bot
+// already has), and pushes it with the token. Only threadbox/* branches are pushed, and only with
+// a lease: the forge's branch must still be where this thread last left it (pushedRef in the
+// sandbox; absent before the first push), so nothing anyone else pushed is ever overwritten.
+func (r *Repos) Push(ctx context.Context, sb sandbox.Sandbox, s Spec, branch string) (Pushed, error) {
+	if !strings.HasPrefix(branch, BranchPrefix) || !ValidBranch(branch) {
+		return Pushed{}, fmt.Errorf("%s: %w", branch, ErrBranchRefused)
+	}
+	ref := "refs/heads/" + branch
+	head, err := sandboxGit(ctx, sb, "rev-parse", "--verify", "--quiet", ref+"^{commit}")
+	if err != nil {
+		return Pushed{}, fmt.Errorf("%s has no branch %s: %w", s, branch, ErrNothingToPush)
+	}
+	head = strings.TrimSpace(head)
+	base, _ := sandboxGit(ctx, sb, "rev-parse", "--verify", "--quiet", baseRef)
+	base = strings.TrimSpace(base)
+	lastPushed, _ := sandboxGit(ctx, sb, "rev-parse", "--verify", "--quiet", pushedRef)
+	lastPushed = strings.TrimSpace(lastPushed)
+	if head == lastPushed || head == base {
+		return Pushed{}, fmt.Errorf("%s at %s: %w", branch, short(head), ErrNothingToPush)
+	}
+	unlock := r.lock(s)
+	defer unlock()
+	cache, _, err := r.sync(ctx, s)
+	if err != nil {
+		return Pushed{}, err
+	}
+	bundle, err := r.takeBundle(ctx, sb, ref, base, lastPushed)
+	if err != nil {
+		return Pushed{}, err
+	}
+	defer os.Remove(bundle)
+	if _, err := r.git.run(ctx, cache, "bundle", "verify", "--quiet", bundle); err != nil {
+		return Pushed{}, fmt.Errorf("%w: verify: %w", ErrBadBundle, err)
+	}
+	heads, err := r.git.run(ctx, cache, "bundle", "list-heads", bundle)
+	if err != nil {
+		return Pushed{}, fmt.Errorf("%w: %w", ErrBadBundle, err)
+	}
+	if got := strings.TrimSpace(string(heads)); got != head+" "+ref {
+		return Pushed{}, fmt.Errorf("%w: it holds %q, want %s at %s", ErrBadBundle, got, ref, short(head))
+	}
+	// Into the cache under a namespace of its own, then out to the forge from there.
+	local := "refs/threadbox/push/" + branch
+	if _, err := r.git.run(ctx, cache, "fetch", "--quiet", "--no-write-fetch-head", bundle, "+"+ref+":"+local); err != nil {
+		return Pushed{}, fmt.Errorf("%w: %w", ErrBadBundle, err)
+	}
+	lease := "--force-with-lease=" + ref + ":" + lastPushed
+	if _, err := r.git.run(ctx, cache, "push", "--quiet", "--no-verify", lease, r.URL(s), local+":"+ref); err != nil {
+		return Pushed{}, fmt.Errorf("%s %s: %w: %w", s, branch, ErrPushRejected, err)
+	}
+	// The cache mirrors the forge: it has the branch where the push left it (status reads it).
+	if _, err := r.git.run(ctx, cache, "update-ref", ref, head); err != nil {
+		return Pushed{Branch: branch, Commit: head}, fmt.Errorf("repo: recording the push in the cache: %w", err)
+	}
+	if _, err := sandboxGit(ctx, sb, "update-ref", pushedRef, head); err != nil {
+		// Pushed all the same; the next push's lease is then stale and refused, which is safe.
+		return Pushed{Branch: branch, Commit: head}, fmt.Errorf("repo: recording the push in the sandbox: %w", err)
+	}
+	return Pushed{Branch: branch, Commit: head}, nil
+}
+
+// takeBundle has the sandbox write a bundle of ref (less what the bot already has: the base and
+// the last push) to its standard output, into a file on the bot's side, within MaxBundle.
+func (r *Repos) takeBundle(ctx context.Context, sb sandbox.Sandbox, ref, base, lastPushed string) (string, error) {
+	f, err := os.CreateTemp(r.cfg.CacheDir, ".bundle-*")
+	if err != nil {
+		return "", fmt.Errorf("repo: %w", err)
+	}
+	name := f.Name()
+	args := []string{"git", "bundle", "create", "-", ref}
+	for _, not := range []string{base, lastPushed} {
+		if not != "" {
+			args = append(args, "^"+not)
+		}
+	}
+	var stderr bytes.Buffer
+	res, err := sb.Exec(ctx, sandbox.ExecRequest{Cmd: args, Stdout: f, Stderr: &stderr, MaxOutput: r.cfg.MaxBundle})
+	cerr := f.Close()
+	switch {
+	case err != nil:
+		err = fmt.Errorf("%w: %w", ErrBadBundle, err)
+	case res.Truncated:
+		err = fmt.Errorf("%w: the bundle is over %d bytes", ErrBadBundle, r.cfg.MaxBundle)
+	case res.ExitCode != 0:
+		err = fmt.Errorf("%w: git bundle exited %d: %s", ErrBadBundle, res.ExitCode, strings.TrimSpace(stderr.String()))
+	case cerr != nil:
+		err = fmt.Errorf("repo: %w", cerr)
+	}
+	if err != nil {
+		_ = os.Remove(name)
+		return "", err
+	}
+	abs, _ := filepath.Abs(name)
+	return abs, nil
+}
+
+// sandboxGit runs git in the sandbox's working directory and returns its output.
+func sandboxGit(ctx context.Context, sb sandbox.Sandbox, args ...string) (string, error) {
+	var out, stderr bytes.Buffer
+	res, err := sb.Exec(ctx, sandbox.ExecRequest{Cmd: append([]string{"git"}, args...), Stdout: &out, Stderr: &stderr, MaxOutput: 1 << 20})
+	if err != nil {
+		return "", err
+	}
+	if res.ExitCode != 0 {
+		return out.String(), errors.New(strings.TrimSpace("git " + strings.Join(args, " ") + ": " + stderr.String()))
+	}
+	return out.String(), nil
+}
+
+func short(sha string) string {
+	if len(sha) > 12 {
+		return sha[:12]
+	}
+	return sha
+}

@@ -1,0 +1,122 @@
+package repo
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+)
+
+// Config is the bot side of repositories.
+type Config struct {
+	// CacheDir holds one bare mirror per repository, fetched again before each use.
+	CacheDir string
+	// Token authenticates clones, fetches and pushes (git.token); it never enters a sandbox.
+	Token string
+	// Hosts maps a forge host to its base URL (default https://<host>): GitHub Enterprise, tests.
+	Hosts map[string]string
+	// Allow is repos.allow.
+	Allow Allowlist
+	// MaxBundle caps a bundle taken out of a sandbox (default 512 MiB).
+	MaxBundle int64
+}
+
+// DefaultMaxBundle caps a pushed bundle.
+const DefaultMaxBundle = 512 << 20
+
+// Repos clones, copies into sandboxes and pushes. Safe for concurrent use: each repository's cache
+// is used by one operation at a time in this process.
+type Repos struct {
+	cfg Config
+	git git
+
+	mu    sync.Mutex // protects locks
+	locks map[string]*sync.Mutex
+}
+
+// New builds Repos; the cache directory is created on first use.
+func New(cfg Config) (*Repos, error) {
+	if cfg.CacheDir == "" {
+		return nil, errors.New("repo: CacheDir is required")
+	}
+	cfg.MaxBundle = cmp.Or(cfg.MaxBundle, DefaultMaxBundle)
+	return &Repos{cfg: cfg, git: git{token: cfg.Token}, locks: map[string]*sync.Mutex{}}, nil
+}
+
+// Check parses nothing: it applies the allowlist (callers parse with Parse).
+func (r *Repos) Check(s Spec) error { return r.cfg.Allow.Check(s) }
+
+// URL is the repository's clone URL, without credentials: what the sandbox's origin says.
+func (r *Repos) URL(s Spec) string {
+	base := r.cfg.Hosts[s.Host]
+	if base == "" {
+		base = "https://" + s.Host
+	}
+	return strings.TrimRight(base, "/") + "/" + url.PathEscape(s.Owner) + "/" + url.PathEscape(s.Name) + ".git"
+}
+
+// lock serializes the operations on one repository's cache.
+func (r *Repos) lock(s Spec) func() {
+	key := strings.ToLower(s.Host + "/" + s.FullName())
+	r.mu.Lock()
+	l, ok := r.locks[key]
+	if !ok {
+		l = &sync.Mutex{}
+		r.locks[key] = l
+	}
+	r.mu.Unlock()
+	l.Lock()
+	return l.Unlock
+}
+
+func (r *Repos) cachePath(s Spec) string {
+	return filepath.Join(r.cfg.CacheDir, strings.ToLower(s.Host), strings.ToLower(s.Owner), strings.ToLower(s.Name)+".git")
+}
+
+// sync brings the repository's mirror up to date (a clone the first time), with the caller holding
+// its lock, and returns its path. cold reports whether it had to clone.
+func (r *Repos) sync(ctx context.Context, s Spec) (dir string, cold bool, err error) {
+	if err := r.Check(s); err != nil {
+		return "", false, err
+	}
+	dir = r.cachePath(s)
+	if _, err := os.Stat(filepath.Join(dir, "HEAD")); err == nil {
+		if _, err := r.git.run(ctx, dir, "fetch", "--prune", "--quiet", r.URL(s), "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"); err != nil {
+			return "", false, fetchErr(s, err)
+		}
+	} else {
+		if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+			return "", false, fmt.Errorf("repo: cache: %w", err)
+		}
+		tmp, err := os.MkdirTemp(filepath.Dir(dir), ".clone-*")
+		if err != nil {
+			return "", false, fmt.Errorf("repo: cache: %w", err)
+		}
+		defer os.RemoveAll(tmp)
+		if _, err := r.git.run(ctx, "", "clone", "--bare", "--quiet", r.URL(s), tmp); err != nil {
+			return "", false, fetchErr(s, err)
+		}
+		if err := os.Rename(tmp, dir); err != nil {
+			return "", false, fmt.Errorf("repo: cache: %w", err)
+		}
+		cold = true
+	}
+	if s.Branch != "" {
+		if _, err := r.git.run(ctx, dir, "rev-parse", "--verify", "--quiet", "refs/heads/"+s.Branch+"^{commit}"); err != nil {
+			return "", cold, fmt.Errorf("%s: branch %s: %w", s, s.Branch, ErrNotFound)
+		}
+	}
+	return dir, cold, nil
+}
+
+func fetchErr(s Spec, err error) error {
+	if notFound(err) {
+		return fmt.Errorf("%s: %w: %w", s, ErrNotFound, err)
+	}
+	return fmt.Errorf("%s: %w: %w", s, ErrFetch, err)
+}

@@ -1,0 +1,76 @@
+package repo
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestParse(t *testing.T) {
+	tests := []struct {
+		in   string
+		want Spec
+		ok   bool
+	}{
+		{"acme/app", Spec{Host: "github.com", Owner: "acme", Name: "app"}, true},
+		{"acme/app@main", Spec{Host: "github.com", Owner: "acme", Name: "app", Branch: "main"}, true},
+		{"acme/app.git", Spec{Host: "github.com", Owner: "acme", Name: "app"}, true},
+		{"GHE.example.com/acme/app@release/1.2", Spec{Host: "ghe.example.com", Owner: "acme", Name: "app", Branch: "release/1.2"}, true},
+		{"127.0.0.1:8080/acme/app", Spec{Host: "127.0.0.1:8080", Owner: "acme", Name: "app"}, true},
+		{"app", Spec{}, false},
+		{"a/b/c/d", Spec{}, false},
+		{"acme/../etc", Spec{}, false},
+		{"acme/app@", Spec{}, false},
+		{"acme/app@-f", Spec{}, false},
+		{"acme/app@a..b", Spec{}, false},
+		{"acme/app@x y", Spec{}, false},
+		{"-acme/app", Spec{}, false},
+		{"acme/app;rm", Spec{}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := Parse(tc.in, "github.com")
+			if !tc.ok {
+				require.ErrorIs(t, err, ErrInvalidSpec)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
+		})
+	}
+}
+
+func TestAllowlist(t *testing.T) {
+	list := Allowlist{"github.com/acme", "github.com/other/one", "ghe.example.com/team/*"}
+	tests := []struct {
+		spec Spec
+		ok   bool
+	}{
+		{Spec{Host: "github.com", Owner: "acme", Name: "anything"}, true},
+		{Spec{Host: "github.com", Owner: "ACME", Name: "app"}, true},
+		{Spec{Host: "github.com", Owner: "other", Name: "one"}, true},
+		{Spec{Host: "github.com", Owner: "other", Name: "two"}, false},
+		{Spec{Host: "ghe.example.com", Owner: "team", Name: "x"}, true},
+		{Spec{Host: "gitlab.com", Owner: "acme", Name: "app"}, false},
+		{Spec{Host: "github.com", Owner: "acme-evil", Name: "app"}, false},
+	}
+	for _, tc := range tests {
+		err := list.Check(tc.spec)
+		if tc.ok {
+			require.NoError(t, err, tc.spec)
+		} else {
+			require.ErrorIs(t, err, ErrNotAllowed, tc.spec)
+		}
+	}
+	require.ErrorIs(t, Allowlist(nil).Check(Spec{Host: "github.com", Owner: "acme", Name: "app"}), ErrNotAllowed, "empty allows nothing")
+}
+
+func TestThreadBranch(t *testing.T) {
+	a, b := ThreadBranch("slack:T:C:1.1"), ThreadBranch("slack:T:C:1.2")
+	require.NotEqual(t, a, b)
+	require.Equal(t, a, ThreadBranch("slack:T:C:1.1"), "stable")
+	require.True(t, strings.HasPrefix(a, BranchPrefix))
+	require.True(t, ValidBranch(a))
+	require.Len(t, a, len(BranchPrefix)+10)
+}
