@@ -176,7 +176,9 @@ func Unsigned() Signing {
 
 // BadSignature sends a well-formed signature made with another key.
 func BadSignature() Signing {
-	return func(h http.Header) { h.Set("X-Signature-Ed25519", hex.EncodeToString(make([]byte, ed25519.SignatureSize))) }
+	return func(h http.Header) {
+		h.Set("X-Signature-Ed25519", hex.EncodeToString(make([]byte, ed25519.SignatureSize)))
+	}
 }
 
 // HTTPResult is the bot's answer to an HTTP interaction.
