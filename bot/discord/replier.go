@@ -48,8 +48,11 @@ type replier struct {
 	mu          sync.Mutex
 	threadReady bool
 	progressID  string
-	answered    bool
-	lastTyping  time.Time
+	// progressAfter is when progress may be sent again after a 429: discordgo would otherwise sleep
+	// in its bucket (not cancellable) and hold the turn's final update.
+	progressAfter time.Time
+	answered      bool
+	lastTyping    time.Time
 }
 
 var (
@@ -241,6 +244,12 @@ func (r *replier) answeredNow() bool {
 // the answer replaces it). It never waits: a 429 comes back as *bot.RateLimitedError and the
 // coalescer holds off while the turn goes on.
 func (r *replier) Progress(ctx context.Context, text string) error {
+	r.mu.Lock()
+	wait := time.Until(r.progressAfter)
+	r.mu.Unlock()
+	if wait > 0 {
+		return &bot.RateLimitedError{RetryAfter: wait}
+	}
 	ctx, cancel := context.WithTimeout(ctx, editTimeout)
 	defer cancel()
 	opts := []discordgo.RequestOption{discordgo.WithContext(ctx), discordgo.WithRetryOnRatelimit(false)}
@@ -269,7 +278,11 @@ func (r *replier) Progress(ctx context.Context, text string) error {
 		}
 	}
 	if rl, ok := errors.AsType[*discordgo.RateLimitError](err); ok {
-		return &bot.RateLimitedError{RetryAfter: max(rl.RetryAfter, 100*time.Millisecond)}
+		wait := max(rl.RetryAfter, 100*time.Millisecond)
+		r.mu.Lock()
+		r.progressAfter = time.Now().Add(wait)
+		r.mu.Unlock()
+		return &bot.RateLimitedError{RetryAfter: wait}
 	}
 	if err != nil {
 		return fmt.Errorf("discord: progress: %w", err)

@@ -1,6 +1,7 @@
 package discordfake
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -86,8 +87,14 @@ func (s *Server) record(auth bool, h http.HandlerFunc) http.Handler {
 			writeError(rec, http.StatusUnauthorized, 0, "401: Unauthorized")
 			return
 		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, 200<<20))
+		if err != nil {
+			writeError(rec, http.StatusBadRequest, 50109, "The request body contains invalid JSON.")
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
 		s.mu.Lock()
-		wait, limited := s.limitedLocked(r.Method, path)
+		wait, limited := s.limitedLocked(r.Method, path, body)
 		s.mu.Unlock()
 		bucket := fmt.Sprintf("%x", len(path)) // a stable per-route bucket name
 		hd := rec.Header()

@@ -11,6 +11,7 @@
 package discordfake
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -318,8 +319,10 @@ func (s *Server) Requests() []Request {
 // rateRule makes the next N matching requests answer 429.
 type rateRule struct {
 	method, prefix string
-	retryAfter     time.Duration
-	left           int
+	// contains, when set, must be in the request body.
+	contains   string
+	retryAfter time.Duration
+	left       int
 }
 
 // RateLimit makes the next n requests whose method is method and whose path (after /api/v{n})
@@ -330,10 +333,17 @@ func (s *Server) RateLimit(method, pathPrefix string, retryAfter time.Duration, 
 	s.limits = append(s.limits, &rateRule{method: method, prefix: pathPrefix, retryAfter: retryAfter, left: n})
 }
 
+// RateLimitWhen is RateLimit for requests whose body contains substr (one message among others).
+func (s *Server) RateLimitWhen(method, pathPrefix, substr string, retryAfter time.Duration, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.limits = append(s.limits, &rateRule{method: method, prefix: pathPrefix, contains: substr, retryAfter: retryAfter, left: n})
+}
+
 // limitedLocked consumes a matching 429 rule. Callers hold mu.
-func (s *Server) limitedLocked(method, path string) (time.Duration, bool) {
+func (s *Server) limitedLocked(method, path string, body []byte) (time.Duration, bool) {
 	for _, r := range s.limits {
-		if r.left > 0 && r.method == method && strings.HasPrefix(path, r.prefix) {
+		if r.left > 0 && r.method == method && strings.HasPrefix(path, r.prefix) && bytes.Contains(body, []byte(r.contains)) {
 			r.left--
 			return r.retryAfter, true
 		}
