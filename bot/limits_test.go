@@ -1,9 +1,8 @@
 package bot_test
 
 import (
-	"context"
 	"fmt"
-	"os"
+	"github.com/threadbox/threadbox/db/dbtest"
 	"strings"
 	"sync"
 	"testing"
@@ -14,7 +13,6 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/threadbox/threadbox/bot"
-	"github.com/threadbox/threadbox/sandbox/sandboxtest"
 )
 
 func TestTTLCache(t *testing.T) {
@@ -60,7 +58,7 @@ func TestRedisDownFallsBack(t *testing.T) {
 }
 
 func TestRedisDedupeAndForget(t *testing.T) {
-	rdb := testRedis(t)
+	rdb := dbtest.Redis(t)
 	prefix := randomPrefix(t)
 	log := zaptest.NewLogger(t)
 	a := bot.NewDeduper(rdb, prefix, time.Minute, time.Now, log)
@@ -110,24 +108,6 @@ func TestLimiterCheck(t *testing.T) {
 	}
 	require.True(t, bot.ExemptFromLimits(" Stop "))
 	require.False(t, bot.ExemptFromLimits("stop the server"))
-}
-
-// testRedis returns a client on the test Redis (THREADBOX_TEST_REDIS_URL), or skips (fails with
-// THREADBOX_REQUIRE_SERVICES) when it does not answer.
-func testRedis(t testing.TB) *redis.Client {
-	t.Helper()
-	u := os.Getenv("THREADBOX_TEST_REDIS_URL")
-	if u == "" {
-		u = "redis://127.0.0.1:6379/0"
-	}
-	opt, err := redis.ParseURL(u)
-	require.NoError(t, err)
-	rdb := redis.NewClient(opt)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	sandboxtest.RequireService(t, "redis", rdb.Ping(ctx).Err())
-	t.Cleanup(func() { _ = rdb.Close() })
-	return rdb
 }
 
 func randomPrefix(t testing.TB) string {

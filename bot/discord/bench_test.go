@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 
@@ -21,7 +20,6 @@ import (
 	"github.com/threadbox/threadbox/db/dbtest"
 	"github.com/threadbox/threadbox/sandbox"
 	"github.com/threadbox/threadbox/sandbox/sandboxfake"
-	"github.com/threadbox/threadbox/sandbox/sandboxtest"
 )
 
 // BenchmarkInteractionDeferral measures the gateway-dispatch-to-deferral latency of slash commands
@@ -39,7 +37,7 @@ func BenchmarkInteractionDeferral(b *testing.B) {
 	n, rate := benchEnv("THREADBOX_BENCH_DISCORD_N", 500), benchEnv("THREADBOX_BENCH_DISCORD_RATE", 50)
 	b.Run("stub", func(b *testing.B) { benchDeferral(b, n, rate, func(*discord.Options) {}) })
 	b.Run("redis", func(b *testing.B) {
-		rdb := benchRedis(b)
+		rdb := dbtest.Redis(b)
 		benchDeferral(b, n, rate, func(o *discord.Options) {
 			o.Redis, o.KeyPrefix = rdb, fmt.Sprintf("tbbench:%d:", time.Now().UnixNano())
 		})
@@ -130,22 +128,6 @@ func benchEnv(name string, def int) int {
 		return v
 	}
 	return def
-}
-
-// benchRedis returns a client on the test Redis, or skips (fails with THREADBOX_REQUIRE_SERVICES).
-func benchRedis(b *testing.B) *redis.Client {
-	u := os.Getenv("THREADBOX_TEST_REDIS_URL")
-	if u == "" {
-		u = "redis://127.0.0.1:6379/0"
-	}
-	opt, err := redis.ParseURL(u)
-	require.NoError(b, err)
-	rdb := redis.NewClient(opt)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	sandboxtest.RequireService(b, "redis", rdb.Ping(ctx).Err())
-	b.Cleanup(func() { _ = rdb.Close() })
-	return rdb
 }
 
 type nop struct{}

@@ -7,12 +7,10 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/bwmarrin/discordgo"
-	"go.uber.org/zap"
 
 	"github.com/threadbox/threadbox/bot"
 )
@@ -61,8 +59,6 @@ func (a *Adapter) trusted(raw string) bool {
 	return u.Scheme == "https" && cdnHosts[strings.ToLower(u.Hostname())]
 }
 
-var errTooBig = errors.New("over the size limit")
-
 // OpenFile implements bot.Platform: it downloads an attachment into a spool file (never into
 // memory) within the per-file cap and returns it open; closing it removes the file.
 func (a *Adapter) OpenFile(ctx context.Context, ref string) (io.ReadCloser, error) {
@@ -84,34 +80,15 @@ func (a *Adapter) OpenFile(ctx context.Context, ref string) (io.ReadCloser, erro
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("download failed: HTTP %d", resp.StatusCode)
 	}
-	f, err := os.CreateTemp("", "threadbox-discord-*")
-	if err != nil {
-		return nil, fmt.Errorf("spooling an attachment: %w", err)
-	}
-	sp := &spoolFile{File: f}
-	n, err := io.Copy(f, io.LimitReader(resp.Body, a.opts.MaxInboundFileBytes+1))
-	if err == nil && n > a.opts.MaxInboundFileBytes {
-		err = errTooBig
-	}
-	if err == nil {
-		_, err = f.Seek(0, io.SeekStart)
+	f, err := bot.Spool("threadbox-discord-", a.opts.MaxInboundFileBytes, func(w io.Writer) error {
+		_, err := io.Copy(w, resp.Body)
+		return err
+	})
+	if errors.Is(err, bot.ErrTooBig) {
+		return nil, fmt.Errorf("larger than Discord said, and over the %s limit", bot.HumanSize(a.opts.MaxInboundFileBytes))
 	}
 	if err != nil {
-		_ = sp.Close()
-		a.log.Debug("attachment download", zap.Error(err))
-		if errors.Is(err, errTooBig) {
-			return nil, fmt.Errorf("larger than Discord said, and over the %s limit", bot.HumanSize(a.opts.MaxInboundFileBytes))
-		}
 		return nil, fmt.Errorf("download failed: %w", err)
 	}
-	return sp, nil
-}
-
-// spoolFile removes itself when closed.
-type spoolFile struct{ *os.File }
-
-func (s *spoolFile) Close() error {
-	err := s.File.Close()
-	_ = os.Remove(s.Name())
-	return err
+	return f, nil
 }

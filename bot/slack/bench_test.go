@@ -42,7 +42,7 @@ func BenchmarkEventsAck(b *testing.B) {
 		benchAck(b, n, rate, func(b *testing.B, o *Options) { o.Handler = nopHandler{} })
 	})
 	b.Run("stub+redis", func(b *testing.B) {
-		rdb := testRedis(b)
+		rdb := dbtest.Redis(b)
 		benchAck(b, n, rate, func(b *testing.B, o *Options) {
 			o.Handler, o.Redis, o.KeyPrefix = nopHandler{}, rdb, fmt.Sprintf("tbbench:%d:", time.Now().UnixNano())
 		})
