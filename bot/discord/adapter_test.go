@@ -71,6 +71,9 @@ func newRig(t *testing.T, mod func(*discord.Options)) *rig {
 	if mod != nil {
 		mod(&o)
 	}
+	if rh, ok := o.Handler.(*recorder); ok {
+		h = rh
+	}
 	ad, err := discord.New(o)
 	require.NoError(t, err)
 	require.NoError(t, ad.Start(t.Context()))
@@ -291,4 +294,24 @@ func TestAnswerWaitsOutA429(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, limited)
+}
+
+// TestRestoredReplierAnswersLikeTheOriginal: a turn taken over by another process (acknowledged
+// means answered) is answered in the same thread, which that process starts if need be.
+func TestRestoredReplierAnswersLikeTheOriginal(t *testing.T) {
+	quiet := &recorder{seen: make(chan bot.Message, 8)}
+	r := newRig(t, func(o *discord.Options) { o.Handler = quiet })
+	m := r.fake.Mention("G1", "C1", discordfake.Person("U1"), "take me over")
+	got := r.next(t)
+	other, err := discord.New(discord.Options{BotToken: r.fake.Options().BotToken, ApplicationID: r.fake.Options().AppID,
+		APIURL: r.fake.APIURL(), Handler: quiet})
+	require.NoError(t, err)
+	rep, err := other.Restore(got.Reply)
+	require.NoError(t, err)
+	require.NoError(t, rep.Post(t.Context(), "answered elsewhere"))
+	require.NoError(t, rep.React(t.Context(), bot.ReactDone))
+	require.Equal(t, []string{"answered elsewhere"}, contents(r.fake.BotMessages(m.ID)), "in the thread started from the message")
+	require.Equal(t, []string{"✅"}, r.fake.Reactions("C1", m.ID))
+	_, err = other.Restore([]byte(`{}`))
+	require.Error(t, err, "an address without a channel")
 }

@@ -29,14 +29,10 @@ import (
 )
 
 // Handler routes a message; *bot.Handler implements it.
-type Handler interface {
-	Handle(ctx context.Context, msg bot.Message, r bot.Replier) error
-}
+type Handler = bot.MessageHandler
 
 // Admin runs admin commands; *bot.Admin implements it.
-type Admin interface {
-	Run(ctx context.Context, actor string, argv []string) (string, error)
-}
+type Admin = bot.AdminRunner
 
 // Options configure the adapter.
 type Options struct {

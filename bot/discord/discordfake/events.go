@@ -326,9 +326,8 @@ func (s *Server) webhookLocked(w http.ResponseWriter, r *http.Request) *Interact
 }
 
 func (s *Server) editOriginal(w http.ResponseWriter, r *http.Request) {
-	o, err := s.readOutgoing(r)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, 50109, "The request body contains invalid JSON.")
+	o, ok := s.outgoingOr400(w, r)
+	if !ok {
 		return
 	}
 	s.mu.Lock()
@@ -349,9 +348,8 @@ func (s *Server) editOriginal(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) followup(w http.ResponseWriter, r *http.Request) {
-	o, err := s.readOutgoing(r)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, 50109, "The request body contains invalid JSON.")
+	o, ok := s.outgoingOr400(w, r)
+	if !ok {
 		return
 	}
 	s.mu.Lock()

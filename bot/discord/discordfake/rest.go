@@ -203,6 +203,16 @@ func (s *Server) readOutgoing(r *http.Request) (outgoing, error) {
 	}
 }
 
+// outgoingOr400 reads a message body, answering Discord's 400 when it cannot.
+func (s *Server) outgoingOr400(w http.ResponseWriter, r *http.Request) (outgoing, bool) {
+	o, err := s.readOutgoing(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, 50109, "The request body contains invalid JSON.")
+		return o, false
+	}
+	return o, true
+}
+
 // newMessageLocked validates and stores a bot message. Callers hold mu.
 func (s *Server) newMessageLocked(channelID string, o outgoing) (*Message, int, string) {
 	content := ""
@@ -238,9 +248,8 @@ func (s *Server) attachLocked(channelID string, files []Attachment) []Attachment
 }
 
 func (s *Server) postMessage(w http.ResponseWriter, r *http.Request) {
-	o, err := s.readOutgoing(r)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, 50109, "The request body contains invalid JSON.")
+	o, ok := s.outgoingOr400(w, r)
+	if !ok {
 		return
 	}
 	ch := r.PathValue("channel")
@@ -260,9 +269,8 @@ func (s *Server) postMessage(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) editMessage(w http.ResponseWriter, r *http.Request) {
-	o, err := s.readOutgoing(r)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, 50109, "The request body contains invalid JSON.")
+	o, ok := s.outgoingOr400(w, r)
+	if !ok {
 		return
 	}
 	s.mu.Lock()
@@ -349,11 +357,20 @@ type threadStart struct {
 	Type                int    `json:"type"`
 }
 
-// threadFromMessage starts a thread from a message; like Discord, the thread's id is the message's.
-func (s *Server) threadFromMessage(w http.ResponseWriter, r *http.Request) {
+// readThreadStart reads a thread's name and settings; a thread needs a name.
+func readThreadStart(w http.ResponseWriter, r *http.Request) (threadStart, bool) {
 	var ts threadStart
 	if err := json.NewDecoder(r.Body).Decode(&ts); err != nil || ts.Name == "" {
 		writeError(w, http.StatusBadRequest, codeTooLong, "Invalid Form Body: name: This field is required")
+		return ts, false
+	}
+	return ts, true
+}
+
+// threadFromMessage starts a thread from a message; like Discord, the thread's id is the message's.
+func (s *Server) threadFromMessage(w http.ResponseWriter, r *http.Request) {
+	ts, ok := readThreadStart(w, r)
+	if !ok {
 		return
 	}
 	s.mu.Lock()
@@ -382,9 +399,8 @@ func (s *Server) threadFromMessage(w http.ResponseWriter, r *http.Request) {
 
 // threadBare starts a thread without a starter message (/ask in a channel).
 func (s *Server) threadBare(w http.ResponseWriter, r *http.Request) {
-	var ts threadStart
-	if err := json.NewDecoder(r.Body).Decode(&ts); err != nil || ts.Name == "" {
-		writeError(w, http.StatusBadRequest, codeTooLong, "Invalid Form Body: name: This field is required")
+	ts, ok := readThreadStart(w, r)
+	if !ok {
 		return
 	}
 	s.mu.Lock()
