@@ -101,6 +101,10 @@ func (r *rig) wait(t *testing.T, what string, cond func() bool) {
 	require.NoError(t, r.fake.Wait(ctx, cond), what)
 }
 
+func (r *rig) said(channel string) string {
+	return strings.Join(contents(r.fake.BotMessages(channel)), "\n")
+}
+
 func contents(ms []discordfake.Message) []string {
 	var out []string
 	for _, m := range ms {
@@ -314,4 +318,21 @@ func TestRestoredReplierAnswersLikeTheOriginal(t *testing.T) {
 	require.Equal(t, []string{"✅"}, r.fake.Reactions("C1", m.ID))
 	_, err = other.Restore([]byte(`{}`))
 	require.Error(t, err, "an address without a channel")
+}
+
+func TestRateLimitsAnswerOncePolitely(t *testing.T) {
+	r := newRig(t, func(o *discord.Options) {
+		o.RateLimit = bot.RateLimit{UserMessages: 1, ChannelMessages: -1, Window: time.Hour}
+	})
+	u := discordfake.Person("U1")
+	dm := r.fake.DMChannel(u)
+	r.fake.DM(u, "one")
+	require.Equal(t, "one", r.next(t).Text)
+	r.fake.DM(u, "two")
+	r.fake.DM(u, "three")
+	r.fake.DM(u, "stop") // control commands get through
+	require.Equal(t, "stop", r.next(t).Text)
+	r.wait(t, "the notice", func() bool { return strings.Contains(r.said(dm), "more than 1 messages in 1 hour") })
+	require.Equal(t, 1, strings.Count(r.said(dm), "more than 1 messages"), "said once")
+	require.Empty(t, r.h.seen, "two and three were dropped")
 }

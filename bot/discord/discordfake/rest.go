@@ -234,6 +234,8 @@ func (s *Server) newMessageLocked(channelID string, o outgoing) (*Message, int, 
 	}
 	m.Attachments = s.attachLocked(channelID, o.Files)
 	s.messages[channelID] = append(s.messages[channelID], m)
+	// Like Discord, the bot's own messages come back to it on the gateway.
+	s.dispatchOrHoldLocked("MESSAGE_CREATE", m)
 	return m, 0, ""
 }
 
