@@ -63,6 +63,7 @@ func TestGatewayAndRESTWithDiscordgo(t *testing.T) {
 	st := fake.Gateway()
 	require.Equal(t, 1, st.Identifies)
 	require.Equal(t, int(s.Identify.Intents), st.Intents, "Identify carries the intents")
+	require.NoError(t, fake.Wait(t.Context(), func() bool { return fake.Gateway().Heartbeats >= 1 }), "discordgo heartbeats at once")
 
 	m := fake.Mention("G1", "C1", discordfake.Person("U1"), "hello", discordfake.WithAttachment("a.txt", []byte("data")))
 	var ev *discordgo.MessageCreate
