@@ -2,6 +2,7 @@ package discordfake_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/ed25519"
 	"encoding/hex"
 	"io"
@@ -40,6 +41,13 @@ func (rw rewrite) RoundTrip(r *http.Request) (*http.Response, error) {
 
 const wait = 10 * time.Second
 
+func waitFor(t *testing.T, fake *discordfake.Server, cond func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), wait)
+	defer cancel()
+	require.NoError(t, fake.Wait(ctx, cond))
+}
+
 func session(t *testing.T, fake *discordfake.Server) *discordgo.Session {
 	t.Helper()
 	s, err := discordgo.New("Bot " + fake.Options().BotToken)
@@ -63,7 +71,7 @@ func TestGatewayAndRESTWithDiscordgo(t *testing.T) {
 	st := fake.Gateway()
 	require.Equal(t, 1, st.Identifies)
 	require.Equal(t, int(s.Identify.Intents), st.Intents, "Identify carries the intents")
-	require.NoError(t, fake.Wait(t.Context(), func() bool { return fake.Gateway().Heartbeats >= 1 }), "discordgo heartbeats at once")
+	waitFor(t, fake, func() bool { return fake.Gateway().Heartbeats >= 1 }) // discordgo heartbeats at once
 
 	m := fake.Mention("G1", "C1", discordfake.Person("U1"), "hello", discordfake.WithAttachment("a.txt", []byte("data")))
 	var ev *discordgo.MessageCreate
@@ -210,7 +218,7 @@ func TestResumeReplaysMissedDispatches(t *testing.T) {
 	require.Equal(t, "one", next())
 	// op 7: discordgo closes, reconnects and resumes; a message sent meanwhile is replayed.
 	fake.Reconnect()
-	require.NoError(t, fake.Wait(t.Context(), func() bool { return !fake.Gateway().Connected }))
+	waitFor(t, fake, func() bool { return !fake.Gateway().Connected })
 	fake.Say("C1", discordfake.Person("U1"), "two")
 	select {
 	case <-resumed:
@@ -233,7 +241,7 @@ func TestResumeReplaysMissedDispatches(t *testing.T) {
 
 	// op 9 not resumable: discordgo identifies again on the same socket.
 	fake.InvalidSession(false)
-	require.NoError(t, fake.Wait(t.Context(), func() bool { return fake.Gateway().Identifies == 2 }))
+	waitFor(t, fake, func() bool { return fake.Gateway().Identifies == 2 })
 }
 
 func TestHTTPInteractionsAreSignedLikeDiscord(t *testing.T) {

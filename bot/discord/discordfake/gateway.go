@@ -169,6 +169,7 @@ func (s *Server) readGateway(c *gwConn) {
 			s.mu.Lock()
 			s.gw.heartbeats++
 			c.sendLocked(opFrame(11, nil))
+			s.notifyLocked()
 			s.mu.Unlock()
 		case 2:
 			if !s.identify(c, f.D) {
