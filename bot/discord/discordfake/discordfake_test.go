@@ -39,7 +39,8 @@ func (rw rewrite) RoundTrip(r *http.Request) (*http.Response, error) {
 	return http.DefaultTransport.RoundTrip(r)
 }
 
-const wait = 10 * time.Second
+// wait is generous: under -race on two shared cores a reconnect (discordgo sleeps 1 s in Close) can be slow.
+const wait = 30 * time.Second
 
 func waitFor(t *testing.T, fake *discordfake.Server, cond func() bool) {
 	t.Helper()
