@@ -13,12 +13,11 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/threadbox/threadbox/agentpool"
-	agentrt "github.com/threadbox/threadbox/agentpool/runtime"
+	"github.com/threadbox/threadbox/agentpool/runtime/echo"
 	"github.com/threadbox/threadbox/bot"
 	"github.com/threadbox/threadbox/bot/discord"
 	"github.com/threadbox/threadbox/bot/discord/discordfake"
 	"github.com/threadbox/threadbox/db/dbtest"
-	"github.com/threadbox/threadbox/sandbox"
 	"github.com/threadbox/threadbox/sandbox/sandboxfake"
 )
 
@@ -46,7 +45,7 @@ func BenchmarkInteractionDeferral(b *testing.B) {
 		benchDeferral(b, n, rate, func(o *discord.Options) {
 			st := dbtest.OpenPostgres(b)
 			pool, err := agentpool.New(agentpool.Config{Deployment: "discordbench", Image: "fake"},
-				agentpool.Deps{Store: st, Provider: sandboxfake.New(), Runtime: instant{}, Logger: zap.NewNop()})
+				agentpool.Deps{Store: st, Provider: sandboxfake.New(), Runtime: echo.Runtime{}, Logger: zap.NewNop()})
 			require.NoError(b, err)
 			b.Cleanup(func() {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -133,16 +132,3 @@ func benchEnv(name string, def int) int {
 type nop struct{}
 
 func (nop) Handle(context.Context, bot.Message, bot.Replier) error { return nil }
-
-// instant is a runtime that answers at once: the pool run measures the bot, not an agent.
-type instant struct{}
-
-func (instant) Name() string                                  { return "instant" }
-func (instant) Ensure(context.Context, sandbox.Sandbox) error { return nil }
-func (instant) Session(context.Context, sandbox.Sandbox, string, string) (string, bool, error) {
-	return "s", false, nil
-}
-func (instant) Prompt(_ context.Context, _ sandbox.Sandbox, _ string, p agentrt.Prompt, _ func(agentrt.Event)) (agentrt.Result, error) {
-	return agentrt.Result{Answer: p.Text}, nil
-}
-func (instant) Abort(context.Context, sandbox.Sandbox, string) error { return nil }
