@@ -37,10 +37,10 @@ func (h *recorder) Handle(ctx context.Context, m bot.Message, r bot.Replier) err
 		h.msgs = append(h.msgs, m)
 	}
 	h.mu.Unlock()
+	h.seen <- m
 	if refuse {
 		return fmt.Errorf("%w: the database is down", bot.ErrNotAccepted)
 	}
-	h.seen <- m
 	if h.answer != nil {
 		go func() {
 			ctx := context.WithoutCancel(ctx)
@@ -267,17 +267,17 @@ func TestNotAcceptedIsNotDeferred(t *testing.T) {
 	r.h.mu.Lock()
 	r.h.refuse = true
 	r.h.mu.Unlock()
-	r.fake.DM(discordfake.Person("U1"), "hello")
-	dm := r.fake.DMChannel(discordfake.Person("U1"))
-	in := r.fake.Slash(dm, discordfake.Person("U1"), "ask", map[string]string{"prompt": "x"})
+	u := discordfake.Person("U1")
+	dm := r.fake.DMChannel(u)
+	in := r.fake.Slash(dm, u, "ask", map[string]string{"prompt": "x"})
 	res, err := r.fake.PostInteraction(t.Context(), r.http.URL, in)
 	require.NoError(t, err)
-	require.Equal(t, http.StatusServiceUnavailable, res.Status)
-	gw := r.fake.Slash(dm, discordfake.Person("U1"), "status", nil)
+	require.Equal(t, http.StatusServiceUnavailable, res.Status, "so Discord shows the user a failure")
+	require.Equal(t, "x", r.next(t).Text)
+	gw := r.fake.Slash(dm, u, "status", nil)
 	r.fake.DispatchInteraction(gw)
-	probe := r.fake.Slash(dm, discordfake.Person("U1"), "threadbox", map[string]string{"command": "sessions"})
-	r.fake.DispatchInteraction(probe) // handled after gw, on the same reader
-	r.wait(t, "the probe answered", func() bool { rec, _ := r.fake.Interaction(probe.ID); return len(rec.Callbacks) == 1 })
+	require.Equal(t, "status", r.next(t).Text)
+	require.NoError(t, r.ad.Close()) // waits for the interaction's handling to end
 	rec, _ := r.fake.Interaction(gw.ID)
 	require.Empty(t, rec.Callbacks, "a command not taken is not deferred")
 }

@@ -55,15 +55,19 @@ func (a *Adapter) onInteraction(_ *discordgo.Session, ic *discordgo.InteractionC
 	if ic.Interaction == nil || a.isClosed() {
 		return
 	}
-	ctx, cancel := context.WithTimeout(a.base, gatewayTimeout)
-	defer cancel()
+	// Off the gateway's reader: a slow store for one command must not hold the next one past
+	// Discord's 3 seconds (messages stay on the reader, in order; commands carry no order).
 	in := ic.Interaction
-	err := a.acceptInteraction(ctx, in, func(ctx context.Context, resp *discordgo.InteractionResponse) error {
-		return a.s.InteractionRespond(in, resp, discordgo.WithContext(ctx), discordgo.WithRetryOnRatelimit(false))
+	a.goBackground(func(base context.Context) {
+		ctx, cancel := context.WithTimeout(base, gatewayTimeout)
+		defer cancel()
+		err := a.acceptInteraction(ctx, in, func(ctx context.Context, resp *discordgo.InteractionResponse) error {
+			return a.s.InteractionRespond(in, resp, discordgo.WithContext(ctx), discordgo.WithRetryOnRatelimit(false))
+		})
+		if err != nil {
+			a.log.Error("interaction not taken", zap.String("interaction", in.ID), zap.Error(err))
+		}
 	})
-	if err != nil {
-		a.log.Error("interaction not taken", zap.String("interaction", in.ID), zap.Error(err))
-	}
 }
 
 // InteractionsHandler serves POST /discord/interactions: 401 for a bad, missing or stale signature
