@@ -176,3 +176,13 @@ type Replier interface {
 type PrivatePoster interface {
 	PostPrivate(ctx context.Context, userID, text string) error
 }
+
+// MessageHandler takes the messages an adapter accepted; *Handler implements it.
+type MessageHandler interface {
+	Handle(ctx context.Context, msg Message, r Replier) error
+}
+
+// AdminRunner runs admin commands for an actor ("platform:user"); *Admin implements it.
+type AdminRunner interface {
+	Run(ctx context.Context, actor string, argv []string) (string, error)
+}

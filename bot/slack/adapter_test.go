@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/threadbox/threadbox/db/dbtest"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -222,7 +223,7 @@ func politeNotices(fake *slackfake.Server, ch, thread string) []string {
 // TestRateLimitSharedInRedis runs two adapters, as two replicas would, on one Redis: the per-user
 // limit is one budget across both, and only one of them sends the polite reply.
 func TestRateLimitSharedInRedis(t *testing.T) {
-	rdb := testRedis(t)
+	rdb := dbtest.Redis(t)
 	clock := &fakeClock{now: windowStart()}
 	prefix := randomPrefix(t)
 	fake := slackfake.New(slackfake.Options{})

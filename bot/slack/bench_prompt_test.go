@@ -13,6 +13,7 @@ import (
 
 	"github.com/threadbox/threadbox/agentpool"
 	agentrt "github.com/threadbox/threadbox/agentpool/runtime"
+	"github.com/threadbox/threadbox/agentpool/runtime/echo"
 	"github.com/threadbox/threadbox/bot"
 	"github.com/threadbox/threadbox/bot/slack/slackfake"
 	"github.com/threadbox/threadbox/db/dbtest"
@@ -22,13 +23,13 @@ import (
 
 // stampRuntime tells when each prompt reaches it.
 type stampRuntime struct {
-	echoRuntime
+	echo.Runtime
 	at chan time.Time
 }
 
 func (r stampRuntime) Prompt(ctx context.Context, sb sandbox.Sandbox, sid string, p agentrt.Prompt, emit func(agentrt.Event)) (agentrt.Result, error) {
 	r.at <- time.Now()
-	return r.echoRuntime.Prompt(ctx, sb, sid, p, emit)
+	return r.Runtime.Prompt(ctx, sb, sid, p, emit)
 }
 
 // BenchmarkEventToPrompt measures, on PostgreSQL, the time from a signed Slack event leaving the

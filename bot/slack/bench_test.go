@@ -16,11 +16,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/threadbox/threadbox/agentpool"
-	agentrt "github.com/threadbox/threadbox/agentpool/runtime"
+	"github.com/threadbox/threadbox/agentpool/runtime/echo"
 	"github.com/threadbox/threadbox/bot"
 	"github.com/threadbox/threadbox/bot/slack/slackfake"
 	"github.com/threadbox/threadbox/db/dbtest"
-	"github.com/threadbox/threadbox/sandbox"
 	"github.com/threadbox/threadbox/sandbox/sandboxfake"
 )
 
@@ -42,7 +41,7 @@ func BenchmarkEventsAck(b *testing.B) {
 		benchAck(b, n, rate, func(b *testing.B, o *Options) { o.Handler = nopHandler{} })
 	})
 	b.Run("stub+redis", func(b *testing.B) {
-		rdb := testRedis(b)
+		rdb := dbtest.Redis(b)
 		benchAck(b, n, rate, func(b *testing.B, o *Options) {
 			o.Handler, o.Redis, o.KeyPrefix = nopHandler{}, rdb, fmt.Sprintf("tbbench:%d:", time.Now().UnixNano())
 		})
@@ -51,7 +50,7 @@ func BenchmarkEventsAck(b *testing.B) {
 		benchAck(b, n, rate, func(b *testing.B, o *Options) {
 			st := dbtest.OpenPostgres(b)
 			pool, err := agentpool.New(agentpool.Config{Deployment: "slackbench", Image: "fake"},
-				agentpool.Deps{Store: st, Provider: sandboxfake.New(), Runtime: echoRuntime{}, Logger: zap.NewNop()})
+				agentpool.Deps{Store: st, Provider: sandboxfake.New(), Runtime: echo.Runtime{}, Logger: zap.NewNop()})
 			require.NoError(b, err)
 			b.Cleanup(func() {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -170,17 +169,3 @@ func envInt(name string, def int) int {
 type nopHandler struct{}
 
 func (nopHandler) Handle(context.Context, bot.Message, bot.Replier) error { return nil }
-
-// echoRuntime answers at once: the pool run measures the bot, not an agent.
-type echoRuntime struct{}
-
-func (echoRuntime) Name() string                                  { return "echo" }
-func (echoRuntime) Ensure(context.Context, sandbox.Sandbox) error { return nil }
-func (echoRuntime) Session(context.Context, sandbox.Sandbox, string, string) (string, bool, error) {
-	return "s", false, nil
-}
-func (echoRuntime) Prompt(_ context.Context, _ sandbox.Sandbox, _ string, p agentrt.Prompt, emit func(agentrt.Event)) (agentrt.Result, error) {
-	emit(agentrt.Event{Kind: agentrt.EventText, Text: p.Text})
-	return agentrt.Result{Answer: p.Text}, nil
-}
-func (echoRuntime) Abort(context.Context, sandbox.Sandbox, string) error { return nil }

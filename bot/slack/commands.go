@@ -35,7 +35,7 @@ func (a *Adapter) serveCommands(w http.ResponseWriter, r *http.Request) {
 	// within the signature window: an admin command must not run again. The mark lives DedupeTTL (1h by
 	// default, and shared through Redis), longer than the window a replay can be accepted in.
 	sig := r.Header.Get("X-Slack-Request-Timestamp") + ":" + r.Header.Get("X-Slack-Signature")
-	if !a.seen.first(r.Context(), "cmdsig:"+sig) {
+	if !a.seen.First(r.Context(), "cmdsig:"+sig) {
 		a.log.Warn("ignored a replayed slash command (same signature and timestamp)", zap.String("remote", r.RemoteAddr))
 		writeEphemeral(w, "This command was already received; the repeat is ignored.")
 		return

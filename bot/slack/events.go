@@ -3,9 +3,7 @@ package slack
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -99,18 +97,18 @@ func (a *Adapter) accept(ctx context.Context, env envelope) bool {
 	if k == kindFollowUp && !a.serves(ctx, key) {
 		return true
 	}
-	if !a.seen.first(ctx, "ev:"+env.EventID) {
+	if !a.seen.First(ctx, "ev:"+env.EventID) {
 		log.Debug("duplicate event ignored")
 		return true
 	}
 	msgKey := messageKey(team, ev)
-	if !a.seen.first(ctx, "msg:"+msgKey) {
+	if !a.seen.First(ctx, "msg:"+msgKey) {
 		log.Debug("message already handled under another event id")
 		return true
 	}
 	forget := func() {
-		a.seen.forget(context.WithoutCancel(ctx), "ev:"+env.EventID)
-		a.seen.forget(context.WithoutCancel(ctx), "msg:"+msgKey)
+		a.seen.Forget(context.WithoutCancel(ctx), "ev:"+env.EventID)
+		a.seen.Forget(context.WithoutCancel(ctx), "msg:"+msgKey)
 	}
 	if a.queue.isClosed() {
 		forget()
@@ -118,11 +116,11 @@ func (a *Adapter) accept(ctx context.Context, env envelope) bool {
 	}
 	r := a.newReplier(ev.Channel, replyTS, ev.TS)
 	text := plainText(ev.Text, id.UserID, k == kindMention)
-	if !exempt(text) && !a.withinLimits(ctx, r, team, ev) {
+	if !bot.ExemptFromLimits(text) && !a.withinLimits(ctx, r, team, ev) {
 		return true
 	}
 	files, notes := a.inbound(ev)
-	name, _ := a.users.get(ev.User)
+	name, _ := a.users.Get(ev.User)
 	if name == "" {
 		a.queue.add(func() { a.userName(a.base, ev.User) }) // warm the cache for the next message
 	}
@@ -167,52 +165,24 @@ func (a *Adapter) serves(ctx context.Context, key bot.ThreadKey) bool {
 	return ok
 }
 
-// exempt lets in-thread control commands through the rate limit: a user who is over it must
-// still be able to stop a runaway turn or ask what is going on.
-func exempt(text string) bool {
-	switch strings.ToLower(strings.TrimSpace(text)) {
-	case bot.CmdStop, bot.CmdStatus, bot.CmdHelp:
-		return true
-	}
-	return false
-}
-
 // withinLimits applies the per-user then the per-channel limit. The first message over a limit in a
 // window gets one polite reply; later ones in the same window are dropped quietly.
 func (a *Adapter) withinLimits(ctx context.Context, r *replier, team string, ev event) bool {
-	rl := a.opts.RateLimit
-	checks := []struct {
-		scope string
-		max   int
-		say   string
-	}{
-		{"u:" + team + ":" + ev.User, rl.UserMessages, fmt.Sprintf("<@%s>, you have sent me more than %d messages in %s", ev.User, rl.UserMessages, spell(rl.Window))},
-		{"c:" + team + ":" + ev.Channel, rl.ChannelMessages, fmt.Sprintf("This channel has sent me more than %d messages in %s", rl.ChannelMessages, spell(rl.Window))},
+	ok, notice := a.limits.Check(ctx, a.opts.RateLimit, "u:"+team+":"+ev.User, "c:"+team+":"+ev.Channel, "<@"+ev.User+">")
+	if notice != "" {
+		// Posted off the ack path: a call to Slack must not hold up the acknowledgement.
+		a.queue.add(func() {
+			if err := r.postRaw(a.base, notice); err != nil {
+				a.log.Warn("posting the rate-limit notice", zap.Error(err))
+			}
+		})
 	}
-	for _, c := range checks {
-		v := a.limits.allow(ctx, c.scope, c.max)
-		if v.allowed {
-			continue
-		}
-		a.log.Info("rate limit: message dropped", zap.String("scope", c.scope), zap.String("ts", ev.TS))
-		if v.notify {
-			text := fmt.Sprintf("%s, so I am skipping messages for the next %s. Please send it again after that (I will only say this once).",
-				c.say, spell(v.resetIn.Round(time.Second)))
-			// Posted off the ack path: a call to Slack must not hold up the acknowledgement.
-			a.queue.add(func() {
-				if err := r.postRaw(a.base, text); err != nil {
-					a.log.Warn("posting the rate-limit notice", zap.Error(err))
-				}
-			})
-		}
-		return false
-	}
-	return true
+	return ok
 }
 
 // userName looks a user's name up (users.info), cached; "" when Slack does not say.
 func (a *Adapter) userName(ctx context.Context, user string) string {
-	if name, ok := a.users.get(user); ok {
+	if name, ok := a.users.Get(user); ok {
 		return name
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -221,32 +191,13 @@ func (a *Adapter) userName(ctx context.Context, user string) string {
 	if err != nil {
 		// The name is cosmetic: remember the miss too, rather than ask again for every message.
 		a.log.Debug("users.info", zap.String("user", user), zap.Error(err))
-		a.users.set(user, "")
+		a.users.Set(user, "")
 		return ""
 	}
 	name := u.Profile.DisplayName
 	if name == "" {
 		name = u.Name
 	}
-	a.users.set(user, name)
+	a.users.Set(user, name)
 	return name
-}
-
-// spell renders a duration for people: "1 minute", "5 minutes", "42 seconds", else Go's form.
-func spell(d time.Duration) string {
-	plural := func(n int64, unit string) string {
-		if n == 1 {
-			return "1 " + unit
-		}
-		return fmt.Sprintf("%d %ss", n, unit)
-	}
-	switch {
-	case d >= time.Hour && d%time.Hour == 0:
-		return plural(int64(d/time.Hour), "hour")
-	case d >= time.Minute && d%time.Minute == 0:
-		return plural(int64(d/time.Minute), "minute")
-	case d%time.Second == 0:
-		return plural(int64(d/time.Second), "second")
-	}
-	return d.String()
 }

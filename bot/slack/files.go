@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
 	"go.uber.org/zap"
@@ -15,8 +14,6 @@ import (
 
 // maxInboundFiles bounds how many attachments of one message are downloaded.
 const maxInboundFiles = 20
-
-var errTooBig = errors.New("over the size limit")
 
 // inbound lists the message's attachments within the per-file and per-message caps, as files fetched
 // (with the bot token, from url_private) only when the turn runs. Whatever cannot be used is
@@ -68,52 +65,18 @@ func (a *Adapter) inbound(ev event) (files []bot.File, notes []string) {
 // OpenFile implements bot.Platform: it downloads an attachment into a spool file (never into memory)
 // within the per-file cap, and returns it open; closing it removes the spool file.
 func (a *Adapter) OpenFile(ctx context.Context, ref string) (io.ReadCloser, error) {
-	f, err := os.CreateTemp("", "threadbox-slack-*")
-	if err != nil {
-		return nil, fmt.Errorf("spooling an attachment: %w", err)
-	}
-	sp := &spoolFile{File: f}
-	w := &capFileWriter{f: f, max: a.opts.MaxInboundFileBytes}
 	dctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
 	// GetFileContext sends the token only to https Slack hosts or to slack.api_url's host, and
 	// reports a redirect to the sign-in page instead of handing back its HTML.
-	err = a.api.GetFileContext(dctx, ref, w)
-	cancel()
-	if err == nil {
-		_, err = f.Seek(0, io.SeekStart)
+	f, err := bot.Spool("threadbox-slack-", a.opts.MaxInboundFileBytes, func(w io.Writer) error {
+		return a.api.GetFileContext(dctx, ref, w)
+	})
+	if errors.Is(err, bot.ErrTooBig) {
+		return nil, fmt.Errorf("larger than Slack said, and over the %s limit", bot.HumanSize(a.opts.MaxInboundFileBytes))
 	}
 	if err != nil {
-		_ = sp.Close()
-		if errors.Is(err, errTooBig) {
-			return nil, fmt.Errorf("larger than Slack said, and over the %s limit", bot.HumanSize(a.opts.MaxInboundFileBytes))
-		}
 		return nil, fmt.Errorf("download failed: %w", err)
 	}
-	return sp, nil
-}
-
-// capFileWriter writes up to max bytes and fails past them, so a file larger than it claimed
-// cannot fill the disk.
-type capFileWriter struct {
-	f   *os.File
-	n   int64
-	max int64
-}
-
-func (w *capFileWriter) Write(p []byte) (int, error) {
-	if w.n+int64(len(p)) > w.max {
-		return 0, errTooBig
-	}
-	n, err := w.f.Write(p)
-	w.n += int64(n)
-	return n, err
-}
-
-// spoolFile removes itself when closed.
-type spoolFile struct{ *os.File }
-
-func (s *spoolFile) Close() error {
-	err := s.File.Close()
-	_ = os.Remove(s.Name())
-	return err
+	return f, nil
 }

@@ -5,18 +5,15 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/threadbox/threadbox/bot"
 	"github.com/threadbox/threadbox/bot/slack/slackfake"
-	"github.com/threadbox/threadbox/sandbox/sandboxtest"
 )
 
 // waitTimeout bounds every wait on the fake; the e2e flows create Docker sandboxes.
@@ -135,24 +132,6 @@ func waitFake(t *testing.T, fake *slackfake.Server, what string, cond func() boo
 	if err := fake.Wait(ctx, cond); err != nil {
 		t.Fatalf("waiting for %s: %v", what, err)
 	}
-}
-
-// testRedis returns a client on the test Redis (THREADBOX_TEST_REDIS_URL), or skips (fails with
-// THREADBOX_REQUIRE_SERVICES) when it does not answer.
-func testRedis(t testing.TB) *redis.Client {
-	t.Helper()
-	u := os.Getenv("THREADBOX_TEST_REDIS_URL")
-	if u == "" {
-		u = "redis://127.0.0.1:6379/0"
-	}
-	opt, err := redis.ParseURL(u)
-	require.NoError(t, err)
-	rdb := redis.NewClient(opt)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	sandboxtest.RequireService(t, "redis", rdb.Ping(ctx).Err())
-	t.Cleanup(func() { _ = rdb.Close() })
-	return rdb
 }
 
 // fakeClock is a settable clock.

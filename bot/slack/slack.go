@@ -29,25 +29,14 @@ import (
 )
 
 // Handler routes a message; *bot.Handler implements it.
-type Handler interface {
-	Handle(ctx context.Context, msg bot.Message, r bot.Replier) error
-}
+type Handler = bot.MessageHandler
 
 // Admin runs admin commands; *bot.Admin implements it.
-type Admin interface {
-	Run(ctx context.Context, actor string, argv []string) (string, error)
-}
+type Admin = bot.AdminRunner
 
-// RateLimit bounds how many messages the bot takes per fixed window. A user or channel over the limit
-// gets one polite reply per window and is otherwise ignored until the window ends.
-type RateLimit struct {
-	// UserMessages per Window and user (default 30; negative disables).
-	UserMessages int
-	// ChannelMessages per Window and channel (default 120; negative disables).
-	ChannelMessages int
-	// Window is the fixed window (default 1m).
-	Window time.Duration
-}
+// RateLimit bounds how many messages the bot takes per fixed window (defaults: 30 per user, 120 per
+// channel, 1 minute).
+type RateLimit = bot.RateLimit
 
 // Options configure the adapter.
 type Options struct {
@@ -168,8 +157,8 @@ type Adapter struct {
 	api     *slack.Client
 	log     *zap.Logger
 	now     func() time.Time
-	seen    *deduper
-	limits  *limiter
+	seen    *bot.Deduper
+	limits  *bot.Limiter
 	queue   *tasks
 	handler Handler
 
@@ -185,7 +174,7 @@ type Adapter struct {
 	fetchMu sync.Mutex
 
 	// users caches user names for bot.User.Name.
-	users *ttlCache
+	users *bot.TTLCache
 }
 
 // identity is who the bot is in the workspace.
@@ -213,10 +202,10 @@ func New(opts Options) (*Adapter, error) {
 	a := &Adapter{
 		opts: opts, api: slack.New(opts.BotToken, copts...), log: log, now: opts.Now,
 		handler: opts.Handler, base: base, cancel: cancel,
-		seen:   newDeduper(opts.Redis, opts.KeyPrefix, opts.DedupeTTL, opts.Now, log),
-		limits: newLimiter(opts.Redis, opts.KeyPrefix, opts.RateLimit.Window, opts.Now, log),
+		seen:   bot.NewDeduper(opts.Redis, opts.KeyPrefix, opts.DedupeTTL, opts.Now, log),
+		limits: bot.NewLimiter(opts.Redis, opts.KeyPrefix, opts.RateLimit.Window, opts.Now, log),
 		queue:  newTasks(),
-		users:  newTTLCache(10000, time.Hour, opts.Now),
+		users:  bot.NewTTLCache(10000, time.Hour, opts.Now),
 	}
 	return a, nil
 }

@@ -52,15 +52,7 @@ func (s *Server) OpenFile(_ context.Context, ref string) (io.ReadCloser, error) 
 	if err != nil {
 		return nil, fmt.Errorf("web: attachment: %w", err)
 	}
-	return &spoolFile{f}, nil
-}
-
-type spoolFile struct{ *os.File }
-
-func (s *spoolFile) Close() error {
-	err := s.File.Close()
-	_ = os.Remove(s.Name())
-	return err
+	return &bot.SpoolFile{File: f}, nil
 }
 
 // replyDest is a replier's durable form (bot.Message.Reply).

@@ -10,6 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/threadbox/threadbox/bot"
+	"github.com/threadbox/threadbox/bot/discord"
 	"github.com/threadbox/threadbox/bot/slack"
 	"github.com/threadbox/threadbox/bot/web"
 )
@@ -38,6 +40,16 @@ func (m *Main) mountChat(ctx context.Context, mux, hooks *http.ServeMux, a *app,
 		}
 		closers = append([]func(){stop}, closers...)
 	}
+	if m.Config.Discord.BotToken != "" {
+		stop, err := m.mountDiscord(ctx, mux, a)
+		if err != nil {
+			for _, c := range closers {
+				c()
+			}
+			return nil, err
+		}
+		closers = append([]func(){stop}, closers...)
+	}
 	return sync.OnceFunc(func() {
 		for _, c := range closers {
 			c()
@@ -49,14 +61,9 @@ func (m *Main) mountChat(ctx context.Context, mux, hooks *http.ServeMux, a *app,
 // secret is set, Socket Mode when an app token is.
 func (m *Main) mountSlack(ctx context.Context, mux *http.ServeMux, a *app) (func(), error) {
 	cfg, rl := m.Config.Slack, m.Config.RateLimit
-	var rdb *redis.Client
-	if u := m.Config.Redis.URL; u != "" {
-		opt, err := redis.ParseURL(u)
-		if err != nil {
-			return nil, fmt.Errorf("redis.url: %w", err)
-		}
-		rdb = redis.NewClient(opt)
-		m.onClose(rdb.Close)
+	rdb, err := m.redis()
+	if err != nil {
+		return nil, err
 	}
 	sl, err := slack.New(slack.Options{
 		BotToken: cfg.BotToken, SigningSecret: cfg.SigningSecret, AppToken: cfg.AppToken, APIURL: cfg.APIURL,
@@ -108,4 +115,59 @@ func contextMessages(n int) int {
 		return -1
 	}
 	return n
+}
+
+// redis returns the shared Redis client (redis.url), or nil when none is configured.
+func (m *Main) redis() (*redis.Client, error) {
+	m.rdbOnce.Do(func() {
+		u := m.Config.Redis.URL
+		if u == "" {
+			return
+		}
+		opt, err := redis.ParseURL(u)
+		if err != nil {
+			m.rdbErr = fmt.Errorf("redis.url: %w", err)
+			return
+		}
+		m.rdb = redis.NewClient(opt)
+		m.onClose(m.rdb.Close)
+	})
+	return m.rdb, m.rdbErr
+}
+
+// mountDiscord starts the Discord adapter: the gateway, and HTTP interactions when a public key is
+// set.
+func (m *Main) mountDiscord(ctx context.Context, mux *http.ServeMux, a *app) (func(), error) {
+	cfg, rl := m.Config.Discord, m.Config.RateLimit
+	rdb, err := m.redis()
+	if err != nil {
+		return nil, err
+	}
+	dc, err := discord.New(discord.Options{
+		BotToken: cfg.BotToken, ApplicationID: cfg.ApplicationID, PublicKey: cfg.PublicKey, APIURL: cfg.APIURL,
+		GuildIDs: cfg.GuildIDs, MaxFileBytes: cfg.MaxFileBytes, Handler: a.handler, Admin: a.admin, Redis: rdb,
+		RateLimit: bot.RateLimit{UserMessages: rl.UserMessages, ChannelMessages: rl.ChannelMessages, Window: rl.Window},
+		Logger:    m.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	// Registered before the gateway opens: a turn taken over from a dead process can be answered.
+	a.handler.RegisterPlatform(dc)
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err = dc.Start(sctx) // a bad token fails serve at start, naming discord.bot_token
+	cancel()
+	if err != nil {
+		_ = dc.Close()
+		return nil, err
+	}
+	if cfg.PublicKey != "" {
+		mux.Handle("POST /discord/interactions", dc.InteractionsHandler())
+	}
+	m.Logger.Info("discord adapter on", zap.Bool("http_interactions", cfg.PublicKey != ""), zap.Int("guilds", len(cfg.GuildIDs)))
+	return func() {
+		if err := dc.Close(); err != nil {
+			m.Logger.Warn("discord: close", zap.Error(err))
+		}
+	}, nil
 }

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/threadbox/threadbox/cmd/threadbox/config"
@@ -43,6 +45,10 @@ type Main struct {
 	args []string
 	// closers run in reverse order on Close.
 	closers []func() error
+	// rdbOnce makes the Redis client (redis.url) that the chat adapters share.
+	rdbOnce sync.Once
+	rdb     *redis.Client
+	rdbErr  error
 }
 
 // NewMain returns a Main writing to the given streams and reading the given environment.

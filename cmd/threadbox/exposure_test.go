@@ -34,8 +34,8 @@ func TestServeRefusesTheLocalProviderBeyondLoopback(t *testing.T) {
 		want string
 	}{
 		{"Slack configured", localEnv(t, append(slack, "THREADBOX_HTTP_ADDR=127.0.0.1:0")...), "because slack.bot_token is set"},
-		{"Discord configured", localEnv(t, "THREADBOX_DISCORD_TOKEN=discord-token-value", "THREADBOX_HTTP_ADDR=127.0.0.1:0"),
-			"because discord.token is set"},
+		{"Discord configured", localEnv(t, "THREADBOX_DISCORD_BOT_TOKEN=discord-token-value", "THREADBOX_HTTP_ADDR=127.0.0.1:0"),
+			"because discord.bot_token is set"},
 		{"web chat beyond loopback", localEnv(t, "THREADBOX_HTTP_ADDR=0.0.0.0:0"), "because http.addr 0.0.0.0:0 is not loopback"},
 		{"auto does not fall back to it", baseEnv(t, append(slack, "THREADBOX_SANDBOX_PROVIDER=auto",
 			"THREADBOX_SANDBOX_DOCKER_HOST=unix:///nonexistent/docker.sock",

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/threadbox/threadbox/db"
@@ -157,4 +158,32 @@ func TerminateThreadLock(t testing.TB, s db.Store, threadKey string) int {
 	var n int
 	require.NoError(t, conn.QueryRow(ctx, "SELECT count(pg_terminate_backend(pid)) FROM ("+db.ThreadLockHolders+") h", args...).Scan(&n))
 	return n
+}
+
+// DefaultRedisURL is the Redis deploy/test-services.sh starts.
+const DefaultRedisURL = "redis://127.0.0.1:6379/0"
+
+// Redis returns a client on the test Redis (THREADBOX_TEST_REDIS_URL, else DefaultRedisURL) once it
+// answers; it is closed when the test ends. If Redis does not answer, the test is skipped, or fails
+// when RequireServices.
+func Redis(t testing.TB) *redis.Client {
+	t.Helper()
+	u := os.Getenv("THREADBOX_TEST_REDIS_URL")
+	if u == "" {
+		u = DefaultRedisURL
+	}
+	opt, err := redis.ParseURL(u)
+	require.NoError(t, err)
+	rdb := redis.NewClient(opt)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		_ = rdb.Close()
+		if RequireServices() {
+			t.Fatalf("Redis is required (THREADBOX_REQUIRE_SERVICES is set) but does not answer: %v; run deploy/test-services.sh", err)
+		}
+		t.Skipf("Redis not available (%v); run deploy/test-services.sh", err)
+	}
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
 }

@@ -122,8 +122,8 @@ func (c Config) ChatPlatform() string {
 	switch {
 	case c.Slack.BotToken != "":
 		return "slack.bot_token"
-	case c.Discord.Token != "":
-		return "discord.token"
+	case c.Discord.BotToken != "":
+		return "discord.bot_token"
 	}
 	return ""
 }
@@ -286,12 +286,20 @@ type RateLimit struct {
 	Window          time.Duration `koanf:"window"`
 }
 
-// Discord is the Discord adapter; it is enabled when token is set.
+// Discord is the Discord adapter; it is enabled when bot_token is set.
 type Discord struct {
-	Token     string `koanf:"token"`
-	AppID     string `koanf:"app_id"`
+	// BotToken turns the adapter on (the gateway connection).
+	BotToken string `koanf:"bot_token"`
+	// ApplicationID registers the slash commands and answers interactions.
+	ApplicationID string `koanf:"application_id"`
+	// PublicKey (hex Ed25519) enables POST /discord/interactions.
 	PublicKey string `koanf:"public_key"`
-	APIURL    string `koanf:"api_url"`
+	// APIURL is the REST base (default https://discord.com/api/v10); the gateway is found through it.
+	APIURL string `koanf:"api_url"`
+	// GuildIDs register the slash commands per guild (instant) instead of globally.
+	GuildIDs []string `koanf:"guild_ids"`
+	// MaxFileBytes caps uploads into Discord (default 10 MiB).
+	MaxFileBytes int64 `koanf:"max_file_bytes"`
 }
 
 // Admin lists who may run admin commands.
@@ -373,6 +381,7 @@ func Default() Config {
 			DMs: true, OwnerOnlyControls: true, RefusalWindow: time.Hour,
 		},
 		Slack:     Slack{MaxFileBytes: 1 << 30, MaxInboundFileBytes: 25 << 20, ContextMessages: 20, ContextChars: 8000},
+		Discord:   Discord{APIURL: "https://discord.com/api/v10", GuildIDs: []string{}, MaxFileBytes: 10 << 20},
 		RateLimit: RateLimit{UserMessages: 30, ChannelMessages: 120, Window: time.Minute},
 		Repos:     Repos{Channels: map[string]string{}, Allow: []string{}, CacheDir: "./data/repos"},
 		Git: Git{Host: "github.com", GitHubAPIURL: "https://api.github.com",
@@ -385,7 +394,7 @@ func (c Config) Secrets() []string {
 	var out []string
 	all := []string{
 		c.HTTP.Token, c.Sandbox.Daytona.APIKey, c.Sandbox.Deno.Token, c.Runtime.Secret,
-		c.Slack.BotToken, c.Slack.SigningSecret, c.Slack.AppToken, c.Discord.Token, c.Git.Token,
+		c.Slack.BotToken, c.Slack.SigningSecret, c.Slack.AppToken, c.Discord.BotToken, c.Git.Token,
 	}
 	all = append(all, urlSecrets(c.Database.URL)...)
 	all = append(all, urlSecrets(c.Redis.URL)...)

@@ -96,6 +96,10 @@ func TestBadConfigNamesTheKey(t *testing.T) {
 		{name: "daytona auto-delete", file: "sandbox:\n  daytona:\n    auto_delete_minutes: -5\n", wantKey: "sandbox.daytona.auto_delete_minutes", wantMsg: "-1 (never)"},
 		{name: "daytona api url", env: []string{"THREADBOX_SANDBOX_DAYTONA_API_URL=ftp://x"}, wantKey: "sandbox.daytona.api_url", wantMsg: "http"},
 		{name: "slack needs signing secret", env: []string{"THREADBOX_SLACK_BOT_TOKEN=xoxb-1"}, wantKey: "slack.signing_secret", wantMsg: "required"},
+		{name: "discord public key form", env: []string{"THREADBOX_DISCORD_APPLICATION_ID=1", "THREADBOX_DISCORD_PUBLIC_KEY=xyz"}, wantKey: "discord.public_key", wantMsg: "64 hex digits"},
+		{name: "discord public key needs the application", env: []string{"THREADBOX_DISCORD_PUBLIC_KEY=" + strings.Repeat("ab", 32)}, wantKey: "discord.application_id", wantMsg: "required"},
+		{name: "discord upload cap", env: []string{"THREADBOX_DISCORD_MAX_FILE_BYTES=0"}, wantKey: "discord.max_file_bytes", wantMsg: "between 1"},
+		{name: "discord api url", env: []string{"THREADBOX_DISCORD_API_URL=ftp://x"}, wantKey: "discord.api_url", wantMsg: "http"},
 		{name: "admin user form", env: []string{"THREADBOX_ADMIN_USERS=U123"}, wantKey: "admin.users", wantMsg: "platform:user_id"},
 		{name: "env name", file: "sandbox:\n  env:\n    set: {\"1BAD\": x}\n", wantKey: "sandbox.env", wantMsg: "1BAD"},
 		{name: "log level", env: []string{"THREADBOX_LOG_LEVEL=loud"}, wantKey: "log.level", wantMsg: "debug, info"},
@@ -192,4 +196,20 @@ func TestEnvNameMapping(t *testing.T) {
 	require.Equal(t, "THREADBOX_SLACK_SIGNING_SECRET", EnvName("slack.signing_secret"))
 	require.Equal(t, "THREADBOX_SANDBOX_RESOURCES_MEMORY_MB", EnvName("sandbox.resources.memory_mb"))
 	require.Contains(t, Keys(), "sandbox.local.i_understand_no_isolation")
+}
+
+func TestDiscordKeys(t *testing.T) {
+	got, err := Load("", []string{
+		"THREADBOX_DISCORD_BOT_TOKEN=discord-token-1", "THREADBOX_DISCORD_APPLICATION_ID=42",
+		"THREADBOX_DISCORD_PUBLIC_KEY=" + strings.Repeat("ab", 32), "THREADBOX_DISCORD_API_URL=http://127.0.0.1:1/api/v10",
+		"THREADBOX_DISCORD_GUILD_IDS=1,2", "THREADBOX_DISCORD_MAX_FILE_BYTES=1000",
+	})
+	require.NoError(t, err)
+	require.Equal(t, Discord{BotToken: "discord-token-1", ApplicationID: "42", PublicKey: strings.Repeat("ab", 32),
+		APIURL: "http://127.0.0.1:1/api/v10", GuildIDs: []string{"1", "2"}, MaxFileBytes: 1000}, got.Discord)
+	require.Contains(t, got.Secrets(), "discord-token-1")
+	def, err := Load("", nil)
+	require.NoError(t, err)
+	require.Equal(t, "https://discord.com/api/v10", def.Discord.APIURL)
+	require.Equal(t, int64(10<<20), def.Discord.MaxFileBytes)
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -151,6 +152,19 @@ func (c Config) Validate() error {
 		func() error { return perWindow("ratelimit.channel_messages", c.RateLimit.ChannelMessages) },
 		func() error { return checkURL("discord.api_url", c.Discord.APIURL, []string{"http", "https"}, true) },
 		func() error { return checkURL("git.url", c.Git.URL, []string{"http", "https"}, true) },
+		func() error { return sizeRange("discord.max_file_bytes", c.Discord.MaxFileBytes) },
+		func() error {
+			if c.Discord.PublicKey == "" {
+				return nil
+			}
+			if c.Discord.ApplicationID == "" {
+				return fmt.Errorf("discord.application_id: required with discord.public_key (interaction replies go through the application's webhooks)")
+			}
+			if k, err := hex.DecodeString(c.Discord.PublicKey); err != nil || len(k) != 32 {
+				return fmt.Errorf("discord.public_key: want the application's public key, 64 hex digits")
+			}
+			return nil
+		},
 		func() error {
 			return checkURL("git.github_api_url", c.Git.GitHubAPIURL, []string{"http", "https"}, true)
 		},

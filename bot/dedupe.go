@@ -1,4 +1,4 @@
-package slack
+package bot
 
 import (
 	"container/list"
@@ -10,43 +10,44 @@ import (
 	"go.uber.org/zap"
 )
 
-// redisTimeout bounds one Redis call on the ack path: a slow Redis must not push the ack past
-// Slack's 3 seconds; the in-process fallback (and the store's turn dedupe) cover the gap.
+// redisTimeout bounds one Redis call on the ack path: a slow Redis must not push the ack past a
+// platform's deadline (3 seconds on Slack and Discord); the in-process fallback (and the store's turn
+// dedupe) cover the gap.
 const redisTimeout = 300 * time.Millisecond
 
-// deduper remembers keys (event ids, channel/ts pairs) for a TTL. With Redis the memory is shared
+// Deduper remembers keys (event ids, channel/ts pairs) for a TTL. With Redis the memory is shared
 // by every replica (SET NX EX); without it, or when Redis fails, an in-process LRU stands in.
-type deduper struct {
+type Deduper struct {
 	rdb    *redis.Client
 	prefix string
 	ttl    time.Duration
-	local  *ttlCache
+	local  *TTLCache
 	log    *zap.Logger
 }
 
-func newDeduper(rdb *redis.Client, prefix string, ttl time.Duration, now func() time.Time, log *zap.Logger) *deduper {
-	return &deduper{rdb: rdb, prefix: prefix + "seen:", ttl: ttl, local: newTTLCache(200_000, ttl, now), log: log}
+func NewDeduper(rdb *redis.Client, prefix string, ttl time.Duration, now func() time.Time, log *zap.Logger) *Deduper {
+	return &Deduper{rdb: rdb, prefix: prefix + "seen:", ttl: ttl, local: NewTTLCache(200_000, ttl, now), log: log}
 }
 
-// first reports whether key is seen for the first time, and marks it seen.
-func (d *deduper) first(ctx context.Context, key string) bool {
+// First reports whether key is seen for the first time, and marks it seen.
+func (d *Deduper) First(ctx context.Context, key string) bool {
 	if d.rdb != nil {
 		rctx, cancel := context.WithTimeout(ctx, redisTimeout)
 		ok, err := d.rdb.SetNX(rctx, d.prefix+key, 1, d.ttl).Result()
 		cancel()
 		if err == nil {
 			// Mirror it locally, so that a Redis outage later does not forget what was seen.
-			d.local.add(key)
+			d.local.Add(key)
 			return ok
 		}
 		d.log.Warn("redis dedupe failed; deduplicating in process only", zap.Error(err))
 	}
-	return d.local.add(key)
+	return d.local.Add(key)
 }
 
-// forget withdraws a mark, for an event that was marked but then not taken.
-func (d *deduper) forget(ctx context.Context, key string) {
-	d.local.remove(key)
+// Forget withdraws a mark, for an event that was marked but then not taken.
+func (d *Deduper) Forget(ctx context.Context, key string) {
+	d.local.Remove(key)
 	if d.rdb == nil {
 		return
 	}
@@ -57,9 +58,9 @@ func (d *deduper) forget(ctx context.Context, key string) {
 	}
 }
 
-// ttlCache is a bounded set of keys that expire: an LRU by insertion, good enough for dedupe marks
+// TTLCache is a bounded set of keys that expire: an LRU by insertion, good enough for dedupe marks
 // and small lookups. It is safe for concurrent use.
-type ttlCache struct {
+type TTLCache struct {
 	max int
 	ttl time.Duration
 	now func() time.Time
@@ -76,19 +77,19 @@ type ttlEntry struct {
 	added time.Time
 }
 
-func newTTLCache(max int, ttl time.Duration, now func() time.Time) *ttlCache {
-	return &ttlCache{max: max, ttl: ttl, now: now, order: list.New(), items: map[string]*list.Element{}}
+func NewTTLCache(max int, ttl time.Duration, now func() time.Time) *TTLCache {
+	return &TTLCache{max: max, ttl: ttl, now: now, order: list.New(), items: map[string]*list.Element{}}
 }
 
-// add inserts key and reports whether it was absent (or expired).
-func (c *ttlCache) add(key string) bool {
+// Add inserts key and reports whether it was absent (or expired).
+func (c *TTLCache) Add(key string) bool {
 	return c.put(key, "", false)
 }
 
-// set stores a value, replacing any.
-func (c *ttlCache) set(key, val string) { c.put(key, val, true) }
+// Set stores a value, replacing any.
+func (c *TTLCache) Set(key, val string) { c.put(key, val, true) }
 
-func (c *ttlCache) put(key, val string, replace bool) bool {
+func (c *TTLCache) put(key, val string, replace bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.now()
@@ -107,8 +108,8 @@ func (c *ttlCache) put(key, val string, replace bool) bool {
 	return true
 }
 
-// remove drops a key.
-func (c *ttlCache) remove(key string) {
+// Remove drops a key.
+func (c *TTLCache) Remove(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e, ok := c.items[key]; ok {
@@ -117,8 +118,8 @@ func (c *ttlCache) remove(key string) {
 	}
 }
 
-// get returns a live value.
-func (c *ttlCache) get(key string) (string, bool) {
+// Get returns a live value.
+func (c *TTLCache) Get(key string) (string, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.expireLocked(c.now())
@@ -131,7 +132,7 @@ func (c *ttlCache) get(key string) (string, bool) {
 
 // expireLocked drops entries older than the TTL; entries are in insertion order, so it stops at the
 // first live one.
-func (c *ttlCache) expireLocked(now time.Time) {
+func (c *TTLCache) expireLocked(now time.Time) {
 	for e := c.order.Front(); e != nil; e = c.order.Front() {
 		ent := e.Value.(*ttlEntry)
 		if now.Sub(ent.added) < c.ttl {

@@ -1,0 +1,166 @@
+package discord
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/bwmarrin/discordgo"
+	"go.uber.org/zap"
+
+	"github.com/threadbox/threadbox/bot"
+)
+
+// gatewayTimeout bounds the work done for one dispatch on the gateway's reader.
+const gatewayTimeout = 10 * time.Second
+
+// onMessage takes MESSAGE_CREATE: a mention in a guild text channel (a thread is started from it),
+// a mention in a thread, or a DM. The bot's own messages, other bots and everything else are ignored.
+func (a *Adapter) onMessage(_ *discordgo.Session, m *discordgo.MessageCreate) {
+	if m.Message == nil || m.Author == nil || a.isClosed() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(a.base, gatewayTimeout)
+	defer cancel()
+	if err := a.acceptMessage(ctx, m.Message); err != nil {
+		// The gateway has no acknowledgement: a message not taken is lost unless the user sends it
+		// again, so it is logged loudly.
+		a.log.Error("message not taken", zap.String("message", m.ID), zap.String("channel", m.ChannelID), zap.Error(err))
+	}
+}
+
+// where a message or interaction comes from.
+type place int
+
+const (
+	placeChannel place = iota // a guild text channel: a thread is started
+	placeThread               // a thread: its session
+	placeDM                   // a DM: the user's session
+	placeOther                // voice, forum, …: ignored
+)
+
+// locate classifies a channel, asking Discord once per channel (GET /channels/{id}, cached: a
+// channel's type never changes).
+func (a *Adapter) locate(ctx context.Context, guildID, channelID string) (place, error) {
+	if guildID == "" {
+		return placeDM, nil
+	}
+	kind, ok := a.channels.Get(channelID)
+	if !ok {
+		c, err := a.s.Channel(channelID, discordgo.WithContext(ctx))
+		if err != nil {
+			return placeOther, fmt.Errorf("looking up channel %s: %w", channelID, err)
+		}
+		kind = fmt.Sprint(int(c.Type))
+		a.channels.Set(channelID, kind)
+	}
+	switch kind {
+	case fmt.Sprint(int(discordgo.ChannelTypeGuildText)), fmt.Sprint(int(discordgo.ChannelTypeGuildNews)):
+		return placeChannel, nil
+	case fmt.Sprint(int(discordgo.ChannelTypeGuildPublicThread)), fmt.Sprint(int(discordgo.ChannelTypeGuildPrivateThread)),
+		fmt.Sprint(int(discordgo.ChannelTypeGuildNewsThread)):
+		return placeThread, nil
+	}
+	return placeOther, nil
+}
+
+func (a *Adapter) mentionsBot(m *discordgo.Message, botID string) bool {
+	for _, u := range m.Mentions {
+		if u != nil && u.ID == botID {
+			return true
+		}
+	}
+	return false
+}
+
+// acceptMessage classifies, deduplicates, rate-limits and hands one message to the bot.
+func (a *Adapter) acceptMessage(ctx context.Context, m *discordgo.Message) error {
+	botID := a.botUserID()
+	switch {
+	case m.Author.Bot || m.Author.ID == botID:
+		return nil
+	case m.Type != discordgo.MessageTypeDefault && m.Type != discordgo.MessageTypeReply:
+		return nil
+	case m.GuildID != "" && !a.mentionsBot(m, botID):
+		return nil
+	}
+	pl, err := a.locate(ctx, m.GuildID, m.ChannelID)
+	if err != nil {
+		return err
+	}
+	if pl == placeOther {
+		return nil
+	}
+	// A resume may replay dispatches already handled: the message id is the dedupe key.
+	mark := "msg:" + m.ID
+	if !a.seen.First(ctx, mark) {
+		a.log.Debug("duplicate message ignored", zap.String("message", m.ID))
+		return nil
+	}
+	forget := func() { a.seen.Forget(context.WithoutCancel(ctx), mark) }
+	text := strings.TrimSpace(strings.NewReplacer("<@"+botID+">", "", "<@!"+botID+">", "").Replace(m.Content))
+	var key bot.ThreadKey
+	r := &replier{a: a, reactChannel: m.ChannelID, reactMsg: m.ID}
+	switch pl {
+	case placeDM:
+		key, r.channel = bot.DiscordDM(m.Author.ID), m.ChannelID
+	case placeThread:
+		key, r.channel = bot.DiscordThread(m.GuildID, m.ChannelID), m.ChannelID
+	case placeChannel:
+		// A thread started from a message has the message's id, so its key is known before it
+		// exists; the replier starts it (once) before its first post.
+		key, r.channel = bot.DiscordThread(m.GuildID, m.ID), m.ID
+		r.startParent, r.threadName = m.ChannelID, threadName(text)
+	}
+	if !bot.ExemptFromLimits(text) {
+		ok, notice := a.limits.Check(ctx, a.opts.RateLimit, "u:"+m.Author.ID, "c:"+m.ChannelID, "<@"+m.Author.ID+">")
+		if !ok {
+			if notice != "" {
+				plain := &replier{a: a, channel: m.ChannelID}
+				a.goBackground(func(ctx context.Context) {
+					if err := plain.Post(ctx, notice); err != nil {
+						a.log.Warn("posting the rate-limit notice", zap.Error(err))
+					}
+				})
+			}
+			return nil
+		}
+	}
+	files, notes := a.inbound(m)
+	msg := bot.Message{
+		Thread: key, ChannelID: r.channel, User: bot.User{ID: m.Author.ID, Name: m.Author.Username},
+		Text: text, Files: files, Notes: notes, EventID: "discord:" + m.ID, Reply: r.dest(),
+	}
+	if err := a.handler.Handle(ctx, msg, r); err != nil {
+		if errors.Is(err, bot.ErrNotAccepted) {
+			forget()
+			return err
+		}
+		a.log.Warn("handling message", zap.String("thread", key.String()), zap.Error(err))
+	}
+	if r.startParent != "" {
+		// Start the thread now rather than at the first reply, so the user sees it at once.
+		a.goBackground(func(ctx context.Context) {
+			if err := r.ensureThread(ctx); err != nil {
+				a.log.Warn("starting a thread", zap.String("message", m.ID), zap.Error(err))
+			}
+		})
+	}
+	a.goBackground(func(ctx context.Context) { r.typing(ctx) })
+	return nil
+}
+
+// threadName names a thread from its first message: Discord allows 1-100 characters.
+func threadName(text string) string {
+	name := strings.Join(strings.Fields(text), " ")
+	if name == "" {
+		name = "Threadbox"
+	}
+	if utf8.RuneCountInString(name) > 90 {
+		name = string([]rune(name)[:89]) + "…"
+	}
+	return name
+}

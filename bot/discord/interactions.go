@@ -1,0 +1,323 @@
+package discord
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/bwmarrin/discordgo"
+	"go.uber.org/zap"
+
+	"github.com/threadbox/threadbox/bot"
+)
+
+// commands are the slash commands, registered at start with a bulk overwrite.
+func commands() []*discordgo.ApplicationCommand {
+	text := func(name, desc string) []*discordgo.ApplicationCommandOption {
+		return []*discordgo.ApplicationCommandOption{{Type: discordgo.ApplicationCommandOptionString, Name: name, Description: desc, Required: true}}
+	}
+	return []*discordgo.ApplicationCommand{
+		{Name: "ask", Description: "Ask the agent (in a thread or DM: its session; in a channel: a new thread)", Options: text("prompt", "what to do")},
+		{Name: "status", Description: "This thread's sandbox, its queue and the last error"},
+		{Name: "stop", Description: "Cancel this thread's running turn"},
+		{Name: "reset", Description: "Destroy this thread's sandbox and start fresh"},
+		{Name: "threadbox", Description: "Operator commands (admins only)", Options: text("command", `an admin command, e.g. "sessions"`)},
+	}
+}
+
+func (a *Adapter) registerCommands(ctx context.Context) error {
+	guilds := a.opts.GuildIDs
+	if len(guilds) == 0 {
+		guilds = []string{""} // global
+	}
+	for _, g := range guilds {
+		if _, err := a.s.ApplicationCommandBulkOverwrite(a.opts.ApplicationID, g, commands(), discordgo.WithContext(ctx)); err != nil {
+			return fmt.Errorf("discord: registering slash commands (guild %q): %w", g, err)
+		}
+	}
+	return nil
+}
+
+// responder sends an interaction's initial response: the callback route over the gateway, the HTTP
+// answer's body for HTTP interactions.
+type responder func(ctx context.Context, resp *discordgo.InteractionResponse) error
+
+func (a *Adapter) onInteraction(_ *discordgo.Session, ic *discordgo.InteractionCreate) {
+	if ic.Interaction == nil || a.isClosed() {
+		return
+	}
+	// Off the gateway's reader: a slow store for one command must not hold the next one past
+	// Discord's 3 seconds (messages stay on the reader, in order; commands carry no order).
+	in := ic.Interaction
+	a.goBackground(func(base context.Context) {
+		ctx, cancel := context.WithTimeout(base, gatewayTimeout)
+		defer cancel()
+		err := a.acceptInteraction(ctx, in, func(ctx context.Context, resp *discordgo.InteractionResponse) error {
+			return a.s.InteractionRespond(in, resp, discordgo.WithContext(ctx), discordgo.WithRetryOnRatelimit(false))
+		})
+		if err != nil {
+			a.log.Error("interaction not taken", zap.String("interaction", in.ID), zap.Error(err))
+		}
+	})
+}
+
+// InteractionsHandler serves POST /discord/interactions: 401 for a bad, missing or stale signature
+// (nothing runs); PING answers {"type":1}; a command is taken and then deferred in the answer's body
+// (type 5), or answered 503 when it could not be taken.
+func (a *Adapter) InteractionsHandler() http.Handler {
+	return http.HandlerFunc(a.serveInteractions)
+}
+
+// signatureWindow bounds a signed timestamp's age: a captured request cannot be replayed later.
+const signatureWindow = 5 * time.Minute
+
+func (a *Adapter) verify(h http.Header, body []byte) bool {
+	if a.pub == nil {
+		return false
+	}
+	sig, err := hex.DecodeString(h.Get("X-Signature-Ed25519"))
+	ts := h.Get("X-Signature-Timestamp")
+	if err != nil || len(sig) != ed25519.SignatureSize || ts == "" {
+		return false
+	}
+	sec, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil {
+		return false
+	}
+	if d := a.opts.Now().Sub(time.Unix(sec, 0)); d > signatureWindow || d < -signatureWindow {
+		return false
+	}
+	return ed25519.Verify(a.pub, append([]byte(ts), body...), sig)
+}
+
+func (a *Adapter) serveInteractions(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil {
+		http.Error(w, "unreadable body", http.StatusBadRequest)
+		return
+	}
+	if !a.verify(r.Header, body) {
+		a.log.Info("refused an interaction with a bad or missing signature", zap.String("remote", r.RemoteAddr))
+		http.Error(w, "invalid request signature", http.StatusUnauthorized)
+		return
+	}
+	var in discordgo.Interaction
+	if err := json.Unmarshal(body, &in); err != nil {
+		http.Error(w, "malformed interaction", http.StatusBadRequest)
+		return
+	}
+	if in.Type == discordgo.InteractionPing {
+		writeJSON(w, &discordgo.InteractionResponse{Type: discordgo.InteractionResponsePong})
+		return
+	}
+	if a.isClosed() {
+		http.Error(w, "shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	responded := false
+	err = a.acceptInteraction(r.Context(), &in, func(_ context.Context, resp *discordgo.InteractionResponse) error {
+		responded = true
+		writeJSON(w, resp)
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush() // the deferral must reach Discord before any edit of @original
+		}
+		return nil
+	})
+	switch {
+	case responded:
+	case err != nil:
+		a.log.Warn("interaction not taken", zap.String("interaction", in.ID), zap.Error(err))
+		http.Error(w, "not taken; try again", http.StatusServiceUnavailable)
+	default:
+		writeJSON(w, ephemeralReply("Already received."))
+	}
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func ephemeralReply(text string) *discordgo.InteractionResponse {
+	return &discordgo.InteractionResponse{Type: discordgo.InteractionResponseChannelMessageWithSource,
+		Data: &discordgo.InteractionResponseData{Content: text, Flags: discordgo.MessageFlagsEphemeral, AllowedMentions: noMentions}}
+}
+
+func deferral(flags discordgo.MessageFlags) *discordgo.InteractionResponse {
+	resp := &discordgo.InteractionResponse{Type: discordgo.InteractionResponseDeferredChannelMessageWithSource}
+	if flags != 0 {
+		resp.Data = &discordgo.InteractionResponseData{Flags: flags}
+	}
+	return resp
+}
+
+// acceptInteraction takes a slash command: the bot records it first, then it is deferred. It returns
+// an error wrapping bot.ErrNotAccepted when the command was not taken (nothing was deferred).
+func (a *Adapter) acceptInteraction(ctx context.Context, in *discordgo.Interaction, respond responder) error {
+	if in.Type != discordgo.InteractionApplicationCommand {
+		return nil
+	}
+	user := in.User
+	if in.Member != nil && in.Member.User != nil {
+		user = in.Member.User
+	}
+	if user == nil {
+		return nil
+	}
+	mark := "int:" + in.ID
+	if !a.seen.First(ctx, mark) {
+		return nil // replayed after a resume
+	}
+	data := in.ApplicationCommandData()
+	opt := func(name string) string {
+		for _, o := range data.Options {
+			if o.Name == name && o.Type == discordgo.ApplicationCommandOptionString {
+				return o.StringValue()
+			}
+		}
+		return ""
+	}
+	switch data.Name {
+	case "threadbox":
+		return a.adminCommand(ctx, in, user, opt("command"), respond)
+	case "ask", "status", "stop", "reset":
+	default:
+		return respond(ctx, ephemeralReply("Unknown command."))
+	}
+	text := data.Name
+	if data.Name == "ask" {
+		text = opt("prompt")
+	}
+	err := a.takeCommand(ctx, in, user, data.Name, text, respond)
+	if err != nil {
+		a.seen.Forget(context.WithoutCancel(ctx), mark)
+	}
+	return err
+}
+
+// takeCommand hands /ask, /status, /stop or /reset to the bot and defers the interaction.
+func (a *Adapter) takeCommand(ctx context.Context, in *discordgo.Interaction, user *discordgo.User, name, text string, respond responder) error {
+	pl, err := a.locate(ctx, in.GuildID, in.ChannelID)
+	if err != nil {
+		return fmt.Errorf("%w: %w", bot.ErrNotAccepted, err)
+	}
+	r := &replier{a: a, channel: in.ChannelID, token: in.Token, ready: make(chan struct{})}
+	var key bot.ThreadKey
+	thread := ""
+	switch {
+	case pl == placeDM:
+		key = bot.DiscordDM(user.ID)
+	case pl == placeThread:
+		key = bot.DiscordThread(in.GuildID, in.ChannelID)
+	case pl == placeChannel && name == "ask":
+		// A new thread for the question: answered there, linked from @original.
+		th, err := a.s.ThreadStartComplex(in.ChannelID, &discordgo.ThreadStart{
+			Name: threadName(text), AutoArchiveDuration: 1440, Type: discordgo.ChannelTypeGuildPublicThread,
+		}, discordgo.WithContext(ctx))
+		if err != nil {
+			return fmt.Errorf("%w: starting a thread: %w", bot.ErrNotAccepted, err)
+		}
+		a.channels.Set(th.ID, fmt.Sprint(int(discordgo.ChannelTypeGuildPublicThread)))
+		thread, key = th.ID, bot.DiscordThread(in.GuildID, th.ID)
+		r = &replier{a: a, channel: th.ID}
+	default:
+		return respond(ctx, ephemeralReply("Use /"+name+" inside a thread I answer in, or in a DM with me."))
+	}
+	if name == "ask" {
+		ok, notice := a.limits.Check(ctx, a.opts.RateLimit, "u:"+user.ID, "c:"+in.ChannelID, "<@"+user.ID+">")
+		if !ok {
+			return respond(ctx, ephemeralReply(cmpNotice(notice)))
+		}
+	}
+	msg := bot.Message{Thread: key, ChannelID: r.channel, User: bot.User{ID: user.ID, Name: user.Username},
+		Text: text, EventID: "discord:i:" + in.ID, Reply: r.dest()}
+	if err := a.handler.Handle(ctx, msg, r); err != nil {
+		if errors.Is(err, bot.ErrNotAccepted) {
+			return err
+		}
+		a.log.Warn("handling a slash command", zap.String("thread", key.String()), zap.Error(err))
+	}
+	if err := respond(ctx, deferral(0)); err != nil {
+		// Too late (Discord's 3 seconds) or refused: the token is of no use, answer in the channel.
+		a.log.Warn("deferring an interaction", zap.String("interaction", in.ID), zap.Error(err))
+		r.dropToken()
+	}
+	if r.ready != nil {
+		close(r.ready)
+	}
+	if thread != "" {
+		orig := &replier{a: a, channel: in.ChannelID, token: in.Token}
+		a.goBackground(func(ctx context.Context) {
+			if err := orig.Post(ctx, fmt.Sprintf("Started <#%s> for %q; I answer there.", thread, oneLine(text, 80))); err != nil {
+				a.log.Warn("linking the new thread", zap.Error(err))
+			}
+			if err := r.Post(ctx, fmt.Sprintf("<@%s> asked: %s", user.ID, oneLine(text, 1800))); err != nil {
+				a.log.Warn("posting the question into its thread", zap.Error(err))
+			}
+		})
+	}
+	return nil
+}
+
+func cmpNotice(notice string) string {
+	if notice == "" {
+		return "You are over the message limit for now; please try again in a minute."
+	}
+	return notice
+}
+
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if utf8.RuneCountInString(s) > n {
+		s = string([]rune(s)[:n-1]) + "…"
+	}
+	return s
+}
+
+// maxCommandText keeps an admin reply within one message, fenced.
+const maxCommandText = maxMessage - 100
+
+// adminCommand runs /threadbox command:<text> as "discord:<user id>" (refused and audited by the
+// admin commands for anyone not in admin.users). The reply is ephemeral.
+func (a *Adapter) adminCommand(ctx context.Context, in *discordgo.Interaction, user *discordgo.User, text string, respond responder) error {
+	if a.opts.Admin == nil {
+		return respond(ctx, ephemeralReply("Admin commands are not configured on this bot."))
+	}
+	argv := strings.Fields(text)
+	if len(argv) > 0 && strings.EqualFold(argv[0], "admin") {
+		argv = argv[1:]
+	}
+	if err := respond(ctx, deferral(discordgo.MessageFlagsEphemeral)); err != nil {
+		return fmt.Errorf("%w: deferring: %w", bot.ErrNotAccepted, err)
+	}
+	r := &replier{a: a, channel: in.ChannelID, token: in.Token, ephemeral: true}
+	actor := "discord:" + user.ID
+	a.goBackground(func(ctx context.Context) {
+		out, _ := a.opts.Admin.Run(ctx, actor, argv)
+		if err := r.Post(ctx, formatCommandOutput(out)); err != nil {
+			a.log.Warn("posting an admin command's result", zap.Error(err))
+		}
+	})
+	return nil
+}
+
+// formatCommandOutput fences multi-line output (tables) and keeps it within one message.
+func formatCommandOutput(out string) string {
+	out = strings.TrimRight(out, "\n")
+	if utf8.RuneCountInString(out) > maxCommandText {
+		out = string([]rune(out)[:maxCommandText]) + "\n… (cut; `threadbox admin` on the server shows everything)"
+	}
+	if strings.Contains(out, "\n") {
+		return "```\n" + strings.ReplaceAll(out, "```", "'''") + "\n```"
+	}
+	return out
+}

@@ -1,0 +1,105 @@
+package discord
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/bwmarrin/discordgo"
+	"github.com/stretchr/testify/require"
+
+	"github.com/threadbox/threadbox/bot"
+)
+
+// TestWithRetryWaitsRetryAfter runs on synctest's clock: the wait is exactly the 429's retry_after
+// (or the short pause for an @original Discord has not made yet), and gives up past its bounds.
+func TestWithRetryWaitsRetryAfter(t *testing.T) {
+	limited := func(d time.Duration) error {
+		return &discordgo.RateLimitError{RateLimit: &discordgo.RateLimit{TooManyRequests: &discordgo.TooManyRequests{RetryAfter: d}}}
+	}
+	cases := []struct {
+		name     string
+		errs     []error
+		wantWait time.Duration
+		wantErr  bool
+		calls    int
+	}{
+		{"no limit", []error{nil}, 0, false, 1},
+		{"one 429", []error{limited(1500 * time.Millisecond), nil}, 1500 * time.Millisecond, false, 2},
+		{"two 429s", []error{limited(time.Second), limited(2 * time.Second), nil}, 3 * time.Second, false, 3},
+		{"@original not there yet", []error{&notYet{err: errors.New("10008")}, nil}, notYetWait, false, 2},
+		{"retry_after too long", []error{limited(2 * time.Minute)}, 0, true, 1},
+		{"other errors are not retried", []error{errors.New("403"), nil}, 0, true, 1},
+		{"gives up after the attempts", []error{limited(time.Second), limited(time.Second), limited(time.Second), limited(time.Second), limited(time.Second)}, 4 * time.Second, true, postAttempts},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				calls := 0
+				start := time.Now()
+				err := withRetry(t.Context(), func(context.Context) error {
+					calls++
+					return c.errs[calls-1]
+				})
+				require.Equal(t, c.wantErr, err != nil, "%v", err)
+				require.Equal(t, c.calls, calls)
+				require.Equal(t, c.wantWait, time.Since(start))
+			})
+		})
+	}
+}
+
+func TestWithRetryStopsWithItsContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		err := withRetry(ctx, func(context.Context) error {
+			return &discordgo.RateLimitError{RateLimit: &discordgo.RateLimit{TooManyRequests: &discordgo.TooManyRequests{RetryAfter: 30 * time.Second}}}
+		})
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	})
+}
+
+func TestAttachmentHosts(t *testing.T) {
+	a, err := New(Options{BotToken: "t", APIURL: "http://127.0.0.1:9999/api/v10", Handler: nopHandler{}})
+	require.NoError(t, err)
+	for url, want := range map[string]bool{
+		"https://cdn.discordapp.com/attachments/1/2/a.txt":   true,
+		"https://media.discordapp.net/attachments/1/2/a.png": true,
+		"http://127.0.0.1:9999/attachments/1/2/a.txt":        true,
+		"http://cdn.discordapp.com/attachments/1/2/a.txt":    false, // not https
+		"https://cdn.discordapp.com.evil.example/a.txt":      false,
+		"http://127.0.0.1:9998/a.txt":                        false, // another port
+		"https://example.com/a.txt":                          false,
+		"file:///etc/passwd":                                 false,
+	} {
+		require.Equal(t, want, a.trusted(url), url)
+	}
+	_, err = a.OpenFile(t.Context(), "https://example.com/a.txt")
+	require.ErrorContains(t, err, "not on Discord's CDN")
+}
+
+func TestRewriteSendsDiscordgoToAPIURL(t *testing.T) {
+	got := make(chan string, 4)
+	a, err := New(Options{BotToken: "t", APIURL: "http://fake.test:1/api/v10/", Handler: nopHandler{},
+		HTTPClient: &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			got <- r.URL.String()
+			return nil, errors.New("stop")
+		})}})
+	require.NoError(t, err)
+	_, _ = a.s.Gateway()
+	require.Equal(t, "http://fake.test:1/api/v10/gateway/bot", <-got, "the gateway is discovered with /gateway/bot")
+	_ = a.s.MessageReactionAdd("1", "2", "👀")
+	require.Equal(t, "http://fake.test:1/api/v10/channels/1/messages/2/reactions/%F0%9F%91%80/@me", <-got)
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+type nopHandler struct{}
+
+func (nopHandler) Handle(context.Context, bot.Message, bot.Replier) error { return nil }

@@ -1,0 +1,133 @@
+package bot_test
+
+import (
+	"fmt"
+	"github.com/threadbox/threadbox/db/dbtest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/threadbox/threadbox/bot"
+)
+
+func TestTTLCache(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(0, 0)}
+	c := bot.NewTTLCache(3, time.Minute, clock.Now)
+	require.True(t, c.Add("a"))
+	require.False(t, c.Add("a"), "seen")
+	clock.Advance(59 * time.Second)
+	require.False(t, c.Add("a"), "still within the TTL")
+	clock.Advance(time.Second)
+	require.True(t, c.Add("a"), "expired after the TTL")
+	for _, k := range []string{"b", "c", "d"} {
+		require.True(t, c.Add(k))
+	}
+	require.True(t, c.Add("a"), "the oldest entry was evicted at the size bound")
+	c.Set("n", "ada")
+	v, ok := c.Get("n")
+	require.True(t, ok)
+	require.Equal(t, "ada", v)
+	c.Remove("n")
+	_, ok = c.Get("n")
+	require.False(t, ok)
+}
+
+// TestRedisDownFallsBack: a Redis that does not answer must not stop the bot: dedupe and limits
+// carry on in process (and the store still dedupes turns).
+func TestRedisDownFallsBack(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	t.Cleanup(func() { _ = rdb.Close() })
+	log := zaptest.NewLogger(t)
+	clock := &fakeClock{now: time.Unix(600, 0)}
+	d := bot.NewDeduper(rdb, "p:", time.Hour, clock.Now, log)
+	require.True(t, d.First(t.Context(), "ev:1"))
+	require.False(t, d.First(t.Context(), "ev:1"))
+	l := bot.NewLimiter(rdb, "p:", time.Minute, clock.Now, log)
+	require.True(t, l.Allow(t.Context(), "u:1", 1).Allowed)
+	v := l.Allow(t.Context(), "u:1", 1)
+	require.False(t, v.Allowed)
+	require.True(t, v.Notify)
+	require.Equal(t, time.Minute, v.ResetIn)
+	require.False(t, l.Allow(t.Context(), "u:1", 1).Notify, "only the first refusal is announced")
+	require.True(t, l.Allow(t.Context(), "u:1", -1).Allowed, "a negative limit is off")
+}
+
+func TestRedisDedupeAndForget(t *testing.T) {
+	rdb := dbtest.Redis(t)
+	prefix := randomPrefix(t)
+	log := zaptest.NewLogger(t)
+	a := bot.NewDeduper(rdb, prefix, time.Minute, time.Now, log)
+	b := bot.NewDeduper(rdb, prefix, time.Minute, time.Now, log)
+	require.True(t, a.First(t.Context(), "ev:1"))
+	require.False(t, b.First(t.Context(), "ev:1"), "another replica sees the mark")
+	ttl, err := rdb.TTL(t.Context(), prefix+"seen:ev:1").Result()
+	require.NoError(t, err)
+	require.Greater(t, ttl, 50*time.Second, "marks expire (SET NX EX)")
+	a.Forget(t.Context(), "ev:1")
+	require.True(t, b.First(t.Context(), "ev:1"), "a withdrawn mark lets the redelivery in")
+}
+
+func TestSpell(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		time.Minute: "1 minute", 5 * time.Minute: "5 minutes", 42 * time.Second: "42 seconds",
+		time.Hour: "1 hour", 90 * time.Second: "90 seconds", 1500 * time.Millisecond: "1.5s",
+	} {
+		require.Equal(t, want, bot.SpellDuration(d))
+	}
+}
+
+func TestLimiterCheck(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(600, 0)}
+	l := bot.NewLimiter(nil, "p:", time.Minute, clock.Now, zaptest.NewLogger(t))
+	// A message refused per user is not counted against its channel.
+	rl := bot.RateLimit{UserMessages: 1, ChannelMessages: 1, Window: time.Minute}
+	steps := []struct {
+		user, channel string
+		ok            bool
+		notice        string
+	}{
+		{"u:1", "c:1", true, ""},
+		{"u:1", "c:1", false, "<@1>, you have sent me more than 1 messages in 1 minute, so I am skipping messages for the next 1 minute."},
+		{"u:1", "c:1", false, ""},
+		{"u:2", "c:1", false, "This channel has sent me more than 1 messages in 1 minute"},
+		{"u:3", "c:1", false, ""},
+	}
+	for i, s := range steps {
+		ok, notice := l.Check(t.Context(), rl, s.user, s.channel, "<@"+strings.TrimPrefix(s.user, "u:")+">")
+		require.Equal(t, s.ok, ok, "step %d", i)
+		if s.notice == "" {
+			require.Empty(t, notice, "step %d", i)
+		} else {
+			require.Contains(t, notice, s.notice, "step %d", i)
+		}
+	}
+	require.True(t, bot.ExemptFromLimits(" Stop "))
+	require.False(t, bot.ExemptFromLimits("stop the server"))
+}
+
+func randomPrefix(t testing.TB) string {
+	return fmt.Sprintf("tbtest:%s:%d:", t.Name(), time.Now().UnixNano())
+}
+
+// fakeClock is a settable clock.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
