@@ -43,6 +43,7 @@ type Admin struct {
 	ops    AdminOps
 	admins map[string]bool
 	log    *zap.Logger
+	met    ChatMetrics
 }
 
 // NewAdmin builds the admin command set. admins are platform:user_id strings (admin.users).
@@ -54,7 +55,15 @@ func NewAdmin(store AdminStore, ops AdminOps, admins []string, log *zap.Logger) 
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Admin{store: store, ops: ops, admins: m, log: log.Named("admin")}
+	return &Admin{store: store, ops: ops, admins: m, log: log.Named("admin"), met: NopChatMetrics{}}
+}
+
+// WithMetrics makes a count refusals (ChatRefusedAccess, under the actor's platform) and returns a.
+func (a *Admin) WithMetrics(m ChatMetrics) *Admin {
+	if m != nil {
+		a.met = m
+	}
+	return a
 }
 
 // ErrNotAdmin is returned for a command from a user not in admin.users.
@@ -101,6 +110,8 @@ func (a *Admin) Run(ctx context.Context, actor string, argv []string) (string, e
 	}
 	if !a.admins[actor] {
 		_ = a.audit(ctx, actor, cmd, target, AuditDenied) // refused either way; a failure is logged
+		platform, _, _ := strings.Cut(actor, ":")
+		a.met.ChatEvent(platform, ChatRefusedAccess)
 		a.log.Warn("admin command refused", zap.String("actor", actor), zap.String("command", cmd))
 		return "Sorry: admin commands are limited to the users listed in admin.users. This attempt was logged.", ErrNotAdmin
 	}

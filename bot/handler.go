@@ -41,6 +41,8 @@ type HandlerConfig struct {
 	// ProgressInterval is the least time between two progress edits (default 2s: Slack's chat.update
 	// tier tolerates about that per message).
 	ProgressInterval time.Duration
+	// Metrics counts uploads per platform (default NopChatMetrics).
+	Metrics ChatMetrics
 }
 
 // Handler routes messages: in-thread commands (help, status, stop, reset), admin commands (admin …),
@@ -63,6 +65,9 @@ func NewHandler(cfg HandlerConfig, turns Turns, store Store, admin *Admin, log *
 	}
 	if log == nil {
 		log = zap.NewNop()
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NopChatMetrics{}
 	}
 	return &Handler{cfg: cfg, turns: turns, store: store, admin: admin, log: log.Named("handler")}
 }
@@ -220,6 +225,7 @@ func (h *Handler) turn(ctx context.Context, msg Message, r Replier) error {
 	}
 	sink := newReplySink(context.WithoutCancel(ctx), r, h.cfg.ProgressInterval, h.log.With(zap.String("thread", key)))
 	sink.notes = msg.Notes
+	sink.met, sink.platform = h.cfg.Metrics, msg.Thread.Platform
 	files := make([]agentpool.InboundFile, len(msg.Files))
 	for i, f := range msg.Files {
 		files[i] = agentpool.InboundFile{Name: f.Name, Size: f.Size, Open: f.Open}

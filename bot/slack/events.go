@@ -56,6 +56,7 @@ func (a *Adapter) serveEvents(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "shutting down", http.StatusServiceUnavailable)
 			return
 		}
+		a.opts.Metrics.ChatEvent(platform, bot.ChatAck)
 	default:
 		a.log.Debug("ignored an Events API body", zap.String("type", env.Type))
 	}
@@ -70,6 +71,7 @@ func (a *Adapter) serveEvents(w http.ResponseWriter, r *http.Request) {
 // record it): then it must not be acknowledged, and its dedupe marks are withdrawn so that the
 // redelivery (to another replica) is taken.
 func (a *Adapter) accept(ctx context.Context, env envelope) bool {
+	a.opts.Metrics.ChatEvent(platform, bot.ChatReceived)
 	ev, err := parseEvent(env.Event)
 	if err != nil {
 		a.log.Warn("ignored an event that could not be read", zap.String("event", env.EventID), zap.Error(err))
@@ -100,11 +102,13 @@ func (a *Adapter) accept(ctx context.Context, env envelope) bool {
 		return true
 	}
 	if !a.seen.first(ctx, "ev:"+env.EventID) {
+		a.opts.Metrics.ChatEvent(platform, bot.ChatDeduped)
 		log.Debug("duplicate event ignored")
 		return true
 	}
 	msgKey := messageKey(team, ev)
 	if !a.seen.first(ctx, "msg:"+msgKey) {
+		a.opts.Metrics.ChatEvent(platform, bot.ChatDeduped)
 		log.Debug("message already handled under another event id")
 		return true
 	}
@@ -194,6 +198,7 @@ func (a *Adapter) withinLimits(ctx context.Context, r *replier, team string, ev 
 			continue
 		}
 		a.log.Info("rate limit: message dropped", zap.String("scope", c.scope), zap.String("ts", ev.TS))
+		a.opts.Metrics.ChatEvent(platform, bot.ChatRefusedRateLimit)
 		if v.notify {
 			text := fmt.Sprintf("%s, so I am skipping messages for the next %s. Please send it again after that (I will only say this once).",
 				c.say, spell(v.resetIn.Round(time.Second)))
