@@ -37,13 +37,11 @@ const deliverTimeout = 2 * time.Minute
 func (p *Pool) runTurn(ctx context.Context, req Request, turnID int64, queuedAt time.Time) {
 	start := p.now()
 	p.met.TurnStarted(start.Sub(queuedAt))
-	outcome := TurnOutcomeTakenOver // every other return goes through endTurn, which says
-	defer func() { p.met.TurnFinished(outcome, p.now().Sub(start)) }()
 	// Admission first: a turn waiting in line for a sandbox slot stays queued (the watchdog leaves it
 	// alone) and holds no lock.
 	release, err := p.admit(ctx, req.ThreadKey, req.Sink)
 	if err != nil {
-		outcome = p.endTurn(req, turnID, Outcome{TurnID: turnID, Err: err, Cancelled: ctx.Err() != nil})
+		p.endTurn(req, turnID, Outcome{TurnID: turnID, Err: err, Cancelled: ctx.Err() != nil}, start)
 		return
 	}
 	defer release()
@@ -54,7 +52,7 @@ func (p *Pool) runTurn(ctx context.Context, req Request, turnID int64, queuedAt 
 			// Why it was cancelled (reset, shutdown) is what the user needs to hear.
 			out.Cancelled, out.Err = true, context.Cause(ctx)
 		}
-		outcome = p.endTurn(req, turnID, out)
+		p.endTurn(req, turnID, out, start)
 		return
 	}
 	defer hold.Release()
@@ -68,9 +66,10 @@ func (p *Pool) runTurn(ctx context.Context, req Request, turnID int64, queuedAt 
 		if errors.Is(err, db.ErrConflict) {
 			// Another process claimed it (this one was thought dead) and answers it: say nothing.
 			p.log.Info("turn taken over by another process; not running it here", zap.Int64("turn", turnID))
+			p.met.TurnFinished(TurnOutcomeTakenOver, p.now().Sub(start))
 			return
 		}
-		outcome = p.endTurn(req, turnID, Outcome{TurnID: turnID, Err: classify(EINTERNAL, "start turn", err)})
+		p.endTurn(req, turnID, Outcome{TurnID: turnID, Err: classify(EINTERNAL, "start turn", err)}, start)
 		return
 	}
 	w := newWatch(ctx, p.cfg.StuckAfter, req.Sink, func() { p.touch(turnID) })
@@ -88,7 +87,7 @@ func (p *Pool) runTurn(ctx context.Context, req Request, turnID int64, queuedAt 
 			out.Cancelled, out.Err = true, cause
 		}
 	}
-	outcome = p.endTurn(req, turnID, out)
+	p.endTurn(req, turnID, out, start)
 }
 
 // execute resolves the sandbox and runs the prompt, re-resolving once on a recoverable failure.
@@ -326,9 +325,10 @@ func (p *Pool) abort(r resolved, sid string) {
 	}
 }
 
-// endTurn records the outcome, delivers it, then records which artifacts were uploaded. It returns
-// the outcome's name for Metrics.TurnFinished.
-func (p *Pool) endTurn(req Request, turnID int64, out Outcome) string {
+// endTurn records the outcome, delivers it, then records which artifacts were uploaded. The turn
+// counts as finished (Metrics.TurnFinished, measured from start) once its outcome is recorded, before
+// the delivery: so whoever sees the answer also sees the count.
+func (p *Pool) endTurn(req Request, turnID int64, out Outcome, start time.Time) {
 	ctx, cancel := context.WithTimeout(context.Background(), deliverTimeout)
 	defer cancel()
 	result := db.TurnResult{Status: db.TurnDone, Answer: out.Answer}
@@ -347,6 +347,7 @@ func (p *Pool) endTurn(req Request, turnID int64, out Outcome) string {
 	if _, err := p.store.TurnFinish(ctx, turnID, result); err != nil && !errors.Is(err, db.ErrConflict) {
 		p.log.Warn("recording turn", zap.Int64("turn", turnID), zap.Error(err))
 	}
+	p.met.TurnFinished(string(result.Status), p.now().Sub(start))
 	if result.Status == db.TurnDone {
 		note := handoffNote(req.Text, out.Answer)
 		if _, err := p.store.SessionUpdate(ctx, req.ThreadKey, db.SessionPatch{HandoffNote: &note}); err != nil {
@@ -365,7 +366,6 @@ func (p *Pool) endTurn(req Request, turnID int64, out Outcome) string {
 			p.log.Warn("recording artifacts", zap.String("thread", req.ThreadKey), zap.Error(err))
 		}
 	}
-	return string(result.Status)
 }
 
 // touch tells the store the turn is alive, for the leader's watchdog.

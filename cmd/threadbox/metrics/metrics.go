@@ -79,7 +79,7 @@ func New(store SessionCounter) *Metrics {
 	m.queueWait = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "turn_queue_wait_seconds",
 		Help: "Time a turn waited on its thread's queue before it started.", Buckets: turnBuckets})
 	m.turnDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: "turn_duration_seconds",
-		Help: "Time from a turn's start to its answer being delivered, by outcome.", Buckets: turnBuckets}, []string{"outcome"})
+		Help: "Time from a turn's start to its outcome being recorded (just before delivery), by outcome.", Buckets: turnBuckets}, []string{"outcome"})
 	m.resolves = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "resolves_total",
 		Help: "Sandbox and agent session resolves, by provider and outcome (reuse, resume, create, recreate, session_replaced, error)."},
 		[]string{"provider", "outcome"})
