@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/threadbox/threadbox/agentpool"
 	"github.com/threadbox/threadbox/db"
 )
 
@@ -29,6 +31,12 @@ type AdminOps interface {
 	// Stats is a one-paragraph summary of the pool and provider.
 	Stats(ctx context.Context) (string, error)
 	Depth(threadKey string) int
+	// RuntimeLog tails the runtime's own log in the thread's sandbox.
+	RuntimeLog(ctx context.Context, threadKey string, lines int) (agentpool.RuntimeLog, error)
+	// SandboxUsage reads the thread's sandbox's CPU, memory, disk and network use.
+	SandboxUsage(ctx context.Context, threadKey string) (agentpool.SandboxUsage, error)
+	// Attach says how to open a shell in the thread's sandbox (it never opens one).
+	Attach(ctx context.Context, threadKey string) (agentpool.Attach, error)
 }
 
 // AdminStore is what admin commands read and write in the database.
@@ -44,6 +52,8 @@ type Admin struct {
 	admins map[string]bool
 	log    *zap.Logger
 	met    ChatMetrics
+	// numbers, when set, reads the figures behind /metrics for the global stats.
+	numbers func(ctx context.Context) ([]Stat, error)
 }
 
 // NewAdmin builds the admin command set. admins are platform:user_id strings (admin.users).
@@ -78,7 +88,10 @@ const AdminHelp = `admin commands:
   destroy <thread>        destroy the thread's sandbox (its history is kept)
   reap [--dry-run]        destroy this deployment's sandboxes that no session owns
   drain                   stop taking new turns and let running ones finish
-  stats                   pool and session counts`
+  stats                   pool and session counts, and the numbers behind /metrics
+  stats <thread>          CPU, memory, disk and network use of the thread's sandbox
+  logs <thread> [n]       the last n lines (default 50) of the runtime's own log in the sandbox
+  attach <thread>         the command that opens a shell in the thread's sandbox`
 
 // IsAdmin reports whether actor (platform:user_id) may run admin commands.
 func (a *Admin) IsAdmin(actor string) bool { return a != nil && a.admins[actor] }
@@ -201,7 +214,32 @@ func (a *Admin) dispatch(ctx context.Context, cmd string, argv []string) (string
 		}
 		return "Drained: no new turns are taken; running turns have finished.", nil
 	case "stats":
-		return a.ops.Stats(ctx)
+		if len(args) == 1 {
+			return a.sandboxStats(ctx, args[0])
+		}
+		if len(args) > 1 {
+			return "", badRequest("usage: stats [<thread>]")
+		}
+		return a.globalStats(ctx)
+	case "logs":
+		if len(args) < 1 || len(args) > 2 {
+			return "", badRequest("usage: logs <thread> [n]")
+		}
+		n := agentpool.DefaultLogLines
+		if len(args) == 2 {
+			v, err := strconv.Atoi(args[1])
+			if err != nil || v <= 0 || v > agentpool.MaxLogLines {
+				return "", badRequest("logs: n must be a number from 1 to %d", agentpool.MaxLogLines)
+			}
+			n = v
+		}
+		return a.logs(ctx, args[0], n)
+	case "attach":
+		key, err := one()
+		if err != nil {
+			return "", err
+		}
+		return a.attach(ctx, key)
 	}
 	return "", badRequest("unknown admin command %q\n%s", cmd, AdminHelp)
 }

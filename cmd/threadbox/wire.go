@@ -100,7 +100,7 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.admin = bot.NewAdmin(st, agentpool.Ops{Pool: a.pool, Maint: a.maint}, cfg.Admin.Users, m.Logger).WithMetrics(a.metrics)
+	a.admin = bot.NewAdmin(st, agentpool.Ops{Pool: a.pool, Maint: a.maint}, cfg.Admin.Users, m.Logger).WithMetrics(a.metrics).WithNumbers(a.metrics.Numbers)
 	a.handler = bot.NewHandler(bot.HandlerConfig{Metrics: a.metrics}, a.pool, st, a.admin, m.Logger)
 	a.dir = bot.NewDirectory(st)
 	return a, nil

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -285,6 +286,39 @@ func CountSessions(ctx context.Context, store SessionCounter) (map[SessionKey]in
 				break
 			}
 			after = page[len(page)-1].ThreadKey
+		}
+	}
+	return out, nil
+}
+
+// Numbers are the figures behind /metrics, for the global `admin stats`: every threadbox_ series
+// (histograms as their _count and _sum), gathered from this process's registry.
+func (m *Metrics) Numbers(_ context.Context) ([]bot.Stat, error) {
+	mfs, err := m.reg.Gather()
+	if err != nil {
+		return nil, fmt.Errorf("gathering metrics: %w", err)
+	}
+	var out []bot.Stat
+	for _, mf := range mfs {
+		name := mf.GetName()
+		if !strings.HasPrefix(name, namespace+"_") {
+			continue
+		}
+		for _, s := range mf.GetMetric() {
+			var labels []string
+			for _, l := range s.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			ls := strings.Join(labels, ",")
+			switch {
+			case s.Counter != nil:
+				out = append(out, bot.Stat{Name: name, Labels: ls, Value: s.GetCounter().GetValue()})
+			case s.Gauge != nil:
+				out = append(out, bot.Stat{Name: name, Labels: ls, Value: s.GetGauge().GetValue()})
+			case s.Histogram != nil:
+				out = append(out, bot.Stat{Name: name + "_count", Labels: ls, Value: float64(s.GetHistogram().GetSampleCount())},
+					bot.Stat{Name: name + "_sum", Labels: ls, Value: s.GetHistogram().GetSampleSum()})
+			}
 		}
 	}
 	return out, nil
