@@ -2,7 +2,6 @@ package docker
 
 import (
 	"context"
-	"os"
 
 	"github.com/threadbox/threadbox/sandbox"
 )
@@ -10,8 +9,9 @@ import (
 var _ sandbox.Attacher = (*Provider)(nil)
 
 // AttachCommand implements sandbox.Attacher: `docker exec -it` as the container's own user, in its
-// working directory, both read from the container rather than assumed. The engine is named (-H) when
-// the provider reaches one other than the operator's default, so the command works where it is pasted.
+// working directory, both read from the container rather than assumed. The engine is named (-H)
+// whenever it is not the docker CLI's default socket (the bot's DOCKER_HOST may not be the
+// operator's), so the command works where it is pasted.
 func (p *Provider) AttachCommand(ctx context.Context, h sandbox.Handle, shell string) ([]string, error) {
 	if _, err := decodeHandle(h); err != nil {
 		return nil, err
@@ -21,7 +21,7 @@ func (p *Provider) AttachCommand(ctx context.Context, h sandbox.Handle, shell st
 		return nil, wrapErr("inspect "+h.ID, err)
 	}
 	argv := []string{"docker"}
-	if host := p.cli.DaemonHost(); host != "" && host != os.Getenv("DOCKER_HOST") && host != defaultDockerHost {
+	if host := p.cli.DaemonHost(); host != "" && host != defaultDockerHost {
 		argv = append(argv, "-H", host)
 	}
 	argv = append(argv, "exec", "-it")
