@@ -119,6 +119,21 @@ type resolved struct {
 	created bool
 	// recreate says why an existing sandbox was replaced ("" if none was).
 	recreate RecreateReason
+	// resumed: a stopped sandbox was started again.
+	resumed bool
+}
+
+// outcome names what the resolve did, for Metrics.Resolve and seed 004's log events.
+func (r resolved) outcome() (kind, event string) {
+	switch {
+	case r.recreate != "":
+		return ResolveRecreate, EventResolveRecreate
+	case r.created:
+		return ResolveCreate, EventResolveCreate
+	case r.resumed:
+		return ResolveResume, EventResolveReuse
+	}
+	return ResolveReuse, EventResolveReuse
 }
 
 func gen(s db.Session) *int64 { g := s.Generation; return &g }
@@ -295,7 +310,7 @@ func (l *lifecycle) resume(ctx context.Context, sess db.Session, h sandbox.Handl
 		return resolved{}, fmt.Errorf("finish resume: %w", err)
 	}
 	l.log.Info("sandbox resumed", zap.String("thread", s.ThreadKey), zap.String("sandbox", h.ID))
-	return resolved{sess: s, sb: sandbox.Bind(l.prov, h)}, nil
+	return resolved{sess: s, sb: sandbox.Bind(l.prov, h), resumed: true}, nil
 }
 
 // healthy records that the runtime answered in the session's running sandbox. Only now is a resume

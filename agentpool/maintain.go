@@ -110,6 +110,8 @@ type MaintainerDeps struct {
 	// Recover, if set, runs first in every round: it takes over the unfinished turns of dead
 	// processes (Pool.RecoverPass).
 	Recover func(ctx context.Context) (RecoverReport, error)
+	// Metrics receives leadership and what every pass did (default NopMetrics).
+	Metrics Metrics
 }
 
 // Maintainer runs the leader-only loops: idle-pause, cleanup, the orphan reaper and the stuck-turn
@@ -126,6 +128,7 @@ type Maintainer struct {
 	now        func() time.Time
 	onStuck    func(context.Context, db.Turn)
 	recover    func(context.Context) (RecoverReport, error)
+	met        Metrics
 	// life makes every session transition, as for turns and admin commands. It never creates, and
 	// never waits out a provider outage: a pass fails the item and the next pass retries it.
 	life *lifecycle
@@ -161,6 +164,7 @@ func NewMaintainer(cfg MaintainerConfig, deps MaintainerDeps) (*Maintainer, erro
 		onStuck:    deps.OnStuck,
 		recover:    deps.Recover,
 		lockWait:   250 * time.Millisecond,
+		met:        cmp.Or[Metrics](deps.Metrics, NopMetrics{}),
 	}
 	if m.now == nil {
 		m.now = time.Now
@@ -218,6 +222,8 @@ func (m *Maintainer) Run(ctx context.Context) {
 // lead runs the passes while l is held, and releases it when ctx ends or leadership is lost.
 func (m *Maintainer) lead(ctx context.Context, l db.Leader) {
 	defer l.Release()
+	m.met.Leading(true)
+	defer m.met.Leading(false)
 	ctx, cancel := context.WithCancel(ctx)
 	// The watcher turns loss of leadership into cancellation, so that a pass in flight stops too. It
 	// is joined before lead returns: Run leaves no goroutine behind.
@@ -247,8 +253,12 @@ func (m *Maintainer) lead(ctx context.Context, l db.Leader) {
 				state[p.name] = st
 			}
 			pctx, pcancel := context.WithTimeout(ctx, m.cfg.PassTimeout)
+			start := time.Now()
 			rep, err := p.run(pctx)
 			pcancel()
+			if ctx.Err() == nil {
+				m.met.Pass(p.name, rep, time.Since(start), err)
+			}
 			st.observe(ctx, rep, err)
 			if m.afterPass != nil {
 				m.afterPass(p.name)

@@ -331,6 +331,8 @@ func (m *Maintainer) ReapPass(ctx context.Context, dryRun bool) (ReapReport, err
 				zap.String("thread", info.Labels[sandbox.LabelThread]), zap.Time("created", info.CreatedAt))
 		}
 	}
+	// The reaper's view, for /metrics: every sandbox of the deployment, and those no session owns.
+	m.met.Sandboxes(m.prov.Name(), rep.Listed, len(rep.Orphans))
 	if err := m.reapVolumes(ctx, &rep); err != nil {
 		return rep, fmt.Errorf("agentpool: reaper: %w", err)
 	}

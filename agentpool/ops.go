@@ -97,7 +97,7 @@ func (p *Pool) Resume(ctx context.Context, threadKey string) error {
 		if err != nil {
 			return err
 		}
-		return p.ensureRuntime(ctx, r)
+		return p.ensureRuntime(ctx, r, 0)
 	})
 }
 

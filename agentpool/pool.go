@@ -111,6 +111,8 @@ type Deps struct {
 	Restore func(ctx context.Context, t db.Turn) (Request, error)
 	// Workspace, when set, fills each sandbox before the agent works in it (a repository).
 	Workspace Workspace
+	// Metrics receives what the pool does (default NopMetrics).
+	Metrics Metrics
 }
 
 // Pool runs turns, one at a time per thread.
@@ -121,6 +123,7 @@ type Pool struct {
 	rt    runtime.Runtime
 	log   *zap.Logger
 	now   func() time.Time
+	met   Metrics
 
 	// life owns every session transition.
 	life *lifecycle
@@ -171,6 +174,10 @@ func New(cfg Config, deps Deps) (*Pool, error) {
 	}
 	if p.now == nil {
 		p.now = time.Now
+	}
+	p.met = deps.Metrics
+	if p.met == nil {
+		p.met = NopMetrics{}
 	}
 	p.life = &lifecycle{
 		store: p.store, prov: p.prov, log: p.log, spec: p.spec,
@@ -270,10 +277,23 @@ func (p *Pool) Submit(ctx context.Context, req Request) (Ticket, error) {
 
 // enqueueTurn queues a recorded turn on its thread.
 func (p *Pool) enqueueTurn(req Request, turnID int64) (int, error) {
-	return p.q.add(req.ThreadKey, turnID,
-		func(ctx context.Context) { p.runTurn(ctx, req, turnID) },
-		func(reason error) { p.dropTurn(req, turnID, reason) },
+	// Counted before the add: the queue may start the turn before add returns.
+	p.met.TurnQueued(1)
+	queuedAt := p.now()
+	ahead, err := p.q.add(req.ThreadKey, turnID,
+		func(ctx context.Context) {
+			p.met.TurnQueued(-1)
+			p.runTurn(ctx, req, turnID, queuedAt)
+		},
+		func(reason error) {
+			p.met.TurnQueued(-1)
+			p.dropTurn(req, turnID, reason)
+		},
 	)
+	if err != nil {
+		p.met.TurnQueued(-1)
+	}
+	return ahead, err
 }
 
 // Do runs f on the thread's queue, after the work queued before it, so commands keep their order

@@ -33,13 +33,15 @@ var ErrReset = errors.New("the thread was reset before this message ran")
 const deliverTimeout = 2 * time.Minute
 
 // runTurn is one turn, start to end, on the thread's queue goroutine. It never returns an error:
-// every failure becomes an Outcome for the sink and a turn row.
-func (p *Pool) runTurn(ctx context.Context, req Request, turnID int64) {
+// every failure becomes an Outcome for the sink and a turn row. queuedAt is when it was queued.
+func (p *Pool) runTurn(ctx context.Context, req Request, turnID int64, queuedAt time.Time) {
+	start := p.now()
+	p.met.TurnStarted(start.Sub(queuedAt))
 	// Admission first: a turn waiting in line for a sandbox slot stays queued (the watchdog leaves it
 	// alone) and holds no lock.
 	release, err := p.admit(ctx, req.ThreadKey, req.Sink)
 	if err != nil {
-		p.endTurn(req, turnID, Outcome{TurnID: turnID, Err: err, Cancelled: ctx.Err() != nil})
+		p.endTurn(req, turnID, Outcome{TurnID: turnID, Err: err, Cancelled: ctx.Err() != nil}, start)
 		return
 	}
 	defer release()
@@ -50,7 +52,7 @@ func (p *Pool) runTurn(ctx context.Context, req Request, turnID int64) {
 			// Why it was cancelled (reset, shutdown) is what the user needs to hear.
 			out.Cancelled, out.Err = true, context.Cause(ctx)
 		}
-		p.endTurn(req, turnID, out)
+		p.endTurn(req, turnID, out, start)
 		return
 	}
 	defer hold.Release()
@@ -64,9 +66,10 @@ func (p *Pool) runTurn(ctx context.Context, req Request, turnID int64) {
 		if errors.Is(err, db.ErrConflict) {
 			// Another process claimed it (this one was thought dead) and answers it: say nothing.
 			p.log.Info("turn taken over by another process; not running it here", zap.Int64("turn", turnID))
+			p.met.TurnFinished(TurnOutcomeTakenOver, p.now().Sub(start))
 			return
 		}
-		p.endTurn(req, turnID, Outcome{TurnID: turnID, Err: classify(EINTERNAL, "start turn", err)})
+		p.endTurn(req, turnID, Outcome{TurnID: turnID, Err: classify(EINTERNAL, "start turn", err)}, start)
 		return
 	}
 	w := newWatch(ctx, p.cfg.StuckAfter, req.Sink, func() { p.touch(turnID) })
@@ -84,7 +87,7 @@ func (p *Pool) runTurn(ctx context.Context, req Request, turnID int64) {
 			out.Cancelled, out.Err = true, cause
 		}
 	}
-	p.endTurn(req, turnID, out)
+	p.endTurn(req, turnID, out, start)
 }
 
 // execute resolves the sandbox and runs the prompt, re-resolving once on a recoverable failure.
@@ -106,6 +109,10 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 		filesInGen     int64 = -1
 		lastRecoverErr error
 	)
+	prov := p.prov.Name()
+	fields := func(extra ...zap.Field) []zap.Field {
+		return append(turnFields(req.ThreadKey, sess.Generation, prov, turnID), extra...)
+	}
 	for attempt := 0; ; attempt++ {
 		if attempt > 1 {
 			// Recovered once and failed the same way again: the sandbox (or the agent's session in
@@ -115,21 +122,30 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 				code, op = ERUNTIME, "agent session lost again"
 			}
 			out.Err = classify(code, op, lastRecoverErr)
+			p.log.Warn(EventPromptFatal, fields(zap.Int("attempt", attempt), zap.Error(lastRecoverErr))...)
 			return out
 		}
+		p.log.Info(EventResolveStart, fields(zap.Int("attempt", attempt))...)
+		t0 := p.now()
 		r, err := p.life.resolve(ctx, sess, func() {
 			w.emitter().emit(runtime.Event{Kind: runtime.EventStatus, Text: NoteWaitingForProvider, At: p.now()})
 		})
+		took := p.now().Sub(t0)
 		if err != nil {
+			p.met.Resolve(prov, ResolveError, took)
 			out.Err = classify(ESANDBOX, "prepare sandbox", err)
 			return out
 		}
 		sess = r.sess
+		kind, event := r.outcome()
+		p.met.Resolve(prov, kind, took)
+		p.log.Info(event, fields(zap.String("outcome", kind), zap.String("reason", string(r.recreate)),
+			zap.String("sandbox", r.sb.Handle().ID), zap.Duration("took", took))...)
 		out.Generation, out.Recreated = sess.Generation, out.Recreated || r.created
 		if r.recreate != "" {
 			out.Recreate = r.recreate
 		}
-		if err := p.ensureRuntime(ctx, r); err != nil {
+		if err := p.ensureRuntime(ctx, r, turnID); err != nil {
 			if runtime.Classify(err) == runtime.ClassSandboxDown {
 				lastRecoverErr = err
 				continue
@@ -141,6 +157,7 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 		if forceNew {
 			prev = ""
 		}
+		t0 = p.now()
 		sid, replaced, err := p.rt.Session(ctx, r.sb, prev, req.ThreadKey)
 		if err != nil {
 			if runtime.Classify(err) == runtime.ClassSandboxDown {
@@ -149,6 +166,11 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 			}
 			out.Err = classify(ERUNTIME, "agent session", err)
 			return out
+		}
+		if !r.created && (replaced || forceNew || (sess.AgentSessionID != "" && sid != sess.AgentSessionID)) {
+			p.met.Resolve(prov, ResolveSessionReplaced, p.now().Sub(t0))
+			p.log.Info(EventSessionReplaced, fields(zap.String("previous", sess.AgentSessionID), zap.String("session", sid),
+				zap.Bool("after_prompt_failure", forceNew))...)
 		}
 		var history string
 		if r.created || replaced || forceNew || (sess.AgentSessionID != "" && sid != sess.AgentSessionID) {
@@ -177,6 +199,7 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 			filesInGen = sess.Generation
 		}
 		emit := w.emitter()
+		t0 = p.now()
 		tctx, cancel := context.WithTimeout(ctx, p.cfg.TurnTimeout)
 		tctx, limits := p.watchLimits(tctx, r.sb, r.created)
 		alive := w.processAlive(p.rt)
@@ -192,6 +215,7 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 		out.Replayed = out.Replayed || history != ""
 		// Late events from this attempt's goroutines must not reach the user once it is over.
 		emit.retire()
+		took = p.now().Sub(t0)
 		if limitErr != nil {
 			// A limit explains the failure better than what the runtime saw (exit 137, a dead server),
 			// and retrying in the same sandbox would hit it again.
@@ -203,14 +227,21 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 			out.Err = limitErr
 			return out
 		}
-		switch runtime.Classify(err) {
+		switch class := runtime.Classify(err); class {
 		case runtime.ClassNone:
+			p.log.Info(EventPromptOK, fields(zap.Duration("took", took), zap.Bool("is_error", res.IsError))...)
 			return p.finishAnswer(ctx, r, res, out)
-		case runtime.ClassSessionMissing:
-			forceNew, lastRecoverErr = true, err
-		case runtime.ClassSandboxDown:
+		case runtime.ClassSessionMissing, runtime.ClassSandboxDown:
 			lastRecoverErr = err
+			forceNew = forceNew || class == runtime.ClassSessionMissing
+			p.log.Warn(EventPromptRecoverable, fields(zap.Int("attempt", attempt), zap.String("class", className(class)),
+				zap.Duration("took", took), zap.Error(err))...)
+			if attempt == 0 {
+				p.met.Retry(prov, RetryPrompt) // the loop re-resolves and prompts once more
+			}
 		default:
+			p.log.Warn(EventPromptFatal, fields(zap.Int("attempt", attempt), zap.Bool("interrupted", interrupted),
+				zap.Duration("took", took), zap.Error(err))...)
 			if interrupted {
 				p.abort(r, sid)
 			}
@@ -221,7 +252,6 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 			out.Err = classify(code, "prompt", err)
 			return out
 		}
-		p.log.Info("recovering from prompt failure", zap.String("thread", req.ThreadKey), zap.Error(err))
 	}
 }
 
@@ -241,17 +271,27 @@ func (p *Pool) finishAnswer(ctx context.Context, r resolved, res runtime.Result,
 
 // ensureRuntime brings the runtime up, giving it a second chance (the runtime restarts its process on
 // Ensure) before marking the session as failing.
-func (p *Pool) ensureRuntime(ctx context.Context, r resolved) error {
+// turnID names the turn in the log (0 for an admin resume).
+func (p *Pool) ensureRuntime(ctx context.Context, r resolved, turnID int64) error {
 	var err error
-	for range 2 {
+	prov := p.prov.Name()
+	for attempt := range 2 {
 		ectx, cancel := context.WithTimeout(ctx, p.cfg.EnsureTimeout)
 		err = p.rt.Ensure(ectx, r.sb)
 		cancel()
 		if err == nil {
+			if attempt > 0 {
+				p.met.Retry(prov, RetryRuntimeRestart)
+			}
 			return p.life.healthy(ctx, r.sess, p.now())
 		}
 		if ctx.Err() != nil || runtime.Classify(err) == runtime.ClassSandboxDown {
 			break
+		}
+		if attempt == 0 {
+			p.met.Retry(prov, RetryHealth)
+			p.log.Warn(EventHealthRetry, append(turnFields(r.sess.ThreadKey, r.sess.Generation, prov, turnID),
+				zap.String("runtime", p.rt.Name()), zap.Error(err))...)
 		}
 	}
 	if ctx.Err() == nil && runtime.Classify(err) != runtime.ClassSandboxDown {
@@ -306,8 +346,10 @@ func (p *Pool) abort(r resolved, sid string) {
 	}
 }
 
-// endTurn records the outcome, delivers it, then records which artifacts were uploaded.
-func (p *Pool) endTurn(req Request, turnID int64, out Outcome) {
+// endTurn records the outcome, delivers it, then records which artifacts were uploaded. The turn
+// counts as finished (Metrics.TurnFinished, measured from start) once its outcome is recorded, before
+// the delivery: so whoever sees the answer also sees the count.
+func (p *Pool) endTurn(req Request, turnID int64, out Outcome, start time.Time) {
 	ctx, cancel := context.WithTimeout(context.Background(), deliverTimeout)
 	defer cancel()
 	result := db.TurnResult{Status: db.TurnDone, Answer: out.Answer}
@@ -326,6 +368,7 @@ func (p *Pool) endTurn(req Request, turnID int64, out Outcome) {
 	if _, err := p.store.TurnFinish(ctx, turnID, result); err != nil && !errors.Is(err, db.ErrConflict) {
 		p.log.Warn("recording turn", zap.Int64("turn", turnID), zap.Error(err))
 	}
+	p.met.TurnFinished(string(result.Status), p.now().Sub(start))
 	if result.Status == db.TurnDone {
 		note := handoffNote(req.Text, out.Answer)
 		if _, err := p.store.SessionUpdate(ctx, req.ThreadKey, db.SessionPatch{HandoffNote: &note}); err != nil {
@@ -475,3 +518,16 @@ func (e *attemptEmitter) emit(ev runtime.Event) {
 }
 
 func (e *attemptEmitter) retire() { e.retired.Store(true) }
+
+// className names a recovery class in the log.
+func className(c runtime.Class) string {
+	switch c {
+	case runtime.ClassSessionMissing:
+		return "session_missing"
+	case runtime.ClassSandboxDown:
+		return "sandbox_down"
+	case runtime.ClassNone:
+		return "none"
+	}
+	return "fatal"
+}

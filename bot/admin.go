@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/threadbox/threadbox/agentpool"
 	"github.com/threadbox/threadbox/db"
 )
 
@@ -29,6 +31,12 @@ type AdminOps interface {
 	// Stats is a one-paragraph summary of the pool and provider.
 	Stats(ctx context.Context) (string, error)
 	Depth(threadKey string) int
+	// RuntimeLog tails the runtime's own log in the thread's sandbox.
+	RuntimeLog(ctx context.Context, threadKey string, lines int) (agentpool.RuntimeLog, error)
+	// SandboxUsage reads the thread's sandbox's CPU, memory, disk and network use.
+	SandboxUsage(ctx context.Context, threadKey string) (agentpool.SandboxUsage, error)
+	// Attach says how to open a shell in the thread's sandbox (it never opens one).
+	Attach(ctx context.Context, threadKey string) (agentpool.Attach, error)
 }
 
 // AdminStore is what admin commands read and write in the database.
@@ -45,6 +53,9 @@ type Admin struct {
 	log    *zap.Logger
 	// refusals, when set, reports the access policy's refusals for stats (the handler sets it).
 	refusals func() map[string]int64
+	met      ChatMetrics
+	// numbers, when set, reads the figures behind /metrics for the global stats.
+	numbers func(ctx context.Context) ([]Stat, error)
 }
 
 // NewAdmin builds the admin command set. admins are platform:user_id strings (admin.users).
@@ -56,7 +67,15 @@ func NewAdmin(store AdminStore, ops AdminOps, admins []string, log *zap.Logger) 
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Admin{store: store, ops: ops, admins: m, log: log.Named("admin")}
+	return &Admin{store: store, ops: ops, admins: m, log: log.Named("admin"), met: NopChatMetrics{}}
+}
+
+// WithMetrics makes a count refusals (ChatRefusedAccess, under the actor's platform) and returns a.
+func (a *Admin) WithMetrics(m ChatMetrics) *Admin {
+	if m != nil {
+		a.met = m
+	}
+	return a
 }
 
 // ErrNotAdmin is returned for a command from a user not in admin.users.
@@ -71,7 +90,10 @@ const AdminHelp = `admin commands:
   destroy <thread>        destroy the thread's sandbox (its history is kept)
   reap [--dry-run]        destroy this deployment's sandboxes that no session owns
   drain                   stop taking new turns and let running ones finish
-  stats                   pool and session counts`
+  stats                   pool and session counts, and the numbers behind /metrics
+  stats <thread>          CPU, memory, disk and network use of the thread's sandbox
+  logs <thread> [n]       the last n lines (default 50) of the runtime's own log in the sandbox
+  attach <thread>         the command that opens a shell in the thread's sandbox`
 
 // IsAdmin reports whether actor (platform:user_id) may run admin commands.
 func (a *Admin) IsAdmin(actor string) bool { return a != nil && a.admins[actor] }
@@ -103,6 +125,8 @@ func (a *Admin) Run(ctx context.Context, actor string, argv []string) (string, e
 	}
 	if !a.admins[actor] {
 		_ = a.audit(ctx, actor, cmd, target, AuditDenied) // refused either way; a failure is logged
+		platform, _, _ := strings.Cut(actor, ":")
+		a.met.ChatEvent(platform, ChatRefusedAccess)
 		a.log.Warn("admin command refused", zap.String("actor", actor), zap.String("command", cmd))
 		return "Sorry: admin commands are limited to the users listed in admin.users. This attempt was logged.", ErrNotAdmin
 	}
@@ -192,11 +216,36 @@ func (a *Admin) dispatch(ctx context.Context, cmd string, argv []string) (string
 		}
 		return "Drained: no new turns are taken; running turns have finished.", nil
 	case "stats":
-		out, err := a.ops.Stats(ctx)
+		if len(args) == 1 {
+			return a.sandboxStats(ctx, args[0])
+		}
+		if len(args) > 1 {
+			return "", badRequest("usage: stats [<thread>]")
+		}
+		out, err := a.globalStats(ctx)
 		if err == nil && a.refusals != nil {
 			out += "\n" + formatRefusals(a.refusals())
 		}
 		return out, err
+	case "logs":
+		if len(args) < 1 || len(args) > 2 {
+			return "", badRequest("usage: logs <thread> [n]")
+		}
+		n := agentpool.DefaultLogLines
+		if len(args) == 2 {
+			v, err := strconv.Atoi(args[1])
+			if err != nil || v <= 0 || v > agentpool.MaxLogLines {
+				return "", badRequest("logs: n must be a number from 1 to %d", agentpool.MaxLogLines)
+			}
+			n = v
+		}
+		return a.logs(ctx, args[0], n)
+	case "attach":
+		key, err := one()
+		if err != nil {
+			return "", err
+		}
+		return a.attach(ctx, key)
 	}
 	return "", badRequest("unknown admin command %q\n%s", cmd, AdminHelp)
 }

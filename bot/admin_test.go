@@ -3,10 +3,12 @@ package bot
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/threadbox/threadbox/agentpool"
 	"github.com/threadbox/threadbox/db"
 	"github.com/threadbox/threadbox/db/dbtest"
 )
@@ -30,6 +32,10 @@ type recordingOps struct {
 	ran   []string
 	// auditAtAction is the newest audit entry when the action ran.
 	auditAtAction []db.AuditEntry
+	// What the inspection commands return.
+	log    agentpool.RuntimeLog
+	usage  agentpool.SandboxUsage
+	attach agentpool.Attach
 }
 
 var _ AdminOps = (*recordingOps)(nil)
@@ -57,6 +63,15 @@ func (o *recordingOps) Stats(ctx context.Context) (string, error) {
 	return "stats", o.act(ctx, "stats")
 }
 func (o *recordingOps) Depth(string) int { return 0 }
+func (o *recordingOps) RuntimeLog(ctx context.Context, k string, n int) (agentpool.RuntimeLog, error) {
+	return o.log, o.act(ctx, fmt.Sprintf("logs %s %d", k, n))
+}
+func (o *recordingOps) SandboxUsage(ctx context.Context, k string) (agentpool.SandboxUsage, error) {
+	return o.usage, o.act(ctx, "stats "+k)
+}
+func (o *recordingOps) Attach(ctx context.Context, k string) (agentpool.Attach, error) {
+	return o.attach, o.act(ctx, "attach "+k)
+}
 
 func TestAdminAuditsBeforeActing(t *testing.T) {
 	errDisk := errors.New("disk I/O error")

@@ -120,6 +120,7 @@ func (h *Handler) Restore(ctx context.Context, t db.Turn) (agentpool.Request, er
 	}
 	sink := newReplySink(context.WithoutCancel(ctx), r, h.cfg.ProgressInterval, h.log.With(zap.String("thread", t.ThreadKey)))
 	sink.notes = d.Notes
+	sink.met, sink.platform = h.cfg.Metrics, d.Platform
 	return agentpool.Request{
 		ThreadKey: t.ThreadKey, Platform: d.Platform, ChannelID: d.Channel, UserID: t.UserID,
 		EventID: t.PlatformEventID, Text: t.Prompt, Files: files, Sink: sink, Delivery: t.Delivery,

@@ -45,6 +45,8 @@ type HandlerConfig struct {
 	Access AccessPolicy
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Metrics counts uploads per platform (default NopChatMetrics).
+	Metrics ChatMetrics
 }
 
 // Handler routes messages: in-thread commands (help, status, stop, reset), admin commands (admin …),
@@ -68,6 +70,9 @@ func NewHandler(cfg HandlerConfig, turns Turns, store Store, admin *Admin, log *
 	}
 	if log == nil {
 		log = zap.NewNop()
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NopChatMetrics{}
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -306,6 +311,7 @@ func (h *Handler) turn(ctx context.Context, msg Message, r Replier) error {
 	}
 	sink := newReplySink(context.WithoutCancel(ctx), r, h.cfg.ProgressInterval, h.log.With(zap.String("thread", key)))
 	sink.notes = msg.Notes
+	sink.met, sink.platform = h.cfg.Metrics, msg.Thread.Platform
 	files := make([]agentpool.InboundFile, len(msg.Files))
 	for i, f := range msg.Files {
 		files[i] = agentpool.InboundFile{Name: f.Name, Size: f.Size, Open: f.Open}

@@ -26,6 +26,9 @@ type replySink struct {
 	start time.Time
 	// notes are the adapter's remarks (attachments not used), posted with the outcome.
 	notes []string
+	// met counts uploads under platform.
+	met      ChatMetrics
+	platform string
 
 	// mu protects the following.
 	mu sync.Mutex
@@ -40,9 +43,18 @@ type replySink struct {
 var _ agentpool.Sink = (*replySink)(nil)
 
 func newReplySink(ctx context.Context, r Replier, interval time.Duration, log *zap.Logger) *replySink {
-	s := &replySink{r: r, log: log, start: time.Now(), status: "working…"}
+	s := &replySink{r: r, log: log, start: time.Now(), status: "working…", met: NopChatMetrics{}}
 	s.co = NewCoalescer(ctx, interval, func(ctx context.Context, text string) error { return r.Progress(ctx, text) })
 	return s
+}
+
+// countUpload counts one upload's outcome.
+func (s *replySink) countUpload(err error) {
+	if err != nil {
+		s.met.Upload(s.platform, UploadFailed)
+		return
+	}
+	s.met.Upload(s.platform, UploadOK)
 }
 
 // setStatus sets the progress headline.
@@ -145,7 +157,9 @@ func (s *replySink) Deliver(ctx context.Context, out agentpool.Outcome) ([]strin
 			post(c)
 		}
 		if lay.File != nil {
-			if _, err := s.r.Upload(ctx, "answer.md", lay.File); err != nil {
+			_, err := s.r.Upload(ctx, "answer.md", lay.File)
+			s.countUpload(err)
+			if err != nil {
 				p := Explain(s.log, "uploading the answer", err, turn)
 				post(fmt.Sprintf("(The full answer could not be attached: the upload failed, ref %s.)", p.Ref))
 			}
@@ -154,15 +168,18 @@ func (s *replySink) Deliver(ctx context.Context, out agentpool.Outcome) ([]strin
 	ids := make([]string, len(out.Artifacts))
 	notes := append([]string(nil), s.notes...)
 	for _, sk := range out.Skipped {
+		s.met.Upload(s.platform, UploadSkipped)
 		notes = append(notes, skippedLine(sk))
 	}
 	limit := s.r.Limits().MaxFileBytes
 	for i, a := range out.Artifacts {
 		if limit > 0 && a.Size > limit {
 			notes = append(notes, skippedLine(agentpool.SkippedArtifact{Name: a.Name, Size: a.Size, Reason: agentpool.SkipFileTooLarge, Limit: limit}))
+			s.met.Upload(s.platform, UploadSkipped)
 			continue
 		}
 		id, err := s.r.Upload(ctx, a.Name, a.Data)
+		s.countUpload(err)
 		if err != nil {
 			p := Explain(s.log, "uploading a file", err, turn, zap.String("file", a.Name))
 			notes = append(notes, fmt.Sprintf("not uploaded: %s (%s): the upload failed, ref %s", a.Name, HumanSize(a.Size), p.Ref))

@@ -92,6 +92,13 @@ type StatsReader interface {
 	Stats(ctx context.Context, h Handle) (Stats, error)
 }
 
+// Attacher is an optional capability: the command an operator runs on a machine that can reach the
+// provider to get an interactive shell in the sandbox, as its user and in its working directory
+// (`docker exec -it …`). shell is appended as the command to run. It never opens the shell itself.
+type Attacher interface {
+	AttachCommand(ctx context.Context, h Handle, shell string) ([]string, error)
+}
+
 // Snapshotter is an optional capability: save the sandbox's filesystem under a name.
 type Snapshotter interface {
 	Snapshot(ctx context.Context, h Handle, name string) (string, error)
@@ -217,10 +224,15 @@ type FileInfo struct {
 // IsRegular reports whether the entry is a plain file (not a directory, symlink or device).
 func (f FileInfo) IsRegular() bool { return f.Mode.IsRegular() }
 
-// Stats is a point-in-time resource reading.
+// Stats is a point-in-time resource reading. The byte counters are totals since the sandbox started
+// (zero where the provider does not report them).
 type Stats struct {
 	CPUPercent  float64
 	MemoryBytes uint64
 	MemoryLimit uint64
 	PIDs        uint64
+	// NetRxBytes and NetTxBytes are network traffic in and out (zero with network none).
+	NetRxBytes, NetTxBytes uint64
+	// BlockReadBytes and BlockWriteBytes are disk I/O.
+	BlockReadBytes, BlockWriteBytes uint64
 }

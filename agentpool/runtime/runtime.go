@@ -42,6 +42,14 @@ type ProcessBound interface {
 	PromptIsProcess() bool
 }
 
+// LogFile is an optional capability of a runtime that launches a server in the sandbox: where that
+// server's own output goes (relative to the working directory, or absolute). The admin `logs` command
+// tails it. A runtime without it (shell, claude-code: one process per prompt, whose output is the
+// answer) keeps no log of its own.
+type LogFile interface {
+	LogPath() string
+}
+
 // Prompt is one turn's input.
 type Prompt struct {
 	// Text is the user's message.

@@ -54,6 +54,7 @@ func (a *Adapter) serveEvents(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "shutting down", http.StatusServiceUnavailable)
 			return
 		}
+		a.opts.Metrics.ChatEvent(platform, bot.ChatAck)
 	default:
 		a.log.Debug("ignored an Events API body", zap.String("type", env.Type))
 	}
@@ -68,6 +69,7 @@ func (a *Adapter) serveEvents(w http.ResponseWriter, r *http.Request) {
 // record it): then it must not be acknowledged, and its dedupe marks are withdrawn so that the
 // redelivery (to another replica) is taken.
 func (a *Adapter) accept(ctx context.Context, env envelope) bool {
+	a.opts.Metrics.ChatEvent(platform, bot.ChatReceived)
 	ev, err := parseEvent(env.Event)
 	if err != nil {
 		a.log.Warn("ignored an event that could not be read", zap.String("event", env.EventID), zap.Error(err))
@@ -98,11 +100,13 @@ func (a *Adapter) accept(ctx context.Context, env envelope) bool {
 		return true
 	}
 	if !a.seen.First(ctx, "ev:"+env.EventID) {
+		a.opts.Metrics.ChatEvent(platform, bot.ChatDeduped)
 		log.Debug("duplicate event ignored")
 		return true
 	}
 	msgKey := messageKey(team, ev)
 	if !a.seen.First(ctx, "msg:"+msgKey) {
+		a.opts.Metrics.ChatEvent(platform, bot.ChatDeduped)
 		log.Debug("message already handled under another event id")
 		return true
 	}
@@ -176,6 +180,10 @@ func (a *Adapter) withinLimits(ctx context.Context, r *replier, team string, ev 
 				a.log.Warn("posting the rate-limit notice", zap.Error(err))
 			}
 		})
+	}
+	if !ok {
+		a.log.Info("rate limit: message dropped", zap.String("team", team), zap.String("user", ev.User), zap.String("ts", ev.TS))
+		a.opts.Metrics.ChatEvent(platform, bot.ChatRefusedRateLimit)
 	}
 	return ok
 }

@@ -59,7 +59,10 @@ func (r *replier) dest() json.RawMessage {
 var _ bot.Platform = (*Adapter)(nil)
 
 // Name implements bot.Platform.
-func (a *Adapter) Name() string { return "slack" }
+func (a *Adapter) Name() string { return platform }
+
+// platform is the adapter's name: in thread keys, audit actors and metric labels.
+const platform = "slack"
 
 // Restore implements bot.Platform.
 func (a *Adapter) Restore(reply json.RawMessage) (bot.Replier, error) {

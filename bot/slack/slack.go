@@ -84,6 +84,8 @@ type Options struct {
 	// HTTPClient calls Slack (default: a client honouring HTTPS_PROXY/NO_PROXY).
 	HTTPClient *http.Client
 	Logger     *zap.Logger
+	// Metrics counts events received, deduped, refused and acknowledged (default bot.NopChatMetrics).
+	Metrics bot.ChatMetrics
 	// Now is the clock for signatures, rate-limit windows and dedupe (default time.Now).
 	Now func() time.Time
 }
@@ -124,6 +126,9 @@ func (o Options) withDefaults() Options {
 	o.KeyPrefix = cmp.Or(o.KeyPrefix, DefaultKeyPrefix)
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
+	}
+	if o.Metrics == nil {
+		o.Metrics = bot.NopChatMetrics{}
 	}
 	if o.Now == nil {
 		o.Now = time.Now

@@ -9,6 +9,8 @@ import (
 	"github.com/slack-go/slack"
 	"github.com/slack-go/slack/socketmode"
 	"go.uber.org/zap"
+
+	"github.com/threadbox/threadbox/bot"
 )
 
 // RunSocketMode receives events and slash commands over Socket Mode (slack.app_token) until ctx ends
@@ -131,5 +133,6 @@ func (a *Adapter) acceptPayload(ctx context.Context, payload json.RawMessage, re
 		a.log.Warn("event left unacknowledged: not taken", zap.String("event", env.EventID))
 		return false
 	}
+	a.opts.Metrics.ChatEvent(platform, bot.ChatAck)
 	return true
 }

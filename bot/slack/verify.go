@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/threadbox/threadbox/bot"
 )
 
 // Why a request failed verification. They are logged, never shown to the caller.
@@ -89,6 +91,7 @@ func (a *Adapter) readVerified(w http.ResponseWriter, r *http.Request) ([]byte, 
 	if err := verifySignature(r.Header, body, a.opts.SigningSecret, a.now()); err != nil {
 		a.log.Warn("rejected a request that failed Slack signature verification",
 			zap.String("path", r.URL.Path), zap.String("remote", r.RemoteAddr), zap.String("reason", err.Error()))
+		a.opts.Metrics.ChatEvent(platform, bot.ChatRefusedSignature)
 		http.Error(w, "invalid signature", http.StatusUnauthorized)
 		return nil, false
 	}

@@ -3,6 +3,7 @@ package web
 import (
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -78,12 +79,14 @@ type adminJSON struct {
 	Thread string `json:"thread"`
 	Status string `json:"status"`
 	DryRun bool   `json:"dry_run"`
+	// Lines is logs' n.
+	Lines int `json:"lines"`
 }
 
 // adminCommands says which commands the API runs, and whether each needs a thread.
 var adminCommands = map[string]bool{
 	"help": false, "sessions": false, "stats": false, "reap": false, "drain": false,
-	"inspect": true, "pause": true, "resume": true, "destroy": true,
+	"inspect": true, "pause": true, "resume": true, "destroy": true, "logs": true, "attach": true,
 }
 
 // adminCommand is POST /api/admin/{command}: bot.Admin.Run as the caller, audited there.
@@ -91,7 +94,7 @@ func (s *Server) adminCommand(w http.ResponseWriter, r *http.Request) {
 	cmd := r.PathValue("command")
 	needsThread, known := adminCommands[cmd]
 	if !known {
-		writeError(w, http.StatusNotFound, "unknown admin command "+cmd+": use help, sessions, inspect, pause, resume, destroy, reap, drain or stats")
+		writeError(w, http.StatusNotFound, "unknown admin command "+cmd+": use help, sessions, inspect, pause, resume, destroy, reap, drain, stats, logs or attach")
 		return
 	}
 	var req adminJSON
@@ -100,6 +103,9 @@ func (s *Server) adminCommand(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	argv := []string{cmd}
+	if cmd == "stats" && req.Thread != "" {
+		needsThread = true // stats <thread>: the sandbox's resource use
+	}
 	switch {
 	case needsThread && req.Thread == "":
 		writeError(w, http.StatusBadRequest, cmd+" needs {\"thread\": \"<thread key>\"}")
@@ -110,6 +116,9 @@ func (s *Server) adminCommand(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		argv = append(argv, req.Thread)
+		if cmd == "logs" && req.Lines > 0 {
+			argv = append(argv, strconv.Itoa(req.Lines))
+		}
 	case cmd == "sessions" && req.Status != "" && !bot.SessionStatus(req.Status).Valid():
 		writeError(w, http.StatusBadRequest, "unknown status "+req.Status)
 		return

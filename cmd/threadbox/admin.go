@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os/user"
+	"strconv"
 	"strings"
 	"time"
 
@@ -65,8 +66,16 @@ func (m *Main) adminOverHTTP(ctx context.Context, args []string) error {
 			i++
 		case strings.HasPrefix(a, "--status="):
 			body["status"] = strings.TrimPrefix(a, "--status=")
-		default:
+		case body["thread"] == nil:
 			body["thread"] = a
+		case cmd == "logs":
+			n, err := strconv.Atoi(a)
+			if err != nil {
+				return fmt.Errorf("logs: n must be a number: %q", a)
+			}
+			body["lines"] = n
+		default:
+			return fmt.Errorf("%s: unexpected argument %q", cmd, a)
 		}
 	}
 	raw, _ := json.Marshal(body)

@@ -71,6 +71,10 @@ func (m *Main) mountSlack(ctx context.Context, mux *http.ServeMux, a *app) (func
 		RateLimit:    slack.RateLimit{UserMessages: rl.UserMessages, ChannelMessages: rl.ChannelMessages, Window: rl.Window},
 		MaxFileBytes: cfg.MaxFileBytes, MaxInboundFileBytes: cfg.MaxInboundFileBytes, Logger: m.Logger,
 		ContextMessages: contextMessages(cfg.ContextMessages), ContextChars: cfg.ContextChars,
+		Metrics: a.metrics,
+		// Dedupe marks and rate-limit counters are the deployment's own: two installations sharing a
+		// Redis must not swallow each other's events.
+		KeyPrefix: "threadbox:" + m.Config.Deployment + ":slack:",
 	})
 	if err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -30,6 +31,37 @@ type server struct {
 	cmd  *exec.Cmd
 	url  string
 	done chan error
+
+	// mu protects the following: the process's log so far, and a channel closed at each new line.
+	mu      sync.Mutex
+	log     strings.Builder
+	newLine chan struct{}
+}
+
+// waitLog waits up to d for a log line containing text and reports whether one came.
+func (s *server) waitLog(text string, d time.Duration) bool {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for {
+		s.mu.Lock()
+		found, ch := strings.Contains(s.log.String(), text), s.newLine
+		s.mu.Unlock()
+		if found {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			return false
+		}
+	}
+}
+
+// logText is the process's log so far.
+func (s *server) logText() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.log.String()
 }
 
 var listenRE = regexp.MustCompile(`"url": "(http://[^"]+)"`)
@@ -41,13 +73,17 @@ func startServer(t *testing.T, bin string, env []string) *server {
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
-	s := &server{cmd: cmd, done: make(chan error, 1)}
+	s := &server{cmd: cmd, done: make(chan error, 1), newLine: make(chan struct{})}
 	urls := make(chan string, 1)
-	var logs bytes.Buffer
 	go func() {
 		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 16<<20)
 		for sc.Scan() {
-			logs.WriteString(sc.Text() + "\n")
+			s.mu.Lock()
+			s.log.WriteString(sc.Text() + "\n")
+			close(s.newLine)
+			s.newLine = make(chan struct{})
+			s.mu.Unlock()
 			if m := listenRE.FindStringSubmatch(sc.Text()); m != nil {
 				urls <- m[1]
 			}
@@ -57,7 +93,7 @@ func startServer(t *testing.T, bin string, env []string) *server {
 	select {
 	case s.url = <-urls:
 	case err := <-s.done:
-		t.Fatalf("serve exited before listening: %v\n%s", err, logs.String())
+		t.Fatalf("serve exited before listening: %v\n%s", err, s.logText())
 	case <-time.After(2 * time.Minute):
 		t.Fatal("serve did not start listening")
 	}

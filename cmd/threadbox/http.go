@@ -3,6 +3,9 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"net"
 	"net/http"
 	"time"
 
@@ -74,5 +77,32 @@ func readyHandler(store pinger, pool drainer, provider func(context.Context) str
 			status += provider(pctx) + "\n"
 		}
 		_, _ = w.Write([]byte(status))
+	})
+}
+
+// metricsHandler guards GET /metrics. The listener is public when http.addr is not loopback (and then
+// http.token is required by the config): with a token, every scraper must send it as a bearer token,
+// loopback included (a reverse proxy on the host is loopback too); without one, only loopback clients
+// are served. The figures name threads' counts and timings, not their content, but they are the
+// operators' business.
+func metricsHandler(token string, h http.Handler) http.Handler {
+	want := sha256.Sum256([]byte("Bearer " + token))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if token != "" {
+			got := sha256.Sum256([]byte(r.Header.Get("Authorization")))
+			if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="threadbox metrics"`)
+				http.Error(w, "metrics need \"Authorization: Bearer <http.token>\"", http.StatusUnauthorized)
+				return
+			}
+			h.ServeHTTP(w, r)
+			return
+		}
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+			http.Error(w, "metrics are served to loopback clients only unless http.token is set", http.StatusForbidden)
+			return
+		}
+		h.ServeHTTP(w, r)
 	})
 }

@@ -40,6 +40,8 @@ type layerRule struct {
 // suite, drives them through a real pool, store and sandbox. Neither opens a way to a chat package.
 func layerRules() []layerRule {
 	return []layerRule{
+		{pkg: "cmd/threadbox/metrics", may: []string{"agentpool", "bot", "db"},
+			why: "cmd/threadbox/metrics: the Prometheus side of agentpool.Metrics and bot.ChatMetrics; reads sessions from db"},
 		{pkg: "cmd/...", may: []string{"..."},
 			why: "cmd/threadbox: main, config and wiring may import everything"},
 		{pkg: "bot", may: []string{"agentpool", "agentpool/runtime", "db"},

@@ -41,6 +41,7 @@ func (m *Main) runServe(ctx context.Context) error {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	mux.Handle("GET /metrics", metricsHandler(m.Config.HTTP.Token, a.metrics.Handler()))
 	ready := readyHandler(a.store, a.pool, func(ctx context.Context) string { return providerStatus(ctx, a.prov, log) }, log)
 	mux.Handle("GET /readyz", ready)
 	// The public webhooks get their own listener when http.public_addr is set, so the web chat and

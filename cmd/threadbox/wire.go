@@ -12,6 +12,7 @@ import (
 	"github.com/threadbox/threadbox/agentpool/runtime"
 	"github.com/threadbox/threadbox/bot"
 	"github.com/threadbox/threadbox/cmd/threadbox/config"
+	"github.com/threadbox/threadbox/cmd/threadbox/metrics"
 	"github.com/threadbox/threadbox/db"
 	"github.com/threadbox/threadbox/prompts"
 	"github.com/threadbox/threadbox/sandbox"
@@ -31,6 +32,8 @@ type app struct {
 	handler *bot.Handler
 	// dir is what the chat adapters read of sessions and histories: they may not import db.
 	dir *bot.Directory
+	// metrics are this process's instruments, served on /metrics.
+	metrics *metrics.Metrics
 	// warning is shown prominently (console and page) when the setup is unsafe.
 	warning string
 }
@@ -48,6 +51,7 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 		return nil, err
 	}
 	a.store = st
+	a.metrics = metrics.New(st)
 	if cfg.Database.AutoMigrate {
 		if err := st.Migrate(ctx); err != nil {
 			return nil, fmt.Errorf("migrate on start (set database.auto_migrate: false to skip): %w", err)
@@ -98,6 +102,7 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 		// The handler is built below; turns are restored only once serve has registered the adapters.
 		Restore:   func(ctx context.Context, t db.Turn) (agentpool.Request, error) { return a.handler.Restore(ctx, t) },
 		Workspace: ws,
+		Metrics:   a.metrics,
 	})
 	if err != nil {
 		return nil, err
@@ -111,16 +116,17 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 		Store: st, Provider: a.prov, Deployment: cfg.Deployment, Logger: m.Logger,
 		OnStuck: func(_ context.Context, t db.Turn) { a.pool.CancelTurn(t.ThreadKey, t.ID, agentpool.ErrStuck) },
 		Recover: a.pool.RecoverPass,
+		Metrics: a.metrics,
 	})
 	if err != nil {
 		return nil, err
 	}
-	a.admin = bot.NewAdmin(st, agentpool.Ops{Pool: a.pool, Maint: a.maint}, cfg.Admin.Users, m.Logger)
+	a.admin = bot.NewAdmin(st, agentpool.Ops{Pool: a.pool, Maint: a.maint}, cfg.Admin.Users, m.Logger).WithMetrics(a.metrics).WithNumbers(a.metrics.Numbers)
 	ac := cfg.Access
 	a.handler = bot.NewHandler(bot.HandlerConfig{Access: bot.AccessPolicy{
 		SlackTeams: ac.SlackTeams, DiscordGuilds: ac.DiscordGuilds, Channels: ac.Channels, Users: ac.Users,
 		BlockDMs: !ac.DMs, OwnerOnlyControls: ac.OwnerOnlyControls, RefusalWindow: ac.RefusalWindow,
-	}}, a.pool, st, a.admin, m.Logger)
+	}, Metrics: a.metrics}, a.pool, st, a.admin, m.Logger)
 	a.dir = bot.NewDirectory(st)
 	return a, nil
 }

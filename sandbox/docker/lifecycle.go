@@ -262,6 +262,18 @@ func (p *Provider) Stats(ctx context.Context, h sandbox.Handle) (sandbox.Stats, 
 			break
 		}
 	}
+	var rx, tx, blkRead, blkWrite uint64
+	for _, n := range s.Networks {
+		rx, tx = rx+n.RxBytes, tx+n.TxBytes
+	}
+	for _, e := range s.BlkioStats.IoServiceBytesRecursive {
+		switch strings.ToLower(e.Op) {
+		case "read":
+			blkRead += e.Value
+		case "write":
+			blkWrite += e.Value
+		}
+	}
 	cur := cpuSample{total: s.CPUStats.CPUUsage.TotalUsage, system: s.CPUStats.SystemUsage}
 	prev := cpuSample{total: s.PreCPUStats.CPUUsage.TotalUsage, system: s.PreCPUStats.SystemUsage}
 	if prev.system == 0 {
@@ -272,6 +284,8 @@ func (p *Provider) Stats(ctx context.Context, h sandbox.Handle) (sandbox.Stats, 
 		MemoryBytes: mem,
 		MemoryLimit: s.MemoryStats.Limit,
 		PIDs:        s.PidsStats.Current,
+		NetRxBytes:  rx, NetTxBytes: tx,
+		BlockReadBytes: blkRead, BlockWriteBytes: blkWrite,
 	}, nil
 }
 

@@ -73,6 +73,11 @@ func New(cfg Config) (*Runtime, error) {
 // Name implements runtime.Runtime.
 func (r *Runtime) Name() string { return Name }
 
+var _ runtime.LogFile = (*Runtime)(nil)
+
+// LogPath implements runtime.LogFile: the server's output, replaced at each launch.
+func (r *Runtime) LogPath() string { return logPath }
+
 type session struct {
 	ID    string `json:"id"`
 	Title string `json:"title"`

@@ -91,6 +91,11 @@ func New(cfg Config) (*Runtime, error) {
 // Name implements runtime.Runtime.
 func (r *Runtime) Name() string { return Name }
 
+var _ runtime.LogFile = (*Runtime)(nil)
+
+// LogPath implements runtime.LogFile: the server's output, replaced at each launch.
+func (r *Runtime) LogPath() string { return logPath }
+
 // Session implements runtime.Runtime: prevID when the agent can load it, else a new session. ACP
 // sessions have no title, so title is unused: the pool keeps the id.
 func (r *Runtime) Session(ctx context.Context, sb sandbox.Sandbox, prevID, title string) (string, bool, error) {

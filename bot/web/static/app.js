@@ -254,6 +254,12 @@
         ? el('a', { href: `#c=${s.conversation_id}`, text: s.thread_key })
         : document.createTextNode(s.thread_key);
       const actions = el('td', { class: 'actions' });
+      // Looking into the sandbox: its runtime's log, its resource use, and how to open a shell in it.
+      for (const cmd of ['logs', 'stats', 'attach']) {
+        const b = el('button', { type: 'button', text: cmd, 'data-cmd': cmd });
+        b.addEventListener('click', () => adminRun(cmd, { thread: s.thread_key }));
+        actions.append(b);
+      }
       for (const cmd of ['pause', 'resume', 'destroy']) {
         const b = el('button', { type: 'button', text: cmd, 'data-cmd': cmd, class: cmd === 'destroy' ? 'danger' : '' });
         b.addEventListener('click', () => {
