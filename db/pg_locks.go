@@ -101,6 +101,11 @@ func (s *pgStore) waitLock(ctx context.Context, conn *pgxpool.Conn, key int64) e
 			err = ctx.Err()
 		}
 	}
+	if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+		// The server may answer our cancel request ("canceling statement due to user request")
+		// before pgx sees the context end: the reason is still the caller's context.
+		err = fmt.Errorf("%w: %w", ctx.Err(), err)
+	}
 	if err != nil && s.closed.Err() != nil {
 		return errClosed
 	}

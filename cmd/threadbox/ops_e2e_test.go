@@ -55,6 +55,7 @@ func newOpsRig(t *testing.T) *opsRig {
 		"THREADBOX_SLACK_API_URL=" + fake.APIURL(),
 		"THREADBOX_LIFECYCLE_SHUTDOWN_GRACE=1s",
 		"THREADBOX_ADMIN_USERS=web:local,slack:UADMIN",
+		"THREADBOX_HTTP_TRUST_LOOPBACK=true", // the ops view as the operator at this machine (make run sets it)
 		"THREADBOX_LOG_FORMAT=json",
 		"THREADBOX_RUNTIME_NAME=shell",
 	}
