@@ -307,10 +307,7 @@ func TestFatalErrorsHideURLPasswords(t *testing.T) {
 
 func TestDoctorSaysPostgresNeedsARuntimeSecret(t *testing.T) {
 	requireServices(t)
-	pg := os.Getenv("THREADBOX_TEST_POSTGRES_URL")
-	if pg == "" {
-		t.Skip("THREADBOX_TEST_POSTGRES_URL unset")
-	}
+	pg := dbtest.PostgresSchemaURL(t)
 	env := []string{"THREADBOX_DATABASE_URL=" + pg, "THREADBOX_SANDBOX_PROVIDER=local",
 		"THREADBOX_SANDBOX_LOCAL_I_UNDERSTAND_NO_ISOLATION=true", "THREADBOX_SANDBOX_LOCAL_DIR=" + t.TempDir()}
 	out, _, err := runMain(t, env, "doctor")
