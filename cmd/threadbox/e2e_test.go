@@ -210,12 +210,20 @@ func TestSIGTERMDuringTurnKeepsTheSandbox(t *testing.T) {
 	require.Equal(t, int64(1), after.Generation)
 }
 
-// destroyDeployment destroys, when the test ends, every sandbox of deployment dep.
+// destroyDeployment destroys, when the test ends, every sandbox of deployment dep, and the volumes
+// left by sandboxes removed behind the bot's back (docker rm -f keeps a container's named volume).
 func destroyDeployment(t *testing.T, prov sandbox.Provider, dep string) {
 	t.Cleanup(func() {
-		list, _ := prov.List(context.Background(), map[string]string{sandbox.LabelDeployment: dep})
+		labels := map[string]string{sandbox.LabelDeployment: dep}
+		list, _ := prov.List(context.Background(), labels)
 		for _, i := range list {
 			_ = prov.Destroy(context.Background(), i.Handle)
+		}
+		if vr, ok := prov.(sandbox.VolumeReaper); ok {
+			vols, _ := vr.ListVolumes(context.Background(), labels)
+			for _, v := range vols {
+				_ = vr.RemoveVolume(context.Background(), v.Name)
+			}
 		}
 	})
 }
