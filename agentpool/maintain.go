@@ -287,7 +287,8 @@ func (m *Maintainer) passes() []maintPass {
 	if m.recover != nil {
 		ps = append(ps, maintPass{passRecover, func(ctx context.Context) (PassReport, error) {
 			r, err := m.recover(ctx)
-			return PassReport{Found: r.Requeued + r.Interrupted + r.Failed, Done: r.Requeued + r.Interrupted, Failed: r.Failed}, err
+			done := r.Requeued + r.Interrupted + r.Redelivered
+			return PassReport{Found: done + r.Failed, Done: done, Failed: r.Failed}, err
 		}})
 	}
 	return append(ps, []maintPass{

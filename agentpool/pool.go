@@ -378,4 +378,13 @@ func (p *Pool) finishQuietly(turnID int64, r db.TurnResult) {
 	if _, err := p.store.TurnFinish(ctx, turnID, r); err != nil && !errors.Is(err, db.ErrConflict) {
 		p.log.Warn("recording turn end", zap.Int64("turn", turnID), zap.Error(err))
 	}
+	// These ends are told by their caller, or have no one to tell: nothing to redeliver.
+	p.markDelivered(ctx, turnID)
+}
+
+// markDelivered records that a turn's outcome was posted, so recovery never posts it again.
+func (p *Pool) markDelivered(ctx context.Context, turnID int64) {
+	if err := p.store.TurnMarkDelivered(ctx, turnID); err != nil {
+		p.log.Warn("recording delivery", zap.Int64("turn", turnID), zap.Error(err))
+	}
 }

@@ -83,8 +83,9 @@ func (p *Pool) releaseInstance() {
 // RecoverReport says what a recovery pass did.
 type RecoverReport struct {
 	// Requeued queued turns now run here; Interrupted running turns were answered as interrupted;
-	// Failed turns could not be restored (no delivery, or an unknown platform).
-	Requeued, Interrupted, Failed int
+	// Redelivered finished turns had their recorded outcome posted again; Failed turns could not be
+	// restored (no delivery, or an unknown platform).
+	Requeued, Interrupted, Redelivered, Failed int
 }
 
 // RecoverPass takes over the unfinished turns of dead processes. It runs at start and then on the
@@ -98,6 +99,17 @@ func (p *Pool) RecoverPass(ctx context.Context) (RecoverReport, error) {
 		return rep, err
 	}
 	alive := map[string]bool{p.instance: true}
+	isAlive := func(owner string) (bool, error) {
+		live, ok := alive[owner]
+		if !ok {
+			var err error
+			if live, err = p.store.InstanceAlive(ctx, owner); err != nil {
+				return false, fmt.Errorf("recover: %w", err)
+			}
+			alive[owner] = live
+		}
+		return live, nil
+	}
 	var after int64
 	for {
 		page, err := p.store.TurnsPending(ctx, after, db.DefaultBatch)
@@ -106,12 +118,9 @@ func (p *Pool) RecoverPass(ctx context.Context) (RecoverReport, error) {
 		}
 		for _, t := range page {
 			after = t.ID
-			live, ok := alive[t.Owner]
-			if !ok {
-				if live, err = p.store.InstanceAlive(ctx, t.Owner); err != nil {
-					return rep, fmt.Errorf("recover: %w", err)
-				}
-				alive[t.Owner] = live
+			live, err := isAlive(t.Owner)
+			if err != nil {
+				return rep, err
 			}
 			if live {
 				continue
@@ -121,6 +130,33 @@ func (p *Pool) RecoverPass(ctx context.Context) (RecoverReport, error) {
 					return rep, ctx.Err()
 				}
 				p.log.Warn("recovering a turn", zap.Int64("turn", t.ID), zap.String("thread", t.ThreadKey), zap.Error(err))
+			}
+		}
+		if len(page) < db.DefaultBatch {
+			break
+		}
+	}
+	// Finished turns whose outcome a dead process never posted.
+	after = 0
+	for {
+		page, err := p.store.TurnsUndelivered(ctx, after, db.DefaultBatch)
+		if err != nil {
+			return rep, fmt.Errorf("recover: %w", err)
+		}
+		for _, t := range page {
+			after = t.ID
+			live, err := isAlive(t.Owner)
+			if err != nil {
+				return rep, err
+			}
+			if live {
+				continue
+			}
+			if err := p.recoverUndelivered(ctx, t, &rep); err != nil {
+				if ctx.Err() != nil {
+					return rep, ctx.Err()
+				}
+				p.log.Warn("recovering an undelivered turn", zap.Int64("turn", t.ID), zap.String("thread", t.ThreadKey), zap.Error(err))
 			}
 		}
 		if len(page) < db.DefaultBatch {
@@ -188,7 +224,55 @@ func (p *Pool) recoverInterrupted(ctx context.Context, t db.Turn, rep *RecoverRe
 		if _, err := req.Sink.Deliver(dctx, Outcome{TurnID: t.ID, Err: ErrInterrupted}); err != nil {
 			p.log.Warn("telling a user their turn was interrupted", zap.Int64("turn", t.ID), zap.Error(err))
 		}
+		p.markDelivered(dctx, t.ID)
 	}, nil)
+}
+
+// recoverUndelivered posts again the recorded outcome of a turn whose process died after finishing
+// it and before posting it, in the thread's order.
+func (p *Pool) recoverUndelivered(ctx context.Context, t db.Turn, rep *RecoverReport) error {
+	claimed, err := p.store.TurnClaimUndelivered(ctx, t.ID, t.Owner, p.instance)
+	if errors.Is(err, db.ErrConflict) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	req, err := p.restoreRequest(ctx, claimed)
+	if err != nil {
+		rep.Failed++
+		p.markDelivered(ctx, t.ID) // nowhere to post it: do not try for ever
+		return err
+	}
+	out := recordedOutcome(claimed)
+	if err := p.Do(t.ThreadKey, func(context.Context) {
+		dctx, cancel := context.WithTimeout(context.Background(), deliverTimeout)
+		defer cancel()
+		if _, err := req.Sink.Deliver(dctx, out); err != nil {
+			p.log.Warn("posting a recorded outcome again", zap.Int64("turn", t.ID), zap.Error(err))
+		}
+		p.markDelivered(dctx, t.ID)
+	}, nil); err != nil {
+		return err
+	}
+	rep.Redelivered++
+	p.log.Info("posting again the outcome of a turn whose process died while posting it",
+		zap.Int64("turn", t.ID), zap.String("thread", t.ThreadKey), zap.String("from", t.Owner))
+	return nil
+}
+
+// recordedOutcome is the outcome a finished turn recorded, as far as the record has it.
+func recordedOutcome(t db.Turn) Outcome {
+	out := Outcome{TurnID: t.ID, Answer: t.Answer, Redelivered: true}
+	switch {
+	case t.Status == db.TurnCancelled:
+		out.Cancelled, out.Err = true, ErrCancelled
+	case t.Status == db.TurnFailed && t.Error == InterruptedText:
+		out.Err = ErrInterrupted
+	case t.Status == db.TurnFailed:
+		out.Err = classify(EINTERNAL, "recorded failure", errors.New(t.Error))
+	}
+	return out
 }
 
 func (p *Pool) restoreRequest(ctx context.Context, t db.Turn) (Request, error) {

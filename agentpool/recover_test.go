@@ -169,3 +169,41 @@ func TestLockLossCancelsTurn(t *testing.T) {
 	require.True(t, out.Cancelled)
 	require.ErrorIs(t, out.Err, ErrLockLost)
 }
+
+// TestRecoverRedeliversWhatADeadProcessNeverPosted: a turn finished by a process that died before
+// posting its outcome is posted again by a live one, once, from the record.
+func TestRecoverRedeliversWhatADeadProcessNeverPosted(t *testing.T) {
+	st := newSQLiteStore(t)
+	ctx := t.Context()
+	done, err := st.TurnInsert(ctx, db.NewTurn{ThreadKey: "k1", PlatformEventID: "e1", UserID: "u", Prompt: "p",
+		Delivery: json.RawMessage(`{}`), Owner: "dead"})
+	require.NoError(t, err)
+	_, err = st.TurnFinish(ctx, done.ID, db.TurnResult{Status: db.TurnDone, Answer: "the answer"})
+	require.NoError(t, err)
+	posted, err := st.TurnInsert(ctx, db.NewTurn{ThreadKey: "k1", PlatformEventID: "e2", UserID: "u", Prompt: "p",
+		Delivery: json.RawMessage(`{}`), Owner: "dead"})
+	require.NoError(t, err)
+	_, err = st.TurnFinish(ctx, posted.ID, db.TurnResult{Status: db.TurnDone, Answer: "already posted"})
+	require.NoError(t, err)
+	require.NoError(t, st.TurnMarkDelivered(ctx, posted.ID))
+
+	sink := newCollector()
+	p, err := New(Config{Deployment: "test-redeliver", Image: "img"}, Deps{
+		Store: st, Provider: sandboxfake.New(), Runtime: &scriptRuntime{},
+		Restore: func(_ context.Context, t db.Turn) (Request, error) { return Request{Sink: sink}, nil },
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Shutdown(context.Background()) })
+
+	rep, err := p.RecoverPass(ctx)
+	require.NoError(t, err)
+	require.Equal(t, RecoverReport{Redelivered: 1}, rep)
+	out := sink.wait(t, 1)[0]
+	require.True(t, out.Redelivered)
+	require.Equal(t, done.ID, out.TurnID)
+	require.Equal(t, "the answer", out.Answer)
+	require.NoError(t, p.Shutdown(ctx)) // the delivery job has run and recorded itself
+	got, err := st.TurnGet(ctx, done.ID)
+	require.NoError(t, err)
+	require.False(t, got.DeliveredAt.IsZero(), "recorded as delivered: it is not posted a third time")
+}

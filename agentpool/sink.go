@@ -39,6 +39,9 @@ type Outcome struct {
 	Recreate RecreateReason
 	// Replayed is true when the conversation so far was replayed to a new sandbox or agent session.
 	Replayed bool
+	// Redelivered: the outcome is posted again from the record, by a process that took the turn over
+	// from one that died while posting it; files are not attached again.
+	Redelivered bool
 	// Context says what the turn read of the chat thread before the message.
 	Context ContextNote
 	// Workspace is the Workspace's note for the user (a repository checked out, restored).

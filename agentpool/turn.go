@@ -382,6 +382,9 @@ func (p *Pool) endTurn(req Request, turnID int64, out Outcome, start time.Time) 
 	if err != nil {
 		p.log.Warn("delivering answer", zap.String("thread", req.ThreadKey), zap.Error(err))
 	}
+	// After the posts: a process that dies before this line leaves the turn undelivered, and
+	// recovery posts its recorded outcome again (at least once, never not at all).
+	p.markDelivered(ctx, turnID)
 	if len(out.Artifacts) > 0 {
 		if err := RecordArtifacts(ctx, p.store, turnID, out.Artifacts, ids); err != nil {
 			p.log.Warn("recording artifacts", zap.String("thread", req.ThreadKey), zap.Error(err))

@@ -130,6 +130,9 @@ func (s *replySink) Deliver(ctx context.Context, out agentpool.Outcome) ([]strin
 			firstErr = err
 		}
 	}
+	if out.Redelivered {
+		post("(I was restarted while posting the reply to this message, so here it is again, from my records. Files the agent made are not attached again; they are still in output/display/ of this thread's sandbox.)")
+	}
 	turn := zap.Int64("turn", out.TurnID)
 	switch code := agentpool.ErrorCode(out.Err); {
 	case out.Cancelled && (code == agentpool.ECANCELLED || out.Err == nil):

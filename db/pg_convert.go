@@ -59,6 +59,7 @@ func fromPGTurn(r pgsqlc.Turn) Turn {
 		Usage:           rawJSON(r.Usage),
 		Delivery:        rawJSON(r.Delivery),
 		Owner:           r.Owner,
+		DeliveredAt:     fromPGTime(r.DeliveredAt),
 		CreatedAt:       fromPGTime(r.CreatedAt),
 		StartedAt:       fromPGTime(r.StartedAt),
 		LastEventAt:     fromPGTime(r.LastEventAt),

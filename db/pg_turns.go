@@ -223,3 +223,29 @@ func (s *pgStore) TurnUsageTotals(ctx context.Context, threadKey, userID string,
 	}
 	return UsageTotals{Thread: r.ThreadTokens, User: r.UserTokens, All: r.AllTokens}, nil
 }
+
+func (s *pgStore) TurnMarkDelivered(ctx context.Context, id int64) error {
+	if _, err := s.q.TurnMarkDelivered(ctx, s.dbtx, pgsqlc.TurnMarkDeliveredParams{Now: pgTime(s.clock()), ID: id}); err != nil {
+		return pgErr("mark turn "+turnKey(id)+" delivered", err)
+	}
+	return nil
+}
+
+func (s *pgStore) TurnsUndelivered(ctx context.Context, afterID int64, limit int) ([]Turn, error) {
+	rows, err := s.q.TurnListUndelivered(ctx, s.dbtx, pgsqlc.TurnListUndeliveredParams{AfterID: afterID, MaxRows: int32(batchLimit(limit))})
+	if err != nil {
+		return nil, pgErr("list undelivered turns", err)
+	}
+	return fromPGTurns(rows), nil
+}
+
+func (s *pgStore) TurnClaimUndelivered(ctx context.Context, id int64, from, to string) (Turn, error) {
+	r, err := s.q.TurnClaimUndelivered(ctx, s.dbtx, pgsqlc.TurnClaimUndeliveredParams{ID: id, FromOwner: from, ToOwner: to})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Turn{}, claimFailed(id, from)
+	}
+	if err != nil {
+		return Turn{}, pgErr("claim turn "+turnKey(id), err)
+	}
+	return fromPGTurn(r), nil
+}

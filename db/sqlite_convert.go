@@ -64,6 +64,7 @@ func fromSQLiteTurn(r sqlitesqlc.Turn) (Turn, error) {
 		Usage:           nullJSON(r.Usage),
 		Delivery:        nullJSON(r.Delivery),
 		Owner:           r.Owner,
+		DeliveredAt:     p.null("turns.delivered_at", r.DeliveredAt),
 		CreatedAt:       p.parse("turns.created_at", r.CreatedAt),
 		StartedAt:       p.null("turns.started_at", r.StartedAt),
 		LastEventAt:     p.null("turns.last_event_at", r.LastEventAt),

@@ -228,3 +228,29 @@ func (s *sqliteStore) TurnUsageTotals(ctx context.Context, threadKey, userID str
 	}
 	return UsageTotals{Thread: r.ThreadTokens, User: r.UserTokens, All: r.AllTokens}, nil
 }
+
+func (s *sqliteStore) TurnMarkDelivered(ctx context.Context, id int64) error {
+	if _, err := s.q.TurnMarkDelivered(ctx, s.dbtx, sqlitesqlc.TurnMarkDeliveredParams{Now: sqliteNullTime(s.now()), ID: id}); err != nil {
+		return sqliteErr("mark turn "+turnKey(id)+" delivered", err)
+	}
+	return nil
+}
+
+func (s *sqliteStore) TurnsUndelivered(ctx context.Context, afterID int64, limit int) ([]Turn, error) {
+	rows, err := s.q.TurnListUndelivered(ctx, s.dbtx, sqlitesqlc.TurnListUndeliveredParams{AfterID: afterID, MaxRows: int64(batchLimit(limit))})
+	if err != nil {
+		return nil, sqliteErr("list undelivered turns", err)
+	}
+	return fromSQLiteTurns(rows)
+}
+
+func (s *sqliteStore) TurnClaimUndelivered(ctx context.Context, id int64, from, to string) (Turn, error) {
+	r, err := s.q.TurnClaimUndelivered(ctx, s.dbtx, sqlitesqlc.TurnClaimUndeliveredParams{ID: id, FromOwner: from, ToOwner: to})
+	if errors.Is(err, sql.ErrNoRows) {
+		return Turn{}, claimFailed(id, from)
+	}
+	if err != nil {
+		return Turn{}, sqliteErr("claim turn "+turnKey(id), err)
+	}
+	return fromSQLiteTurn(r)
+}

@@ -89,6 +89,13 @@ type TurnStore interface {
 	TurnsPending(ctx context.Context, afterID int64, limit int) ([]Turn, error)
 	// TurnClaim makes to the owner of an unfinished turn if from still owns it; else ErrConflict.
 	TurnClaim(ctx context.Context, id int64, from, to string) (Turn, error)
+	// TurnMarkDelivered records that a finished turn's outcome was posted (idempotent).
+	TurnMarkDelivered(ctx context.Context, id int64) error
+	// TurnsUndelivered pages through finished turns never marked delivered, in id order.
+	TurnsUndelivered(ctx context.Context, afterID int64, limit int) ([]Turn, error)
+	// TurnClaimUndelivered makes to the owner of a finished, undelivered turn if from still owns it;
+	// else ErrConflict.
+	TurnClaimUndelivered(ctx context.Context, id int64, from, to string) (Turn, error)
 	// TurnLastFailedWith returns the thread's newest failed turn whose error is exactly errText, or
 	// ErrNotFound (retry finds the interrupted turn this way).
 	TurnLastFailedWith(ctx context.Context, threadKey, errText string) (Turn, error)

@@ -163,6 +163,9 @@ type Turn struct {
 	Delivery json.RawMessage
 	// Owner is the process instance that runs or will run the turn (see Locker.HoldInstance).
 	Owner string
+	// DeliveredAt is when the outcome was posted; zero for a turn not finished, or finished and not
+	// yet posted.
+	DeliveredAt time.Time
 
 	CreatedAt   time.Time
 	StartedAt   time.Time

@@ -51,6 +51,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"TurnLastFailedWith", testTurnLastFailedWith},
 		{"Instances", testInstances},
 		{"HoldThread", testHoldThread},
+		{"TurnsUndelivered", testTurnsUndelivered},
 		{"TurnUsage", testTurnUsage},
 		{"Artifacts", testArtifacts},
 		{"Audit", testAudit},

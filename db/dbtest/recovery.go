@@ -156,3 +156,40 @@ func turnIDs(ts []db.Turn) []int64 {
 	}
 	return out
 }
+
+// testTurnsUndelivered: a finished turn not yet posted is listed until it is marked delivered, and a
+// live process claims it from a dead owner by compare-and-set.
+func testTurnsUndelivered(t *testing.T, newStore NewStore) {
+	s := newStore(t)
+	ctx := testCtx(t)
+	nt := newTurn("k", "u1", "p")
+	nt.Owner = "dead"
+	tr, err := s.TurnInsert(ctx, nt)
+	require.NoError(t, err)
+	page, err := s.TurnsUndelivered(ctx, 0, 10)
+	require.NoError(t, err)
+	require.Empty(t, page, "a queued turn is not undelivered")
+	_, err = s.TurnFinish(ctx, tr.ID, db.TurnResult{Status: db.TurnDone, Answer: "a"})
+	require.NoError(t, err)
+	page, err = s.TurnsUndelivered(ctx, 0, 10)
+	require.NoError(t, err)
+	require.Equal(t, []int64{tr.ID}, turnIDs(page))
+	require.True(t, page[0].DeliveredAt.IsZero())
+
+	claimed, err := s.TurnClaimUndelivered(ctx, tr.ID, "dead", "me")
+	require.NoError(t, err)
+	require.Equal(t, "me", claimed.Owner)
+	_, err = s.TurnClaimUndelivered(ctx, tr.ID, "dead", "other")
+	require.ErrorIs(t, err, db.ErrConflict)
+
+	require.NoError(t, s.TurnMarkDelivered(ctx, tr.ID))
+	require.NoError(t, s.TurnMarkDelivered(ctx, tr.ID), "idempotent")
+	got, err := s.TurnGet(ctx, tr.ID)
+	require.NoError(t, err)
+	require.False(t, got.DeliveredAt.IsZero())
+	page, err = s.TurnsUndelivered(ctx, 0, 10)
+	require.NoError(t, err)
+	require.Empty(t, page)
+	_, err = s.TurnClaimUndelivered(ctx, tr.ID, "me", "other")
+	require.ErrorIs(t, err, db.ErrConflict, "a delivered turn is not claimed")
+}

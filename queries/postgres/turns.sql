@@ -83,3 +83,18 @@ SELECT
      FROM turns u WHERE u.user_id = @user_id::text AND u.started_at >= @since::timestamptz)::bigint AS user_tokens,
     (SELECT COALESCE(SUM(COALESCE((d.usage->>'input_tokens')::bigint, 0) + COALESCE((d.usage->>'output_tokens')::bigint, 0)), 0)
      FROM turns d WHERE d.started_at >= @since::timestamptz)::bigint AS all_tokens;
+
+-- name: TurnMarkDelivered :execrows
+UPDATE turns SET delivered_at = @now::timestamptz WHERE id = @id AND delivered_at IS NULL;
+
+-- TurnListUndelivered pages through finished turns whose outcome was never posted, oldest first.
+-- name: TurnListUndelivered :many
+SELECT * FROM turns
+WHERE delivered_at IS NULL AND status IN ('done', 'failed', 'cancelled') AND id > @after_id
+ORDER BY id
+LIMIT @max_rows;
+
+-- name: TurnClaimUndelivered :one
+UPDATE turns SET owner = @to_owner
+WHERE id = @id AND owner = @from_owner AND delivered_at IS NULL AND status IN ('done', 'failed', 'cancelled')
+RETURNING *;

@@ -69,4 +69,5 @@ type Turn struct {
 	FinishedAt      pgtype.Timestamptz
 	Delivery        []byte
 	Owner           string
+	DeliveredAt     pgtype.Timestamptz
 }

@@ -69,4 +69,5 @@ type Turn struct {
 	FinishedAt      sql.NullString
 	Delivery        sql.NullString
 	Owner           string
+	DeliveredAt     sql.NullString
 }

@@ -36,7 +36,7 @@ func (q *Queries) TurnAddUsage(ctx context.Context, db DBTX, arg TurnAddUsagePar
 const turnClaim = `-- name: TurnClaim :one
 UPDATE turns SET owner = ?1
 WHERE id = ?2 AND owner = ?3 AND status IN ('queued', 'running')
-RETURNING id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner
+RETURNING id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner, delivered_at
 `
 
 type TurnClaimParams struct {
@@ -65,6 +65,43 @@ func (q *Queries) TurnClaim(ctx context.Context, db DBTX, arg TurnClaimParams) (
 		&i.FinishedAt,
 		&i.Delivery,
 		&i.Owner,
+		&i.DeliveredAt,
+	)
+	return i, err
+}
+
+const turnClaimUndelivered = `-- name: TurnClaimUndelivered :one
+UPDATE turns SET owner = ?1
+WHERE id = ?2 AND owner = ?3 AND delivered_at IS NULL AND status IN ('done', 'failed', 'cancelled')
+RETURNING id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner, delivered_at
+`
+
+type TurnClaimUndeliveredParams struct {
+	ToOwner   string
+	ID        int64
+	FromOwner string
+}
+
+func (q *Queries) TurnClaimUndelivered(ctx context.Context, db DBTX, arg TurnClaimUndeliveredParams) (Turn, error) {
+	row := db.QueryRowContext(ctx, turnClaimUndelivered, arg.ToOwner, arg.ID, arg.FromOwner)
+	var i Turn
+	err := row.Scan(
+		&i.ID,
+		&i.ThreadKey,
+		&i.PlatformEventID,
+		&i.UserID,
+		&i.Prompt,
+		&i.Status,
+		&i.Answer,
+		&i.Error,
+		&i.Usage,
+		&i.CreatedAt,
+		&i.StartedAt,
+		&i.LastEventAt,
+		&i.FinishedAt,
+		&i.Delivery,
+		&i.Owner,
+		&i.DeliveredAt,
 	)
 	return i, err
 }
@@ -77,7 +114,7 @@ UPDATE turns SET
     usage       = COALESCE(?4, usage),
     finished_at = ?5
 WHERE id = ?6 AND status IN ('queued', 'running')
-RETURNING id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner
+RETURNING id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner, delivered_at
 `
 
 type TurnFinishParams struct {
@@ -115,12 +152,13 @@ func (q *Queries) TurnFinish(ctx context.Context, db DBTX, arg TurnFinishParams)
 		&i.FinishedAt,
 		&i.Delivery,
 		&i.Owner,
+		&i.DeliveredAt,
 	)
 	return i, err
 }
 
 const turnGet = `-- name: TurnGet :one
-SELECT id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner FROM turns WHERE id = ?1
+SELECT id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner, delivered_at FROM turns WHERE id = ?1
 `
 
 func (q *Queries) TurnGet(ctx context.Context, db DBTX, id int64) (Turn, error) {
@@ -142,12 +180,13 @@ func (q *Queries) TurnGet(ctx context.Context, db DBTX, id int64) (Turn, error) 
 		&i.FinishedAt,
 		&i.Delivery,
 		&i.Owner,
+		&i.DeliveredAt,
 	)
 	return i, err
 }
 
 const turnGetRunning = `-- name: TurnGetRunning :one
-SELECT id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner FROM turns
+SELECT id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner, delivered_at FROM turns
 WHERE thread_key = ?1 AND status = 'running'
 ORDER BY id DESC
 LIMIT 1
@@ -172,6 +211,7 @@ func (q *Queries) TurnGetRunning(ctx context.Context, db DBTX, threadKey string)
 		&i.FinishedAt,
 		&i.Delivery,
 		&i.Owner,
+		&i.DeliveredAt,
 	)
 	return i, err
 }
@@ -180,7 +220,7 @@ const turnInsert = `-- name: TurnInsert :one
 INSERT INTO turns (thread_key, platform_event_id, user_id, prompt, status, created_at, delivery, owner)
 VALUES (?1, ?2, ?3, ?4, 'queued', ?5, ?6, ?7)
 ON CONFLICT (platform_event_id) DO NOTHING
-RETURNING id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner
+RETURNING id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner, delivered_at
 `
 
 type TurnInsertParams struct {
@@ -221,12 +261,13 @@ func (q *Queries) TurnInsert(ctx context.Context, db DBTX, arg TurnInsertParams)
 		&i.FinishedAt,
 		&i.Delivery,
 		&i.Owner,
+		&i.DeliveredAt,
 	)
 	return i, err
 }
 
 const turnLastFailedWith = `-- name: TurnLastFailedWith :one
-SELECT id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner FROM turns
+SELECT id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner, delivered_at FROM turns
 WHERE thread_key = ?1 AND status = 'failed' AND error = ?2
 ORDER BY id DESC
 LIMIT 1
@@ -256,12 +297,13 @@ func (q *Queries) TurnLastFailedWith(ctx context.Context, db DBTX, arg TurnLastF
 		&i.FinishedAt,
 		&i.Delivery,
 		&i.Owner,
+		&i.DeliveredAt,
 	)
 	return i, err
 }
 
 const turnListPending = `-- name: TurnListPending :many
-SELECT id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner FROM turns
+SELECT id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner, delivered_at FROM turns
 WHERE status IN ('queued', 'running') AND id > ?1
 ORDER BY id
 LIMIT ?2
@@ -298,6 +340,7 @@ func (q *Queries) TurnListPending(ctx context.Context, db DBTX, arg TurnListPend
 			&i.FinishedAt,
 			&i.Delivery,
 			&i.Owner,
+			&i.DeliveredAt,
 		); err != nil {
 			return nil, err
 		}
@@ -313,7 +356,7 @@ func (q *Queries) TurnListPending(ctx context.Context, db DBTX, arg TurnListPend
 }
 
 const turnListStuck = `-- name: TurnListStuck :many
-SELECT id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner FROM turns
+SELECT id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner, delivered_at FROM turns
 WHERE status = 'running' AND last_event_at < ?1
 ORDER BY last_event_at
 LIMIT ?2
@@ -349,6 +392,7 @@ func (q *Queries) TurnListStuck(ctx context.Context, db DBTX, arg TurnListStuckP
 			&i.FinishedAt,
 			&i.Delivery,
 			&i.Owner,
+			&i.DeliveredAt,
 		); err != nil {
 			return nil, err
 		}
@@ -364,7 +408,7 @@ func (q *Queries) TurnListStuck(ctx context.Context, db DBTX, arg TurnListStuckP
 }
 
 const turnListTranscript = `-- name: TurnListTranscript :many
-SELECT id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner FROM turns
+SELECT id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner, delivered_at FROM turns
 WHERE thread_key = ?1 AND status IN ('done', 'failed', 'cancelled') AND id > ?2
 ORDER BY id DESC
 LIMIT ?3
@@ -402,6 +446,7 @@ func (q *Queries) TurnListTranscript(ctx context.Context, db DBTX, arg TurnListT
 			&i.FinishedAt,
 			&i.Delivery,
 			&i.Owner,
+			&i.DeliveredAt,
 		); err != nil {
 			return nil, err
 		}
@@ -416,10 +461,80 @@ func (q *Queries) TurnListTranscript(ctx context.Context, db DBTX, arg TurnListT
 	return items, nil
 }
 
+const turnListUndelivered = `-- name: TurnListUndelivered :many
+SELECT id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner, delivered_at FROM turns
+WHERE delivered_at IS NULL AND status IN ('done', 'failed', 'cancelled') AND id > ?1
+ORDER BY id
+LIMIT ?2
+`
+
+type TurnListUndeliveredParams struct {
+	AfterID int64
+	MaxRows int64
+}
+
+// TurnListUndelivered pages through finished turns whose outcome was never posted, oldest first.
+func (q *Queries) TurnListUndelivered(ctx context.Context, db DBTX, arg TurnListUndeliveredParams) ([]Turn, error) {
+	rows, err := db.QueryContext(ctx, turnListUndelivered, arg.AfterID, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Turn
+	for rows.Next() {
+		var i Turn
+		if err := rows.Scan(
+			&i.ID,
+			&i.ThreadKey,
+			&i.PlatformEventID,
+			&i.UserID,
+			&i.Prompt,
+			&i.Status,
+			&i.Answer,
+			&i.Error,
+			&i.Usage,
+			&i.CreatedAt,
+			&i.StartedAt,
+			&i.LastEventAt,
+			&i.FinishedAt,
+			&i.Delivery,
+			&i.Owner,
+			&i.DeliveredAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const turnMarkDelivered = `-- name: TurnMarkDelivered :execrows
+UPDATE turns SET delivered_at = ?1 WHERE id = ?2 AND delivered_at IS NULL
+`
+
+type TurnMarkDeliveredParams struct {
+	Now sql.NullString
+	ID  int64
+}
+
+func (q *Queries) TurnMarkDelivered(ctx context.Context, db DBTX, arg TurnMarkDeliveredParams) (int64, error) {
+	result, err := db.ExecContext(ctx, turnMarkDelivered, arg.Now, arg.ID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
 const turnStart = `-- name: TurnStart :one
 UPDATE turns SET status = 'running', started_at = ?1, last_event_at = ?1
 WHERE id = ?2 AND status = 'queued' AND owner = ?3
-RETURNING id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner
+RETURNING id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner, delivered_at
 `
 
 type TurnStartParams struct {
@@ -447,6 +562,7 @@ func (q *Queries) TurnStart(ctx context.Context, db DBTX, arg TurnStartParams) (
 		&i.FinishedAt,
 		&i.Delivery,
 		&i.Owner,
+		&i.DeliveredAt,
 	)
 	return i, err
 }
