@@ -153,6 +153,8 @@ const (
 	ReactSeen  = "eyes"
 	ReactDone  = "white_check_mark"
 	ReactError = "x"
+	// ReactSkipped marks a message the rate limit refused, so its sender sees which to send again.
+	ReactSkipped = "no_entry_sign"
 )
 
 // Replier talks back into the thread a message came from. Implementations must be safe for

@@ -90,16 +90,20 @@ func TestLimiterCheck(t *testing.T) {
 		user, channel string
 		ok            bool
 		notice        string
+		mark          bool // refusals are marked skipped up to the limit again, then (a flood) not
 	}{
-		{"u:1", "c:1", true, ""},
-		{"u:1", "c:1", false, "<@1>, you have sent me more than 1 messages in 1 minute, so I am skipping messages for the next 1 minute."},
-		{"u:1", "c:1", false, ""},
-		{"u:2", "c:1", false, "This channel has sent me more than 1 messages in 1 minute"},
-		{"u:3", "c:1", false, ""},
+		{"u:1", "c:1", true, "", false},
+		{"u:1", "c:1", false, "<@1>, you have sent me more than 1 messages in 1 minute, so I am skipping messages for the next 1 minute.", true},
+		{"u:1", "c:1", false, "", true},
+		{"u:1", "c:1", false, "", false},
+		{"u:2", "c:1", false, "This channel has sent me more than 1 messages in 1 minute", true},
+		{"u:3", "c:1", false, "", true},
+		{"u:4", "c:1", false, "", false},
 	}
 	for i, s := range steps {
-		ok, notice := l.Check(t.Context(), rl, s.user, s.channel, "<@"+strings.TrimPrefix(s.user, "u:")+">")
+		ok, notice, mark := l.Check(t.Context(), rl, s.user, s.channel, "<@"+strings.TrimPrefix(s.user, "u:")+">")
 		require.Equal(t, s.ok, ok, "step %d", i)
+		require.Equal(t, s.mark, mark, "step %d: mark", i)
 		if s.notice == "" {
 			require.Empty(t, notice, "step %d", i)
 		} else {

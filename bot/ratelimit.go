@@ -18,6 +18,10 @@ type Verdict struct {
 	// Notify is true for exactly one refused message per scope and window (the first over the
 	// limit): that one gets the polite reply, the rest are dropped quietly.
 	Notify bool
+	// Mark is true for the first refusals of a scope in a window, up to the limit again: each gets a
+	// "skipped" mark so its sender knows what to send again. Past that (a flood), refusals cost no
+	// call to the platform at all.
+	Mark bool
 	// ResetIn is how long until the window ends.
 	ResetIn time.Duration
 }
@@ -59,7 +63,7 @@ func (l *Limiter) Allow(ctx context.Context, scope string, max int) Verdict {
 		l.log.Warn("redis rate limit failed; counting in process only", zap.Error(err))
 		n = l.countLocal(scope, w)
 	}
-	return Verdict{Allowed: n <= int64(max), Notify: n == int64(max)+1, ResetIn: resetIn}
+	return Verdict{Allowed: n <= int64(max), Notify: n == int64(max)+1, Mark: n <= 2*int64(max)+1, ResetIn: resetIn}
 }
 
 func (l *Limiter) count(ctx context.Context, scope string, w int64) (int64, error) {
@@ -115,8 +119,10 @@ type RateLimit struct {
 // the channel uniquely across platforms and workspaces ("u:T1:U1"); mention is how the notice
 // addresses the user ("<@U1>" on Slack and Discord). It returns whether the message may go on and,
 // for the first refusal of a scope in a window only, the polite notice to post (later refusals in
-// the window are dropped quietly, "" notice).
-func (l *Limiter) Check(ctx context.Context, rl RateLimit, userScope, channelScope, mention string) (ok bool, notice string) {
+// the window get no notice, "" notice). mark says whether the refused message should carry the
+// ReactSkipped mark: acknowledged means answered, so a refused message is marked as skipped rather
+// than left looking unseen, except in a flood (see Verdict.Mark).
+func (l *Limiter) Check(ctx context.Context, rl RateLimit, userScope, channelScope, mention string) (ok bool, notice string, mark bool) {
 	checks := []struct {
 		scope string
 		max   int
@@ -135,9 +141,9 @@ func (l *Limiter) Check(ctx context.Context, rl RateLimit, userScope, channelSco
 			notice = fmt.Sprintf("%s, so I am skipping messages for the next %s. Please send it again after that (I will only say this once).",
 				c.say, SpellDuration(v.ResetIn.Round(time.Second)))
 		}
-		return false, notice
+		return false, notice, v.Mark
 	}
-	return true, ""
+	return true, "", false
 }
 
 // ExemptFromLimits lets in-thread control commands through the rate limit: a user who is over it

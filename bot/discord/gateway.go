@@ -116,7 +116,14 @@ func (a *Adapter) acceptMessage(ctx context.Context, m *discordgo.Message) error
 		r.startParent, r.threadName = m.ChannelID, threadName(text)
 	}
 	if !bot.ExemptFromLimits(text) {
-		ok, notice := a.limits.Check(ctx, a.opts.RateLimit, "u:"+m.Author.ID, "c:"+m.ChannelID, "<@"+m.Author.ID+">")
+		ok, notice, mark := a.limits.Check(ctx, a.opts.RateLimit, "u:"+m.Author.ID, "c:"+m.ChannelID, "<@"+m.Author.ID+">")
+		if mark {
+			a.goBackground(func(ctx context.Context) {
+				if err := r.React(ctx, bot.ReactSkipped); err != nil {
+					a.log.Warn("marking a message skipped by the rate limit", zap.Error(err))
+				}
+			})
+		}
 		if !ok {
 			if notice != "" {
 				plain := &replier{a: a, channel: m.ChannelID}

@@ -233,7 +233,8 @@ func (a *Adapter) takeCommand(ctx context.Context, in *discordgo.Interaction, us
 		return respond(ctx, ephemeralReply("Use /"+name+" inside a thread I answer in, or in a DM with me."))
 	}
 	if name == "ask" {
-		ok, notice := a.limits.Check(ctx, a.opts.RateLimit, "u:"+user.ID, "c:"+in.ChannelID, "<@"+user.ID+">")
+		// A slash command is answered by the ephemeral reply itself: no mark needed.
+		ok, notice, _ := a.limits.Check(ctx, a.opts.RateLimit, "u:"+user.ID, "c:"+in.ChannelID, "<@"+user.ID+">")
 		if !ok {
 			return respond(ctx, ephemeralReply(cmpNotice(notice)))
 		}

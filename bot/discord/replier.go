@@ -28,7 +28,7 @@ const (
 )
 
 // emoji maps the bot's reaction names to Discord's unicode emoji.
-var emoji = map[string]string{bot.ReactSeen: "👀", bot.ReactDone: "✅", bot.ReactError: "❌"}
+var emoji = map[string]string{bot.ReactSeen: "👀", bot.ReactDone: "✅", bot.ReactError: "❌", bot.ReactSkipped: "🚫"}
 
 // replier answers one message or interaction. Messages go to channel (a thread or a DM). When
 // startParent is set, channel is a thread still to be started from the message of the same id in

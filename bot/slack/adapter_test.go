@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"github.com/threadbox/threadbox/db/dbtest"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -191,8 +192,11 @@ func TestRateLimitInProcess(t *testing.T) {
 	})
 	root := hs.fake.Mention("C1", "U1", "m0")
 	hs.deliver(t, root)
+	var sent []slackfake.Event
 	for i := 1; i < 6; i++ {
-		hs.deliver(t, hs.fake.Mention("C1", "U1", fmt.Sprint("m", i), slackfake.InThread(root.TS)))
+		ev := hs.fake.Mention("C1", "U1", fmt.Sprint("m", i), slackfake.InThread(root.TS))
+		hs.deliver(t, ev)
+		sent = append(sent, ev)
 	}
 	hs.deliver(t, hs.fake.Mention("C1", "U1", "stop", slackfake.InThread(root.TS)))
 	hs.deliver(t, hs.fake.Mention("C1", "U2", "other user", slackfake.InThread(root.TS)))
@@ -204,6 +208,20 @@ func TestRateLimitInProcess(t *testing.T) {
 	notices := politeNotices(hs.fake, "C1", root.TS)
 	require.Len(t, notices, 1, "one polite reply per window, not one per message")
 	require.Contains(t, notices[0], "<@U1>")
+	// Each refused message carries the skipped mark, so its sender sees which to send again.
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	require.NoError(t, hs.fake.Wait(ctx, func() bool {
+		for _, ev := range sent[2:] {
+			if !slices.Contains(hs.fake.Reactions(ev.Channel, ev.TS), bot.ReactSkipped) {
+				return false
+			}
+		}
+		return true
+	}), "m3..m5 are marked skipped")
+	for _, ev := range sent[:2] {
+		require.NotContains(t, hs.fake.Reactions(ev.Channel, ev.TS), bot.ReactSkipped)
+	}
 
 	clock.Advance(time.Minute)
 	hs.deliver(t, hs.fake.Mention("C1", "U1", "next window", slackfake.InThread(root.TS)))

@@ -172,7 +172,14 @@ func (a *Adapter) serves(ctx context.Context, key bot.ThreadKey) bool {
 // withinLimits applies the per-user then the per-channel limit. The first message over a limit in a
 // window gets one polite reply; later ones in the same window are dropped quietly.
 func (a *Adapter) withinLimits(ctx context.Context, r *replier, team string, ev event) bool {
-	ok, notice := a.limits.Check(ctx, a.opts.RateLimit, "u:"+team+":"+ev.User, "c:"+team+":"+ev.Channel, "<@"+ev.User+">")
+	ok, notice, mark := a.limits.Check(ctx, a.opts.RateLimit, "u:"+team+":"+ev.User, "c:"+team+":"+ev.Channel, "<@"+ev.User+">")
+	if mark {
+		a.queue.add(func() {
+			if err := r.React(a.base, bot.ReactSkipped); err != nil {
+				a.log.Warn("marking a message skipped by the rate limit", zap.Error(err))
+			}
+		})
+	}
 	if notice != "" {
 		// Posted off the ack path: a call to Slack must not hold up the acknowledgement.
 		a.queue.add(func() {

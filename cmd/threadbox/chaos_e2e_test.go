@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -27,15 +28,24 @@ import (
 func TestChaosThroughTheBinary(t *testing.T) {
 	requireServices(t)
 	threads, turns, kills := 6, 36, 2
+	restartAt := -1 // the message after which the Docker daemon restarts; none by default
 	if os.Getenv("THREADBOX_CHAOS") == "full" {
 		threads, turns, kills = 20, 200, 4
+		// A daemon restart stops every container on the machine, other packages' tests' too, so
+		// it runs only when asked for (and never inside make test, which runs packages in parallel).
+		if os.Getenv("THREADBOX_CHAOS_DOCKERD") == "restart" {
+			restartAt = turns * 3 / 5
+		}
 	}
 	prov := dockertest.New(t, docker.Options{})
 	bin := buildBinary(t)
 	const reapGrace = time.Minute
 	dbPath := filepath.Join(t.TempDir(), "tb.db")
 	rig := newCrashRig(t, "sqlite:"+dbPath)
-	rig.env = append(rig.env, "THREADBOX_LIFECYCLE_REAP_GRACE="+reapGrace.String())
+	// One fake user sends every message, far faster than people type: the rate limit (tested on its
+	// own) would skip most of them, so it is off here.
+	rig.env = append(rig.env, "THREADBOX_LIFECYCLE_REAP_GRACE="+reapGrace.String(),
+		"THREADBOX_RATELIMIT_USER_MESSAGES=-1", "THREADBOX_RATELIMIT_CHANNEL_MESSAGES=-1")
 	dep := rig.deployment()
 	rng := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
 
@@ -85,8 +95,12 @@ func TestChaosThroughTheBinary(t *testing.T) {
 		switch {
 		case killAt[i]:
 			// At a random moment: mid-turn, mid-create, mid-post or between turns.
+			t.Logf("chaos: SIGKILL after message %d", i)
 			kill(t, s)
 			s = startServer(t, bin, rig.env)
+		case i == restartAt:
+			t.Logf("chaos: restarting the Docker daemon after message %d", i)
+			restartDockerd(t)
 		case i%7 == 3:
 			chaosOnSandbox(t, prov, dep, rng)
 		}
@@ -115,7 +129,9 @@ func TestChaosThroughTheBinary(t *testing.T) {
 			}
 		}
 	}
-	census := func() (perThread map[string]int, leaked []sandbox.Info) {
+	// census counts the deployment's containers per owning thread, the containers no live session
+	// owns, and the labelled volumes no container mounts.
+	census := func() (perThread map[string]int, leaked []sandbox.Info, loose []sandbox.Volume) {
 		list, err := prov.List(t.Context(), map[string]string{sandbox.LabelDeployment: dep})
 		require.NoError(t, err)
 		perThread = map[string]int{}
@@ -126,13 +142,21 @@ func TestChaosThroughTheBinary(t *testing.T) {
 				leaked = append(leaked, info)
 			}
 		}
-		return perThread, leaked
+		vols, err := prov.ListVolumes(t.Context(), map[string]string{sandbox.LabelDeployment: dep})
+		require.NoError(t, err)
+		for _, v := range vols {
+			if !v.InUse {
+				loose = append(loose, v)
+			}
+		}
+		return perThread, leaked, loose
 	}
-	perThread, leaked := census()
-	if len(leaked) > 0 {
-		// A kill in the middle of a create leaves a container no session records: the reaper's case.
-		// It removes such a sandbox once it is older than reap_grace, so that much time must pass.
-		t.Logf("chaos: %d unattributed sandboxes (a kill during a create); running the reaper after the grace", len(leaked))
+	perThread, leaked, loose := census()
+	if len(leaked)+len(loose) > 0 {
+		// A kill in the middle of a create leaves a container no session records, and a docker rm -f
+		// leaves its volume: the reaper's cases. It removes them once older than reap_grace, so that
+		// much time must pass.
+		t.Logf("chaos: %d unattributed sandboxes and %d unmounted volumes; running the reaper after the grace", len(leaked), len(loose))
 		require.NoError(t, st.Close())
 		var newest time.Time
 		for _, info := range leaked {
@@ -140,21 +164,46 @@ func TestChaosThroughTheBinary(t *testing.T) {
 				newest = info.CreatedAt
 			}
 		}
+		for _, v := range loose {
+			if v.CreatedAt.After(newest) {
+				newest = v.CreatedAt
+			}
+		}
 		time.Sleep(time.Until(newest.Add(reapGrace + time.Second))) // the grace itself is what is tested
 		out, _, err := runMain(t, rig.env, "admin", "reap")
 		require.NoError(t, err, out)
-		perThread, leaked = census()
+		perThread, leaked, loose = census()
 	}
 	total := len(leaked)
 	for _, n := range perThread {
 		total += n
 	}
-	t.Logf("chaos: %d sandboxes, %d owned by live sessions, %d leaked", total, total-len(leaked), len(leaked))
+	t.Logf("chaos: %d sandboxes, %d owned by live sessions, %d leaked; %d unmounted volumes", total, total-len(leaked), len(leaked), len(loose))
 	require.Empty(t, leaked, "no sandbox outside a live session")
+	require.Empty(t, loose, "no volume outside a sandbox")
 	for thread, n := range perThread {
 		require.Equal(t, 1, n, "thread %s has one sandbox", thread)
 	}
 	require.Len(t, perThread, len(owned), "every live session's sandbox exists")
+}
+
+// restartDockerd stops the Docker daemon (which stops every container) and starts it again the way
+// make test's service script does.
+func restartDockerd(t *testing.T) {
+	t.Helper()
+	out, err := exec.Command("pkill", "-TERM", "-x", "dockerd").CombinedOutput()
+	require.NoError(t, err, "stopping dockerd: %s", out)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	for exec.CommandContext(ctx, "pgrep", "-x", "dockerd").Run() == nil {
+		select {
+		case <-ctx.Done():
+			t.Fatal("dockerd did not stop")
+		case <-time.After(200 * time.Millisecond): // polling a process we do not own
+		}
+	}
+	out, err = exec.CommandContext(ctx, "../../deploy/test-services.sh").CombinedOutput()
+	require.NoError(t, err, "starting the services again: %s", out)
 }
 
 // chaosOnSandbox removes or stops a random sandbox of the deployment behind the bot's back.

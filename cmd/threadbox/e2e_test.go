@@ -75,12 +75,21 @@ func startServer(t *testing.T, bin string, env []string) *server {
 	require.NoError(t, cmd.Start())
 	s := &server{cmd: cmd, done: make(chan error, 1), newLine: make(chan struct{})}
 	urls := make(chan string, 1)
+	// THREADBOX_E2E_LOGDIR keeps every server's log, for a post-mortem of a long e2e run.
+	var keep io.Writer = io.Discard
+	if dir := os.Getenv("THREADBOX_E2E_LOGDIR"); dir != "" {
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("serve-%d.log", cmd.Process.Pid)))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = f.Close() })
+		keep = f
+	}
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 64<<10), 16<<20)
 		for sc.Scan() {
 			s.mu.Lock()
 			s.log.WriteString(sc.Text() + "\n")
+			_, _ = io.WriteString(keep, sc.Text()+"\n")
 			close(s.newLine)
 			s.newLine = make(chan struct{})
 			s.mu.Unlock()
