@@ -147,12 +147,14 @@ func TestSIGKILLLosesNoAcknowledgedMessage(t *testing.T) {
 	kill(t, s)
 
 	s2 := startServer(t, bin, rig.env)
-	rig.waitThread(t, root, "after a restart: the running turn is reported interrupted, the queued ones answered in order",
-		"interrupted by a restart", "answer-two", "answer-three")
+	// Sent the moment the new process listens: it runs after the turns the dead one queued.
+	rig.deliver(t, s2, rig.fake.Mention("C1", "U1", "echo answer-four", slackfake.InThread(root.TS)))
+	rig.waitThread(t, root, "after a restart: the running turn is reported interrupted, the queued ones answered in order, then the new one",
+		"interrupted by a restart", "answer-two", "answer-three", "answer-four")
 	require.NotContains(t, rig.thread(root), "finished-one", "an interrupted prompt is never run again on its own")
 
 	rig.deliver(t, s2, rig.fake.Mention("C1", "U1", "retry", slackfake.InThread(root.TS)))
-	rig.waitThread(t, root, "retry runs the interrupted prompt", "answer-three", "finished-one")
+	rig.waitThread(t, root, "retry runs the interrupted prompt", "answer-four", "finished-one")
 	require.NoError(t, s2.cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, <-s2.done)
 }

@@ -13,9 +13,13 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/threadbox/threadbox/agentpool"
 	"github.com/threadbox/threadbox/cmd/threadbox/config"
 	"github.com/threadbox/threadbox/sandbox"
 )
+
+// startRecoverWait bounds the recovery pass before the listeners open.
+const startRecoverWait = 30 * time.Second
 
 // runServe starts the bot: HTTP (health, web chat, webhooks), the agent pool and the leader-only
 // loops. It returns when ctx ends (SIGTERM), after a graceful shutdown.
@@ -78,6 +82,17 @@ func (m *Main) runServe(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Take over a dead process's turns before taking new messages: its queued turns then run ahead
+	// of messages sent after them, in each thread's order (the leader's passes do the same later,
+	// for replicas that die while this one runs). A failure is not fatal: those passes retry.
+	rctx, rcancel := context.WithTimeout(ctx, startRecoverWait)
+	if rep, rerr := a.pool.RecoverPass(rctx); rerr != nil {
+		log.Warn("recovering turns at start; the maintenance loop will retry", zap.Error(rerr))
+	} else if rep != (agentpool.RecoverReport{}) {
+		log.Info("took over the turns of a dead process", zap.Int("requeued", rep.Requeued),
+			zap.Int("interrupted", rep.Interrupted), zap.Int("redelivered", rep.Redelivered), zap.Int("failed", rep.Failed))
+	}
+	rcancel()
 	servers := []*http.Server{newHTTPServer(mux, m.httpTimeouts)}
 	if hooks != mux {
 		servers = append(servers, newHTTPServer(hooks, m.httpTimeouts))
