@@ -198,7 +198,8 @@ func wrapErr(op string, err error) error {
 	case isDaemonGone(err):
 		// The daemon went away mid-request (a restart): it may have acted, so no ErrNoEffect.
 		sentinel = sandbox.ErrUnavailable
-	case cerrdefs.IsNotFound(err):
+	case cerrdefs.IsNotFound(err), isBeingRemoved(err):
+		// A container the daemon is removing is as good as gone (its removal cannot be undone).
 		sentinel = sandbox.ErrNotFound
 	case cerrdefs.IsConflict(err) && isNotRunningMsg(err.Error()):
 		sentinel = sandbox.ErrNotRunning
@@ -230,6 +231,17 @@ func isDaemonGone(err error) bool {
 func isNotRunningMsg(msg string) bool {
 	return strings.Contains(msg, "is not running") || strings.Contains(msg, "is paused") ||
 		strings.Contains(msg, "is restarting")
+}
+
+// isBeingRemoved: the daemon refuses to start or remove a container another request is removing
+// ("removal of container … is already in progress", "container is marked for removal and cannot be
+// started"), both 409.
+func isBeingRemoved(err error) bool {
+	if err == nil || !cerrdefs.IsConflict(err) {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "already in progress") || strings.Contains(msg, "marked for removal")
 }
 
 // isNoSuchContainer tells a missing container from a missing path: the archive endpoints answer 404

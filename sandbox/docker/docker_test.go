@@ -146,6 +146,21 @@ func TestVolumeLifecycle(t *testing.T) {
 	_, err = raw.VolumeInspect(t.Context(), vol)
 	require.True(t, cerrdefs.IsNotFound(err), "Destroy after rm -f frees the volume: %v", err)
 
+	// Destroy racing a docker rm -f of the same sandbox (the daemon answers the loser "removal
+	// already in progress") still succeeds, and frees the volume once the container is gone.
+	for range 3 {
+		h = create(t, p, spec)
+		vol = volumeOf(t, h)
+		rm := make(chan error, 1)
+		go func() { rm <- raw.ContainerRemove(t.Context(), h.ID, container.RemoveOptions{Force: true}) }()
+		require.NoError(t, p.Destroy(t.Context(), h), "Destroy beside a concurrent removal")
+		if err := <-rm; err != nil && !cerrdefs.IsNotFound(err) {
+			require.Contains(t, err.Error(), "already in progress", "the other remover lost the race")
+		}
+		_, err = raw.VolumeInspect(t.Context(), vol)
+		require.True(t, cerrdefs.IsNotFound(err), "volume freed after a racing removal: %v", err)
+	}
+
 	// Nothing of this deployment is left: no container, no volume.
 	args := filters.NewArgs(filters.Arg("label", sandbox.LabelDeployment+"="+spec.Labels.Deployment))
 	cs, err := raw.ContainerList(t.Context(), container.ListOptions{All: true, Filters: args})

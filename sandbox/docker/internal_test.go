@@ -45,6 +45,8 @@ func TestWrapErr(t *testing.T) {
 		{"not found", fmt.Errorf("No such container: x: %w", cerrdefs.ErrNotFound), []error{sandbox.ErrNotFound}},
 		{"not running", fmt.Errorf("Container x is not running: %w", cerrdefs.ErrConflict), []error{sandbox.ErrNotRunning}},
 		{"paused", fmt.Errorf("Container x is paused, unpause the container before exec: %w", cerrdefs.ErrConflict), []error{sandbox.ErrNotRunning}},
+		{"removal in progress", fmt.Errorf("removal of container x is already in progress: %w", cerrdefs.ErrConflict), []error{sandbox.ErrNotFound}},
+		{"marked for removal", fmt.Errorf("container is marked for removal and cannot be started: %w", cerrdefs.ErrConflict), []error{sandbox.ErrNotFound}},
 		{"invalid", fmt.Errorf("bad: %w", cerrdefs.ErrInvalidArgument), []error{sandbox.ErrInvalidSpec}},
 		{"canceled", fmt.Errorf("request: %w", context.Canceled), []error{context.Canceled}},
 		{"deadline", fmt.Errorf("request: %w", context.DeadlineExceeded), []error{context.DeadlineExceeded}},

@@ -81,6 +81,11 @@ func (p *Provider) Destroy(ctx context.Context, h sandbox.Handle) error {
 
 func (p *Provider) destroy(ctx context.Context, id, vol string) error {
 	err := p.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	if isBeingRemoved(err) {
+		// Someone else (docker rm -f, a replica) is removing it: the outcome we want, once it is
+		// done; and the volume can only go after the container.
+		err = p.waitRemoved(ctx, id)
+	}
 	if err != nil && !cerrdefs.IsNotFound(err) {
 		return wrapErr("remove "+id, err)
 	}
@@ -91,6 +96,17 @@ func (p *Provider) destroy(ctx context.Context, id, vol string) error {
 		}
 	}
 	return nil
+}
+
+// waitRemoved waits until the daemon has removed container id.
+func (p *Provider) waitRemoved(ctx context.Context, id string) error {
+	done, errc := p.cli.ContainerWait(ctx, id, container.WaitConditionRemoved)
+	select {
+	case <-done:
+		return nil
+	case err := <-errc:
+		return err // a NotFound here means it is gone already
+	}
 }
 
 func (p *Provider) removeVolume(ctx context.Context, vol string) error {
