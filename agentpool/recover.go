@@ -228,6 +228,53 @@ func (p *Pool) recoverInterrupted(ctx context.Context, t db.Turn, rep *RecoverRe
 	}, nil)
 }
 
+// takeOverThread answers, before turn turnID, the older unfinished turns of its thread that a dead
+// process left, in order: the first process to hold a thread after its owner died answers them, so a
+// message sent after a crash never runs ahead of those sent before it. (The recovery pass does the
+// same on its schedule for threads nobody writes to.) The thread lock is held, and this is the
+// thread's queue goroutine; claims are compare-and-set, so a concurrent recovery pass answers each
+// turn at most once between them.
+func (p *Pool) takeOverThread(ctx context.Context, threadKey string, turnID int64) {
+	olds, err := p.store.TurnsPendingInThread(ctx, threadKey, turnID, p.instance, p.cfg.MaxQueued+1)
+	if err != nil {
+		p.log.Warn("looking for a dead process's turns in this thread", zap.String("thread", threadKey), zap.Error(err))
+		return
+	}
+	for _, t := range olds {
+		if ctx.Err() != nil {
+			return
+		}
+		live, err := p.store.InstanceAlive(ctx, t.Owner)
+		if err != nil || live {
+			continue // a live owner answers its own turns
+		}
+		claimed, err := p.store.TurnClaim(ctx, t.ID, t.Owner, p.instance)
+		if err != nil {
+			continue // another process was first, or the store failed: the recovery pass retries
+		}
+		req, rerr := p.restoreRequest(ctx, claimed)
+		if rerr != nil {
+			p.finishQuietly(t.ID, db.TurnResult{Status: db.TurnFailed, Error: "could not be restored after a restart: " + rerr.Error()})
+			continue
+		}
+		if t.Status == db.TurnRunning {
+			if _, err := p.store.TurnFinish(ctx, t.ID, db.TurnResult{Status: db.TurnFailed, Error: InterruptedText}); err != nil {
+				continue
+			}
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deliverTimeout)
+			if _, err := req.Sink.Deliver(dctx, Outcome{TurnID: t.ID, Err: ErrInterrupted}); err != nil {
+				p.log.Warn("telling a user their turn was interrupted", zap.Int64("turn", t.ID), zap.Error(err))
+			}
+			p.markDelivered(dctx, t.ID)
+			cancel()
+			p.log.Info("answered an interrupted turn on taking over its thread", zap.Int64("turn", t.ID), zap.String("thread", threadKey), zap.String("from", t.Owner))
+			continue
+		}
+		p.log.Info("running a dead process's queued turn on taking over its thread", zap.Int64("turn", t.ID), zap.String("thread", threadKey), zap.String("from", t.Owner))
+		p.runHeld(ctx, req, t.ID, p.now())
+	}
+}
+
 // recoverUndelivered posts again the recorded outcome of a turn whose process died after finishing
 // it and before posting it, in the thread's order.
 func (p *Pool) recoverUndelivered(ctx context.Context, t db.Turn, rep *RecoverReport) error {

@@ -99,6 +99,60 @@ func TestRecoverTakesOverDeadProcessTurns(t *testing.T) {
 	require.Zero(t, rep, "a second pass finds nothing to take over")
 }
 
+// TestNewTurnTakesOverItsThreadFirst: with no recovery pass run yet, a new message in a thread a
+// dead process owned runs only after that process's turns: the interrupted one is answered, the
+// queued ones run, in order, then the new one. A live owner's turn is left alone.
+func TestNewTurnTakesOverItsThreadFirst(t *testing.T) {
+	st := newSQLiteStore(t)
+	ctx := t.Context()
+	insert := func(thread, event, prompt, owner string) db.Turn {
+		tr, err := st.TurnInsert(ctx, db.NewTurn{ThreadKey: thread, PlatformEventID: event, UserID: "u", Prompt: prompt,
+			Delivery: json.RawMessage(`{}`), Owner: owner})
+		require.NoError(t, err)
+		return tr
+	}
+	running := insert("k1", "e1", "long job", "dead")
+	_, err := st.TurnStart(ctx, running.ID, "dead")
+	require.NoError(t, err)
+	insert("k1", "e2", "second", "dead")
+	insert("k1", "e3", "third", "dead")
+	insert("k2", "e4", "other thread", "dead")
+	live, err := st.HoldInstance(ctx, "alive")
+	require.NoError(t, err)
+	defer live.Release()
+	insert("k1", "e5", "a live replica's", "alive")
+
+	sink := newCollector()
+	rt := &scriptRuntime{}
+	p, err := New(Config{Deployment: "test-takeover", Image: "img"}, Deps{
+		Store: st, Provider: sandboxfake.New(), Runtime: rt,
+		Restore: func(_ context.Context, t db.Turn) (Request, error) {
+			return Request{Platform: "test", ChannelID: "c", UserID: t.UserID, Text: t.Prompt, Sink: sink}, nil
+		},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Shutdown(context.Background()) })
+
+	_, err = p.Submit(ctx, Request{ThreadKey: "k1", EventID: "e6", Platform: "test", ChannelID: "c", UserID: "u",
+		Text: "fourth", Sink: sink})
+	require.NoError(t, err)
+	outs := sink.wait(t, 4)
+	require.ErrorIs(t, outs[0].Err, ErrInterrupted, "the interrupted turn is answered first")
+	require.Equal(t, "echo: second", outs[1].Answer)
+	require.Equal(t, "echo: third", outs[2].Answer)
+	require.Equal(t, "echo: fourth", outs[3].Answer)
+	for _, pr := range rt.recorded() {
+		require.NotEqual(t, "long job", pr.Text, "an interrupted prompt never runs again on its own")
+	}
+	left, err := st.TurnsPending(ctx, 0, 10)
+	require.NoError(t, err)
+	var owners []string
+	for _, tr := range left {
+		owners = append(owners, tr.ThreadKey+"/"+tr.Owner)
+	}
+	require.ElementsMatch(t, []string{"k2/dead", "k1/alive"}, owners, "another thread's turns wait for the recovery pass; a live owner's are not touched")
+}
+
 // TestQueueCap: a thread with MaxQueued turns waiting refuses the next one.
 func TestQueueCap(t *testing.T) {
 	gate := make(chan struct{})

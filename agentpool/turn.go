@@ -62,6 +62,12 @@ func (p *Pool) runTurn(ctx context.Context, req Request, turnID int64, queuedAt 
 	defer cancelLost(nil)
 	stopLost := context.AfterFunc(hold.Context(), func() { cancelLost(ErrLockLost) })
 	defer stopLost()
+	p.takeOverThread(ctx, req.ThreadKey, turnID)
+	p.runHeld(ctx, req, turnID, start)
+}
+
+// runHeld runs a turn whose thread lock is held, from its start to its outcome.
+func (p *Pool) runHeld(ctx context.Context, req Request, turnID int64, start time.Time) {
 	if _, err := p.store.TurnStart(ctx, turnID, p.instance); err != nil {
 		if errors.Is(err, db.ErrConflict) {
 			// Another process claimed it (this one was thought dead) and answers it: say nothing.

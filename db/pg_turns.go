@@ -178,6 +178,15 @@ func (s *pgStore) TurnsPending(ctx context.Context, afterID int64, limit int) ([
 	return fromPGTurns(rows), nil
 }
 
+func (s *pgStore) TurnsPendingInThread(ctx context.Context, threadKey string, beforeID int64, owner string, limit int) ([]Turn, error) {
+	rows, err := s.q.TurnListPendingInThread(ctx, s.dbtx, pgsqlc.TurnListPendingInThreadParams{
+		ThreadKey: threadKey, BeforeID: beforeID, Owner: owner, MaxRows: int32(batchLimit(limit))})
+	if err != nil {
+		return nil, pgErr("list pending turns of "+threadKey, err)
+	}
+	return fromPGTurns(rows), nil
+}
+
 func (s *pgStore) TurnClaim(ctx context.Context, id int64, from, to string) (Turn, error) {
 	r, err := s.q.TurnClaim(ctx, s.dbtx, pgsqlc.TurnClaimParams{ID: id, FromOwner: from, ToOwner: to})
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -183,6 +183,15 @@ func (s *sqliteStore) TurnsPending(ctx context.Context, afterID int64, limit int
 	return fromSQLiteTurns(rows)
 }
 
+func (s *sqliteStore) TurnsPendingInThread(ctx context.Context, threadKey string, beforeID int64, owner string, limit int) ([]Turn, error) {
+	rows, err := s.q.TurnListPendingInThread(ctx, s.dbtx, sqlitesqlc.TurnListPendingInThreadParams{
+		ThreadKey: threadKey, BeforeID: beforeID, Owner: owner, MaxRows: int64(batchLimit(limit))})
+	if err != nil {
+		return nil, sqliteErr("list pending turns of "+threadKey, err)
+	}
+	return fromSQLiteTurns(rows)
+}
+
 func (s *sqliteStore) TurnClaim(ctx context.Context, id int64, from, to string) (Turn, error) {
 	r, err := s.q.TurnClaim(ctx, s.dbtx, sqlitesqlc.TurnClaimParams{ID: id, FromOwner: from, ToOwner: to})
 	if errors.Is(err, sql.ErrNoRows) {

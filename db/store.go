@@ -87,6 +87,9 @@ type TurnStore interface {
 	TurnsStuck(ctx context.Context, cutoff time.Time, limit int) ([]Turn, error)
 	// TurnsPending pages through queued and running turns in id order, starting after afterID.
 	TurnsPending(ctx context.Context, afterID int64, limit int) ([]Turn, error)
+	// TurnsPendingInThread lists the thread's queued and running turns older than beforeID whose
+	// owner is not owner, oldest first.
+	TurnsPendingInThread(ctx context.Context, threadKey string, beforeID int64, owner string, limit int) ([]Turn, error)
 	// TurnClaim makes to the owner of an unfinished turn if from still owns it; else ErrConflict.
 	TurnClaim(ctx context.Context, id int64, from, to string) (Turn, error)
 	// TurnMarkDelivered records that a finished turn's outcome was posted (idempotent).

@@ -47,6 +47,14 @@ WHERE status IN ('queued', 'running') AND id > @after_id
 ORDER BY id
 LIMIT @max_rows;
 
+-- TurnListPendingInThread lists a thread's unfinished turns older than before_id that another
+-- owner holds, oldest first: what a process taking over the thread answers first.
+-- name: TurnListPendingInThread :many
+SELECT * FROM turns
+WHERE thread_key = @thread_key AND id < @before_id AND status IN ('queued', 'running') AND owner <> @owner
+ORDER BY id
+LIMIT @max_rows;
+
 -- TurnClaim moves an unfinished turn from a dead owner to a live one, by compare-and-set.
 -- name: TurnClaim :one
 UPDATE turns SET owner = @to_owner

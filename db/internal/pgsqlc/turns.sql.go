@@ -353,6 +353,64 @@ func (q *Queries) TurnListPending(ctx context.Context, db DBTX, arg TurnListPend
 	return items, nil
 }
 
+const turnListPendingInThread = `-- name: TurnListPendingInThread :many
+SELECT id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner, delivered_at FROM turns
+WHERE thread_key = $1 AND id < $2 AND status IN ('queued', 'running') AND owner <> $3
+ORDER BY id
+LIMIT $4
+`
+
+type TurnListPendingInThreadParams struct {
+	ThreadKey string
+	BeforeID  int64
+	Owner     string
+	MaxRows   int32
+}
+
+// TurnListPendingInThread lists a thread's unfinished turns older than before_id that another
+// owner holds, oldest first: what a process taking over the thread answers first.
+func (q *Queries) TurnListPendingInThread(ctx context.Context, db DBTX, arg TurnListPendingInThreadParams) ([]Turn, error) {
+	rows, err := db.Query(ctx, turnListPendingInThread,
+		arg.ThreadKey,
+		arg.BeforeID,
+		arg.Owner,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Turn
+	for rows.Next() {
+		var i Turn
+		if err := rows.Scan(
+			&i.ID,
+			&i.ThreadKey,
+			&i.PlatformEventID,
+			&i.UserID,
+			&i.Prompt,
+			&i.Status,
+			&i.Answer,
+			&i.Error,
+			&i.Usage,
+			&i.CreatedAt,
+			&i.StartedAt,
+			&i.LastEventAt,
+			&i.FinishedAt,
+			&i.Delivery,
+			&i.Owner,
+			&i.DeliveredAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const turnListStuck = `-- name: TurnListStuck :many
 SELECT id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner, delivered_at FROM turns
 WHERE status = 'running' AND last_event_at < $1::timestamptz
