@@ -159,7 +159,7 @@ func New(cfg Config, log *zap.Logger) (*Proxy, error) {
 			return nil
 		},
 		ErrorHandler: x.proxyError,
-		ErrorLog:      zap.NewStdLog(x.log),
+		ErrorLog:     zap.NewStdLog(x.log),
 	}
 	x.srv = &http.Server{
 		Handler:           x,
