@@ -52,7 +52,12 @@ const (
 	ResultRefusedHost    = "refused_host"    // the host or port is not on the allowlist
 	ResultRefusedAddress = "refused_address" // the name resolves only to addresses a sandbox may not reach
 	ResultFailed         = "failed"          // allowed, but the name did not resolve or the host did not answer
+	ResultRefusedLimit   = "refused_limit"   // the sandbox has MaxConns requests and tunnels open already
 )
+
+// DefaultMaxConns bounds one sandbox's open requests and tunnels: the proxy's sockets and file
+// descriptors are the bot's, shared by every sandbox.
+const DefaultMaxConns = 256
 
 // Metrics counts the proxy's requests by result.
 type Metrics interface {
@@ -84,7 +89,9 @@ type Config struct {
 	HostAddrs func() ([]netip.Addr, error)
 	// DialTimeout bounds resolving and connecting (default 30 s).
 	DialTimeout time.Duration
-	Metrics     Metrics
+	// MaxConns bounds one sandbox's open requests and tunnels (default DefaultMaxConns).
+	MaxConns int
+	Metrics  Metrics
 }
 
 // Proxy is the egress proxy. It is safe for concurrent use.
@@ -104,7 +111,10 @@ type Proxy struct {
 	sandboxes map[string]ident
 	// tunnels are the open CONNECT connections (both ends), closed by Close.
 	tunnels map[net.Conn]struct{}
-	closed  bool
+	// open counts each sandbox's open requests and tunnels (connections on no sandbox's socket count
+	// under the zero ident).
+	open   map[ident]int
+	closed bool
 }
 
 // ident is one sandbox generation of a thread.
@@ -125,6 +135,7 @@ func New(cfg Config, log *zap.Logger) (*Proxy, error) {
 	}
 	cfg.Port = cmp.Or(cfg.Port, DefaultPort)
 	cfg.DialTimeout = cmp.Or(cfg.DialTimeout, 30*time.Second)
+	cfg.MaxConns = cmp.Or(cfg.MaxConns, DefaultMaxConns)
 	if cfg.Resolver == nil {
 		cfg.Resolver = net.DefaultResolver
 	}
@@ -134,7 +145,7 @@ func New(cfg Config, log *zap.Logger) (*Proxy, error) {
 	x := &Proxy{
 		cfg: cfg, policy: pol, log: cmp.Or(log, zap.NewNop()).Named("egress"),
 		listeners: map[ident]net.Listener{}, bySocket: map[string]ident{}, sandboxes: map[string]ident{},
-		tunnels: map[net.Conn]struct{}{},
+		tunnels: map[net.Conn]struct{}{}, open: map[ident]int{},
 	}
 	if cfg.Forwarder != "" {
 		if x.cfg.Forwarder, err = installForwarder(cfg.SocketDir, cfg.Forwarder); err != nil {
@@ -224,10 +235,20 @@ func (e *RefusedError) Error() string {
 
 // ServeHTTP implements http.Handler: CONNECT tunnels and absolute-form http:// requests.
 func (x *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method == http.MethodConnect {
-		x.connect(w, r)
+	id, _ := r.Context().Value(ctxIdent).(ident)
+	if !x.acquire(id) {
+		x.refuse(w, r, &RefusedError{Target: r.Host, Result: ResultRefusedLimit,
+			Reason: fmt.Sprintf("this sandbox has %d requests and tunnels open through the proxy already", x.cfg.MaxConns)})
 		return
 	}
+	if r.Method == http.MethodConnect {
+		// The tunnel, once up, releases its slot when it ends.
+		if !x.connect(w, r, func() { x.release(id) }) {
+			x.release(id)
+		}
+		return
+	}
+	defer x.release(id)
 	if r.URL.Scheme != "http" || r.URL.Host == "" {
 		http.Error(w, "threadbox egress: this is an HTTP proxy: send http:// URLs in absolute form, or CONNECT host:port for https "+
 			"(HTTP_PROXY and HTTPS_PROXY are set in the sandbox)", http.StatusBadRequest)
@@ -244,33 +265,56 @@ func (x *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x.rp.ServeHTTP(w, r)
 }
 
-// connect serves CONNECT host:port: dial (checked), answer 200, then relay bytes both ways.
-func (x *Proxy) connect(w http.ResponseWriter, r *http.Request) {
+// connect serves CONNECT host:port: dial (checked), answer 200, then relay bytes both ways. It
+// reports whether the tunnel started; done runs when a started tunnel ends.
+func (x *Proxy) connect(w http.ResponseWriter, r *http.Request, done func()) bool {
 	target := r.Host
 	up, err := x.dial(r.Context(), "tcp", target)
 	if err != nil {
 		x.refuse(w, r, err)
-		return
+		return false
 	}
 	hj, ok := w.(http.Hijacker)
 	if !ok {
 		_ = up.Close()
 		http.Error(w, "threadbox egress: CONNECT needs HTTP/1.1", http.StatusHTTPVersionNotSupported)
-		return
+		return false
 	}
 	client, buf, err := hj.Hijack()
 	if err != nil {
 		_ = up.Close()
-		return
+		return false
 	}
 	if !x.track(client, up) {
 		_ = client.Close()
 		_ = up.Close()
-		return
+		return false
 	}
 	x.count(ResultAllowed)
 	x.log.Debug("egress tunnel", zap.String("thread", threadOf(r.Context())), zap.String("target", target))
-	go x.relay(client, buf, up)
+	go func() {
+		defer done()
+		x.relay(client, buf, up)
+	}()
+	return true
+}
+
+func (x *Proxy) acquire(id ident) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.open[id] >= x.cfg.MaxConns {
+		return false
+	}
+	x.open[id]++
+	return true
+}
+
+func (x *Proxy) release(id ident) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.open[id]--; x.open[id] <= 0 {
+		delete(x.open, id)
+	}
 }
 
 // relay copies both ways until either side ends, then closes both.
@@ -405,7 +449,8 @@ func (x *Proxy) dial(ctx context.Context, _, target string) (net.Conn, error) {
 	return nil, fmt.Errorf("threadbox egress: connecting to %s: %w", target, errors.Join(errs...))
 }
 
-// refuse answers a request the proxy could not serve: 403 for a policy refusal, 502 otherwise, with
+// refuse answers a request the proxy could not serve: 403 for a policy refusal (429 over the
+// sandbox's connection bound), 502 otherwise, with
 // the reason in the body (a CONNECT client shows the status; curl and git print it).
 func (x *Proxy) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	target, thread := r.Host, threadOf(r.Context())
@@ -415,7 +460,11 @@ func (x *Proxy) refuse(w http.ResponseWriter, r *http.Request, err error) {
 		x.log.Warn("egress refused", zap.String("thread", thread), zap.String("method", r.Method),
 			zap.String("target", target), zap.String("reason", re.Reason))
 		w.Header().Set("X-Threadbox-Egress", "refused")
-		http.Error(w, re.Error(), http.StatusForbidden)
+		status := http.StatusForbidden
+		if re.Result == ResultRefusedLimit {
+			status = http.StatusTooManyRequests
+		}
+		http.Error(w, re.Error(), status)
 		return
 	}
 	x.count(ResultFailed)

@@ -95,7 +95,7 @@ type rig struct {
 	metrics  *counter
 }
 
-func newRig(t *testing.T) *rig {
+func newRig(t *testing.T, opts ...func(*egress.Config)) *rig {
 	t.Helper()
 	r := &rig{metrics: &counter{}}
 	r.mirror = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -104,7 +104,7 @@ func newRig(t *testing.T) *rig {
 	t.Cleanup(r.mirror.Close)
 	u, _ := url.Parse(r.mirror.URL)
 	r.port = u.Port()
-	x, err := egress.New(egress.Config{
+	cfg := egress.Config{
 		Allow: []string{"mirror.test:" + r.port, "127.0.0.1:" + r.port, "rebind.test", "hostaddr.test", "gone.test"},
 		Resolver: fakeResolver{
 			"mirror.test":   {netip.MustParseAddr("127.0.0.1")},
@@ -117,7 +117,11 @@ func newRig(t *testing.T) *rig {
 			return []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("8.8.4.4")}, nil
 		},
 		Metrics: r.metrics,
-	}, zaptest.NewLogger(t))
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	x, err := egress.New(cfg, zaptest.NewLogger(t))
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -241,4 +245,22 @@ func TestAddrClass(t *testing.T) {
 			require.Contains(t, got, tc.class)
 		})
 	}
+}
+
+// TestProxyBoundsOpenConnections: a sandbox with MaxConns tunnels open gets 429 for the next one.
+func TestProxyBoundsOpenConnections(t *testing.T) {
+	r := newRig(t, func(c *egress.Config) { c.MaxConns = 1 })
+	c, err := net.Dial("tcp", strings.TrimPrefix(r.proxyURL, "http://"))
+	require.NoError(t, err)
+	defer c.Close()
+	target := "mirror.test:" + r.port
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "the first tunnel is up, and stays open")
+
+	status, body := r.get(t, "http://"+target+"/")
+	require.Equal(t, http.StatusTooManyRequests, status)
+	require.Contains(t, body, "has 1 requests and tunnels open through the proxy already")
+	require.Equal(t, 1, r.metrics.get(egress.ResultRefusedLimit))
 }

@@ -7,7 +7,7 @@ import (
 )
 
 // EgressCounter counts the egress proxy's requests by result (allowed, refused_host,
-// refused_address, failed): threadbox_egress_requests_total. It implements egress.Metrics.
+// refused_address, refused_limit, failed): threadbox_egress_requests_total. It implements egress.Metrics.
 type EgressCounter struct{ c *prometheus.CounterVec }
 
 // Egress implements egress.Metrics.
@@ -17,7 +17,7 @@ func (e EgressCounter) Egress(result string) { e.c.WithLabelValues(result).Inc()
 // returns the counter; later calls return the same one.
 func (m *Metrics) EgressCounter() EgressCounter {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "egress_requests_total",
-		Help: "Requests and tunnels through the restricted-egress proxy, by result (allowed, refused_host, refused_address, failed)."},
+		Help: "Requests and tunnels through the restricted-egress proxy, by result (allowed, refused_host, refused_address, refused_limit, failed)."},
 		[]string{"result"})
 	if err := m.reg.Register(c); err != nil {
 		var are prometheus.AlreadyRegisteredError
