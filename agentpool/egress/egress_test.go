@@ -95,7 +95,7 @@ type rig struct {
 	metrics  *counter
 }
 
-func newRig(t *testing.T, opts ...func(*egress.Config)) *rig {
+func newRig(t testing.TB, opts ...func(*egress.Config)) *rig {
 	t.Helper()
 	r := &rig{metrics: &counter{}}
 	r.mirror = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
