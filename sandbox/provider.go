@@ -167,7 +167,9 @@ type NetworkMode string
 const (
 	// NetworkNone: loopback only. The default, and what every test uses.
 	NetworkNone NetworkMode = "none"
-	// NetworkFull: the provider's default outbound network. Opt-in.
+	// NetworkFull: the provider's outbound network (Docker: a bridge network of the deployment's own,
+	// inter-container traffic off). Opt-in. Restricted egress is not a provider mode: it is network
+	// none plus the bot's egress proxy (agentpool/egress).
 	NetworkFull NetworkMode = "full"
 )
 

@@ -20,6 +20,8 @@ func main() {
 	flag.StringVar(&o.Listen, "listen", "127.0.0.1:18080", "address to serve inside the sandbox")
 	flag.StringVar(&o.Socket, "socket", "/run/threadbox/gateway.sock", "the gateway's unix socket")
 	flag.StringVar(&o.TokenFile, "token-file", "/run/threadbox/token", "file holding the sandbox token")
+	flag.StringVar(&o.EgressListen, "egress-listen", "", "address to relay to the egress proxy (restricted egress)")
+	flag.StringVar(&o.EgressSocket, "egress-socket", "", "the egress proxy's unix socket")
 	flag.Parse()
 	// SIGTERM is docker stop: exit 0 at once, so a stop is quick and not reported as a failure.
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)

@@ -152,7 +152,7 @@ func (m *Main) checkRuntime(context.Context) (string, *problem) {
 		// With Docker ("auto" picks it when a daemon answers): network none, keys stay in the bot.
 		return fmt.Sprintf("%s through the model gateway (keys stay in the bot; upstreams %s, %s)", name, gw.AnthropicURL, gw.OpenAIURL), nil
 	}
-	if m.Config.Sandbox.Network == "none" && m.Config.Sandbox.Provider != "local" {
+	if m.networkMode() == "none" && m.Config.Sandbox.Provider != "local" {
 		return "", &problem{
 			what: fmt.Sprintf("the %s runtime must reach its model API, but sandbox.network is none and gateway.enabled is false", name),
 			fix:  "set gateway.enabled: true (keeps network none and the key out of the sandbox), or sandbox.network: full",

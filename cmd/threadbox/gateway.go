@@ -72,6 +72,8 @@ func (m *Main) runForward(ctx context.Context) error {
 	fs.StringVar(&o.Listen, "listen", fmt.Sprintf("127.0.0.1:%d", gateway.DefaultPort), "address to serve inside the sandbox")
 	fs.StringVar(&o.Socket, "socket", gateway.SandboxDir+"/gateway.sock", "the gateway's unix socket")
 	fs.StringVar(&o.TokenFile, "token-file", gateway.SandboxDir+"/token", "file holding the sandbox token")
+	fs.StringVar(&o.EgressListen, "egress-listen", "", "address to relay to the egress proxy (restricted egress)")
+	fs.StringVar(&o.EgressSocket, "egress-socket", "", "the egress proxy's unix socket")
 	if err := fs.Parse(m.args); err != nil {
 		return errUsage
 	}

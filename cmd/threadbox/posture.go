@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"github.com/threadbox/threadbox/agentpool/egress"
 	"strings"
 
 	"github.com/threadbox/threadbox/agentpool"
@@ -29,13 +30,32 @@ func (m *Main) postureChecks() []check {
 func warning(what, fix string) *problem { return &problem{what: what, fix: fix, warn: true} }
 
 func (m *Main) checkNetwork(context.Context) (string, *problem) {
+	mode := m.networkMode()
 	switch {
 	case m.Config.Sandbox.Provider == "local":
 		return "", warning("host network: the local provider runs agent commands as host processes",
 			"use sandbox.provider docker")
-	case m.Config.Sandbox.Network == string(sandbox.NetworkFull):
-		return "", warning("sandbox.network full: sandboxes share Docker's default bridge, so they reach each other, the host, "+
-			"the LAN and the cloud metadata address (169.254.169.254)", "set sandbox.network: none unless the agent must reach the internet")
+	case mode == string(sandbox.NetworkFull):
+		return "", warning("sandbox.network full: with Docker, sandboxes get a bridge network of this deployment's own with "+
+			"inter-container traffic off, but they still reach the host's services, the LAN and the cloud metadata address (169.254.169.254)",
+			"use sandbox.network: restricted with sandbox.egress.allow; if full is needed, drop traffic from the sandbox network "+
+				"to 169.254.169.254, the host and the LAN in iptables' DOCKER-USER chain")
+	case mode == networkRestricted:
+		pol, err := egress.ParsePolicy(m.Config.Sandbox.Egress.Allow)
+		if err != nil {
+			return "", &problem{what: oneLine(err), fix: "fix sandbox.egress.allow"}
+		}
+		if explicit := pol.Explicit(); len(explicit) > 0 {
+			return "", warning("restricted, but sandbox.egress.allow names addresses ("+strings.Join(explicit, ", ")+
+				"): sandboxes reach them even when they are private, loopback or link-local",
+				"list host names instead, unless the address is an internal mirror or forge you mean to open")
+		}
+		hosts := "nothing else"
+		if !pol.Empty() {
+			hosts = strings.Join(m.Config.Sandbox.Egress.Allow, ", ")
+		}
+		return "restricted: network none; the model gateway and, through the egress proxy, " + hosts +
+			" (public addresses only); everything else is refused and counted", nil
 	}
 	return "none: sandboxes have loopback only", nil
 }

@@ -40,6 +40,14 @@ func TestDoctorReportsSecurityPosture(t *testing.T) {
 			"WARN    gateway:", "not configured",
 			"ok      root fs:", "writable: the claude-code runtime keeps its sessions in the home directory",
 		}},
+		{"restricted egress, the default for AI runtimes", []string{"THREADBOX_SANDBOX_PROVIDER=docker", deadDocker,
+			"ANTHROPIC_API_KEY=sk-posture-not-real", "THREADBOX_SANDBOX_EGRESS_ALLOW=registry.npmjs.org"}, []string{
+			"ok      network:", "restricted: network none; the model gateway and, through the egress proxy, registry.npmjs.org",
+		}},
+		{"restricted egress naming a private address", []string{"THREADBOX_SANDBOX_PROVIDER=docker", deadDocker,
+			"THREADBOX_SANDBOX_NETWORK=restricted", "THREADBOX_SANDBOX_EGRESS_ALLOW=10.0.0.0/8"}, []string{
+			"WARN    network:", "names addresses (10.0.0.0/8)",
+		}},
 		{"the gateway without budgets", []string{"THREADBOX_SANDBOX_PROVIDER=docker", deadDocker,
 			"ANTHROPIC_API_KEY=sk-posture-not-real"}, []string{
 			"WARN    gateway:", "Fix: set gateway.budget.thread_tokens",

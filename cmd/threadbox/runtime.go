@@ -59,8 +59,9 @@ func (m *Main) newRuntime(gw *gateway.Gateway) (runtime.Runtime, error) {
 		if model.API == opencode.APIAnthropic {
 			model.BaseURL = gw.LocalURL() + gateway.AnthropicPath + "/v1"
 		}
-	} else if m.Config.Sandbox.Network == "none" && m.Config.Sandbox.Provider != "local" {
-		m.Logger.Warn("the AI runtime needs to reach its model API, but sandbox.network is none; set sandbox.network: full",
+	} else if m.networkMode() != "full" && m.Config.Sandbox.Provider != "local" {
+		m.Logger.Warn("the AI runtime needs to reach its model API, but the gateway is off and sandbox.network is "+m.networkMode()+
+			"; set gateway.enabled: true (or put the API's host on sandbox.egress.allow, or sandbox.network: full)",
 			zap.String("runtime", name))
 	}
 	switch name {

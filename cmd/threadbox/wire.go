@@ -67,6 +67,15 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 	if a.rt, err = m.newRuntime(gw); err != nil {
 		return nil, err
 	}
+	eg, err := m.newEgress(a.prov, a.metrics)
+	if err != nil {
+		return nil, err
+	}
+	if eg != nil {
+		// Inside the gateway's wrapper: the gateway makes its forwarder the sandbox's main process,
+		// and egress adds its relay to that process.
+		a.prov = eg.Provider(a.prov)
+	}
 	if gw != nil {
 		a.prov, a.rt = gw.Provider(a.prov), gw.Runtime(a.rt)
 	}
@@ -80,7 +89,7 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 	if len(blocked) > 0 {
 		m.Logger.Warn("sandbox.env asks for blocked variables; they are left out", zap.Strings("blocked", blocked))
 	}
-	network, _ := sandbox.ParseNetworkMode(cfg.Sandbox.Network)
+	network := m.sandboxNetwork()
 	readOnly := cfg.Sandbox.ReadOnlyRoot && config.ReadOnlyRootApplies(a.rt.Name())
 	if cfg.Sandbox.ReadOnlyRoot && !readOnly {
 		m.Logger.Info("sandbox.read_only_root does not apply: the runtime keeps its sessions in the home directory, so the root stays writable",

@@ -53,7 +53,19 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Handl
 
 	cfg, hc := containerConfig(spec, st.Volume, labels)
 	p.withDiskLimits(hc, spec.Resources.DiskMB)
+	unlock := func() {}
+	if spec.Network == sandbox.NetworkFull {
+		p.net.mu.Lock()
+		unlock = p.net.mu.Unlock
+		if st.Network, err = p.ensureNetwork(ctx, spec.Labels.Deployment); err != nil {
+			unlock()
+			p.bestEffort(ctx, "remove volume", func(ctx context.Context) error { return p.removeVolume(ctx, st.Volume) })
+			return sandbox.Handle{}, fmt.Errorf("docker create: %w", err)
+		}
+		hc.NetworkMode = container.NetworkMode(st.Network)
+	}
 	created, err := p.createContainer(ctx, cfg, hc, name)
+	unlock()
 	if err != nil {
 		rmErr := p.bestEffort(ctx, "remove volume", func(ctx context.Context) error { return p.removeVolume(ctx, st.Volume) })
 		if cerrdefs.IsNotFound(err) {
@@ -103,6 +115,7 @@ func containerConfig(spec sandbox.Spec, vol string, labels map[string]string) (*
 		Labels:     labels,
 	}
 	hc := &container.HostConfig{
+		// Network full: Create puts the container on the deployment's own network (network.go).
 		NetworkMode: container.NetworkMode("none"),
 		Resources: container.Resources{
 			Memory:     int64(spec.Resources.MemoryMB) << 20,
@@ -122,9 +135,6 @@ func containerConfig(spec sandbox.Spec, vol string, labels map[string]string) (*
 	if len(spec.Command) > 0 {
 		// The entrypoint too: an image's ENTRYPOINT would otherwise get the command as arguments.
 		cfg.Entrypoint, cfg.Cmd = spec.Command[:1], spec.Command[1:]
-	}
-	if spec.Network == sandbox.NetworkFull {
-		hc.NetworkMode = container.NetworkMode("bridge")
 	}
 	if spec.ReadOnlyRoot {
 		// tmpfs pages count against the memory limit; the size bound keeps /tmp from taking all of

@@ -61,6 +61,7 @@ type Provider struct {
 	cpu         cpuSamples
 	facts       imageFacts
 	quota       quotaFacts
+	net         networks
 }
 
 var (
@@ -145,6 +146,8 @@ type handleState struct {
 	GID          int    `json:"gid"`
 	WorkDir      string `json:"workdir,omitempty"`
 	ReadOnlyRoot bool   `json:"read_only_root,omitempty"`
+	// Network is the deployment's full network the container is on (NetworkName), "" for none.
+	Network string `json:"network,omitempty"`
 }
 
 // complete reports whether the state can be used without asking the daemon.

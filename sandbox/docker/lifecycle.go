@@ -75,8 +75,18 @@ func (p *Provider) Destroy(ctx context.Context, h sandbox.Handle) error {
 			return wrapErr("inspect "+h.ID, err)
 		}
 		st.Volume = workVolume(c.Mounts)
+		if c.HostConfig != nil {
+			st.Network = fullNetwork(string(c.HostConfig.NetworkMode))
+		}
 	}
-	return p.destroy(ctx, h.ID, st.Volume)
+	if err := p.destroy(ctx, h.ID, st.Volume); err != nil {
+		return err
+	}
+	if st.Network != "" {
+		// The sandbox is gone either way; a network left behind goes with the next full sandbox's destroy.
+		_ = p.bestEffort(ctx, "remove network", func(ctx context.Context) error { return p.pruneNetwork(ctx, st.Network) })
+	}
+	return nil
 }
 
 func (p *Provider) destroy(ctx context.Context, id, vol string) error {
@@ -132,7 +142,7 @@ func (p *Provider) List(ctx context.Context, labels map[string]string) ([]sandbo
 			}
 		}
 		out = append(out, sandbox.Info{
-			Handle:    newHandle(c.ID, handleState{Volume: vol}),
+			Handle:    newHandle(c.ID, handleState{Volume: vol, Network: fullNetwork(c.HostConfig.NetworkMode)}),
 			State:     mapState(c.State),
 			Labels:    c.Labels,
 			Image:     c.Image,
@@ -191,6 +201,7 @@ func stateFromInspect(c container.InspectResponse) handleState {
 	}
 	if c.HostConfig != nil {
 		st.ReadOnlyRoot = c.HostConfig.ReadonlyRootfs
+		st.Network = fullNetwork(string(c.HostConfig.NetworkMode))
 	}
 	return st
 }

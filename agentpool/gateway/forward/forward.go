@@ -27,24 +27,65 @@ type Options struct {
 	// TokenFile holds the sandbox token. It is read per request: the bot rewrites it when the service
 	// secret changes, and the forwarder outlives bot restarts.
 	TokenFile string
+	// EgressListen and EgressSocket, when set, relay a second loopback port byte for byte to the
+	// egress proxy's unix socket (restricted egress, package agentpool/egress). With Socket empty the
+	// forwarder serves egress alone.
+	EgressListen, EgressSocket string
 }
 
 // Run serves until ctx ends.
 func Run(ctx context.Context, o Options) error {
-	if o.Listen == "" || o.Socket == "" || o.TokenFile == "" {
+	gateway := o.Socket != ""
+	egress := o.EgressListen != "" || o.EgressSocket != ""
+	switch {
+	case gateway && (o.Listen == "" || o.TokenFile == ""):
 		return errors.New("forward: -listen, -socket and -token-file are required")
+	case egress && (o.EgressListen == "" || o.EgressSocket == ""):
+		return errors.New("forward: -egress-listen and -egress-socket go together")
+	case !gateway && !egress:
+		return errors.New("forward: nothing to forward: set -socket (the model gateway) or -egress-socket (restricted egress)")
 	}
-	ln, err := net.Listen("tcp", o.Listen)
-	if err != nil {
-		return fmt.Errorf("forward: %w", err)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 2)
+	n := 0
+	if egress {
+		ln, err := net.Listen("tcp", o.EgressListen)
+		if err != nil {
+			return fmt.Errorf("forward: %w", err)
+		}
+		n++
+		go func() { errc <- Relay(ctx, ln, o.EgressSocket) }()
 	}
-	srv := &http.Server{Handler: Handler(o), ReadHeaderTimeout: time.Minute}
-	stop := context.AfterFunc(ctx, func() { _ = srv.Close() })
-	defer stop()
-	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("forward: %w", err)
+	if gateway {
+		ln, err := net.Listen("tcp", o.Listen)
+		if err != nil {
+			cancel()
+			if n > 0 {
+				<-errc
+			}
+			return fmt.Errorf("forward: %w", err)
+		}
+		n++
+		go func() {
+			srv := &http.Server{Handler: Handler(o), ReadHeaderTimeout: time.Minute}
+			stop := context.AfterFunc(ctx, func() { _ = srv.Close() })
+			defer stop()
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("forward: %w", err)
+				return
+			}
+			errc <- nil
+		}()
 	}
-	return nil
+	// The first to end (ctx, or a failure) ends both: the sandbox's main process exits, and the
+	// next turn resumes the sandbox with both running again.
+	err := <-errc
+	cancel()
+	for range n - 1 {
+		err = errors.Join(err, <-errc)
+	}
+	return err
 }
 
 // maxBody bounds a request body (model calls are JSON, megabytes at most).

@@ -132,9 +132,12 @@ func (c Config) ChatPlatform() string {
 type Sandbox struct {
 	// Provider is auto, docker, local, daytona or deno. auto picks docker if a daemon answers, else
 	// local (which still needs local.i_understand_no_isolation).
-	Provider  string            `koanf:"provider"`
-	Image     string            `koanf:"image"`
+	Provider string `koanf:"provider"`
+	Image    string `koanf:"image"`
+	// Network is auto, none, restricted or full (NetworkModes). auto is restricted for an AI runtime
+	// behind the model gateway on Docker, none otherwise.
 	Network   string            `koanf:"network"`
+	Egress    Egress            `koanf:"egress"`
 	Resources sandbox.Resources `koanf:"resources"`
 	Env       sandbox.EnvPolicy `koanf:"env"`
 	// ReadOnlyRoot mounts the image read-only with a tmpfs /tmp; the workdir stays writable. It
@@ -147,6 +150,20 @@ type Sandbox struct {
 	Local     LocalConfig  `koanf:"local"`
 	Daytona   Daytona      `koanf:"daytona"`
 	Deno      Deno         `koanf:"deno"`
+}
+
+// NetworkModes are the spellings of sandbox.network.
+var NetworkModes = []string{"auto", "none", "restricted", "full"}
+
+// Egress configures restricted egress (sandbox.network: restricted): what a sandbox may reach
+// through the bot's egress proxy besides the model gateway.
+type Egress struct {
+	// Allow lists host names (registry.npmjs.org, *.github.com), optionally with a port (ports 80
+	// and 443 otherwise), and addresses or CIDR ranges, the only way to a non-public address. Empty:
+	// the gateway only.
+	Allow []string `koanf:"allow"`
+	// Port is the proxy's port on the sandbox's loopback (HTTP_PROXY and HTTPS_PROXY point there).
+	Port int `koanf:"port"`
 }
 
 // ReadOnlyRootApplies reports whether sandbox.read_only_root can be honoured with the runtime: the
@@ -346,7 +363,8 @@ func Default() Config {
 			Provider:  "auto",
 			MaxActive: 20,
 			Image:     "threadbox/sandbox:latest",
-			Network:   string(sandbox.NetworkNone),
+			Network:   "auto",
+			Egress:    Egress{Allow: []string{}, Port: 18081},
 			Resources: sandbox.DefaultResources(),
 			Env:       sandbox.EnvPolicy{Passthrough: []string{}, Set: map[string]string{}, Blocked: []string{}},
 			Local:     LocalConfig{Dir: "./data/sandboxes"},

@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/threadbox/threadbox/agentpool/egress"
 	"net"
 	"net/url"
 	"slices"
@@ -11,7 +12,6 @@ import (
 	"time"
 
 	"github.com/threadbox/threadbox/cmd/threadbox/logging"
-	"github.com/threadbox/threadbox/sandbox"
 )
 
 // Choices accepted by enumerated keys.
@@ -58,8 +58,18 @@ func (c Config) Validate() error {
 			return nil
 		},
 		func() error {
-			if _, err := sandbox.ParseNetworkMode(c.Sandbox.Network); err != nil {
-				return fmt.Errorf("sandbox.network: %w", err)
+			if err := oneOf("sandbox.network", c.Sandbox.Network, NetworkModes); err != nil {
+				return err
+			}
+			if c.Sandbox.Network == "restricted" && c.Sandbox.Provider != "docker" && c.Sandbox.Provider != "auto" {
+				return fmt.Errorf("sandbox.network = restricted: needs sandbox.provider docker (its egress proxy reaches the sandbox through a mounted socket); "+
+					"%s sandboxes have none or full", c.Sandbox.Provider)
+			}
+			if _, err := egress.ParsePolicy(c.Sandbox.Egress.Allow); err != nil {
+				return err
+			}
+			if c.Sandbox.Egress.Port < 1024 || c.Sandbox.Egress.Port > 65535 {
+				return fmt.Errorf("sandbox.egress.port = %d: must be between 1024 and 65535", c.Sandbox.Egress.Port)
 			}
 			return nil
 		},

@@ -1,0 +1,4 @@
+package egress
+
+// AddrClass is addrClass, for the table test.
+var AddrClass = addrClass
