@@ -1,0 +1,94 @@
+package opencode
+
+import (
+	"context"
+	"crypto/rand"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/threadbox/threadbox/agentpool/runtime"
+	"github.com/threadbox/threadbox/agentpool/runtime/llmfake"
+	"github.com/threadbox/threadbox/agentpool/runtime/runtimetest"
+	"github.com/threadbox/threadbox/sandbox"
+	"github.com/threadbox/threadbox/sandbox/daytona"
+	"github.com/threadbox/threadbox/sandbox/daytona/daytonafake"
+)
+
+// TestDaytonaTurnsThroughPreviewLink: the real opencode server in a Daytona sandbox (daytonafake,
+// backed by a real Docker container with network none) is reached only through the port's preview
+// link and its token. A turn runs; the token then expires, as Daytona's do, and the next turn of the
+// same thread still runs, in the same opencode session, over links fetched again.
+func TestDaytonaTurnsThroughPreviewLink(t *testing.T) {
+	backend := runtimetest.Provider(t)
+	fake := daytonafake.New(t, daytonafake.Options{
+		Backend: backend, Snapshots: []string{runtimetest.Image()}, Deployment: "rtdaytona-" + strings.ToLower(rand.Text()[:8]),
+	})
+	t.Cleanup(func() { require.Empty(t, fake.Violations(), "requests that break Daytona's specs") })
+	p, err := daytona.New(daytona.Options{APIURL: fake.APIURL(), APIKey: daytonafake.APIKey, StateTimeout: 2 * time.Minute,
+		Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	ctx := t.Context()
+	h, err := p.Create(ctx, sandbox.Spec{
+		Image: runtimetest.Image(), Network: sandbox.NetworkNone,
+		Labels: sandbox.Labels{Deployment: "rtdaytona", Thread: "test:" + t.Name(), Generation: 1},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		require.NoError(t, p.Destroy(ctx, h))
+	})
+	sb := sandbox.Bind(p, h)
+
+	// The scripted model runs on the sandbox's loopback; the test drives it through the preview
+	// link too.
+	model := runtimetest.StartFake(t, sb, runtimetest.BuildFake(t), llmfake.Script{
+		Rules: []llmfake.Rule{
+			{PromptContains: "TB-ONE", Reply: llmfake.Reply{Text: "first answer"}},
+			{PromptContains: "TB-TWO", Reply: llmfake.Reply{Text: "second answer"}},
+		},
+		Default: &llmfake.Reply{Text: "a side call"},
+	})
+	rt := newForFake(t, runtimetest.Model{URL: model.URL, APIKey: "sk-tb-" + rand.Text()[:16]})
+	const title = "web:daytona-preview"
+	turn := func(text string) runtime.Result {
+		t.Helper()
+		require.NoError(t, rt.Ensure(ctx, sb))
+		sid, _, err := rt.Session(ctx, sb, "", title)
+		require.NoError(t, err)
+		tctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		res, err := rt.Prompt(tctx, sb, sid, runtime.Prompt{Text: text, Timeout: 2 * time.Minute}, func(runtime.Event) {})
+		require.NoError(t, err)
+		require.False(t, res.IsError, res.Answer)
+		return res
+	}
+
+	require.Equal(t, "first answer", strings.TrimSpace(turn("Hello. TB-ONE").Answer))
+	sid, _, err := rt.Session(ctx, sb, "", title)
+	require.NoError(t, err)
+	links := fake.Calls("getPortPreviewUrl")
+	require.Positive(t, links, "opencode was reached through a preview link")
+
+	fake.ExpirePreviewToken(h.ID)
+	require.Equal(t, "second answer", strings.TrimSpace(turn("And again. TB-TWO").Answer))
+	require.Greater(t, fake.Calls("getPortPreviewUrl"), links, "the expired links were fetched again")
+	again, _, err := rt.Session(ctx, sb, "", title)
+	require.NoError(t, err)
+	require.Equal(t, sid, again, "one opencode session for the whole thread")
+
+	reqs, err := model.Requests(ctx)
+	require.NoError(t, err)
+	var second bool
+	for _, r := range reqs {
+		if strings.Contains(r.Prompt, "TB-TWO") {
+			second = true
+			require.Contains(t, string(r.Body), "first answer", "the second turn's model call carries the first turn")
+		}
+	}
+	require.True(t, second, "the second turn reached the model")
+}
