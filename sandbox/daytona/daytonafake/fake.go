@@ -58,9 +58,11 @@ type Fake struct {
 	srv  *httptest.Server
 	val  *validator
 
-	ctx    context.Context // ends at Close: background transitions and commands stop
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // background work, waited for by Close
+	ctx     context.Context // ends at Close: background transitions and commands stop
+	cancel  context.CancelFunc
+	closing chan struct{} // closed first thing in Close: held requests give up
+	once    sync.Once
+	wg      sync.WaitGroup // background work, waited for by Close
 
 	mu         sync.Mutex // protects the following
 	boxes      map[string]*box
@@ -89,7 +91,8 @@ func New(tb testing.TB, opts Options) *Fake {
 		tb.Fatalf("daytonafake: load specs: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &Fake{t: tb, opts: opts, val: val, ctx: ctx, cancel: cancel, boxes: map[string]*box{}, calls: map[string]int{}}
+	f := &Fake{t: tb, opts: opts, val: val, ctx: ctx, cancel: cancel, closing: make(chan struct{}),
+		boxes: map[string]*box{}, calls: map[string]int{}}
 	mux := http.NewServeMux()
 	f.routeAPI(mux)
 	f.routeToolbox(mux)
@@ -104,6 +107,7 @@ func (f *Fake) APIURL() string { return f.srv.URL + "/api" }
 
 // Close stops the server and destroys every sandbox still on the backend.
 func (f *Fake) Close() {
+	f.once.Do(func() { close(f.closing) })
 	f.srv.Close()
 	f.cancel()
 	f.wg.Wait()
@@ -169,6 +173,10 @@ type Fault struct {
 	// Hang carries the operation out and then never answers: the client times out after its request
 	// had its effect.
 	Hang bool
+	// Release, with Hang, delays the operation instead: it is carried out only once the client has
+	// given up and Release is closed, as a request stuck in Daytona's queue past the client's
+	// timeout would be. A lookup right after the timeout finds nothing; the effect appears later.
+	Release <-chan struct{}
 	// Times is how many requests it applies to (0: once).
 	Times int
 }
@@ -241,11 +249,25 @@ func (f *Fake) middleware(next http.Handler) http.Handler {
 				f.apiError(w, r, ft.Status, http.StatusText(ft.Status))
 				return
 			}
+			if ft.Release != nil {
+				// Answer nobody; once the client has given up and the test says so, carry it out.
+				select {
+				case <-r.Context().Done():
+				case <-f.closing:
+					return
+				}
+				select {
+				case <-ft.Release:
+					next.ServeHTTP(discard{}, r)
+				case <-f.closing:
+				}
+				return
+			}
 			// Carry the operation out, answer nobody, and hold the connection until the client gives up.
 			next.ServeHTTP(discard{}, r)
 			select {
 			case <-r.Context().Done():
-			case <-f.ctx.Done():
+			case <-f.closing:
 			}
 			return
 		}
