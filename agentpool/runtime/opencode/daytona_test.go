@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,8 +21,9 @@ import (
 
 // TestDaytonaTurnsThroughPreviewLink: the real opencode server in a Daytona sandbox (daytonafake,
 // backed by a real Docker container with network none) is reached only through the port's preview
-// link and its token. A turn runs; the token then expires, as Daytona's do, and the next turn of the
-// same thread still runs, in the same opencode session, over links fetched again.
+// link and its token. A turn runs; the token then expires, as Daytona's do, between turns and then
+// in the middle of one (at its first event), and the thread's turns still run, in the same opencode
+// session, over links fetched again.
 func TestDaytonaTurnsThroughPreviewLink(t *testing.T) {
 	backend := runtimetest.Provider(t)
 	fake := daytonafake.New(t, daytonafake.Options{
@@ -49,33 +51,44 @@ func TestDaytonaTurnsThroughPreviewLink(t *testing.T) {
 		Rules: []llmfake.Rule{
 			{PromptContains: "TB-ONE", Reply: llmfake.Reply{Text: "first answer"}},
 			{PromptContains: "TB-TWO", Reply: llmfake.Reply{Text: "second answer"}},
+			{PromptContains: "TB-THREE", Reply: llmfake.Reply{Text: "third answer"}},
 		},
 		Default: &llmfake.Reply{Text: "a side call"},
 	})
 	rt := newForFake(t, runtimetest.Model{URL: model.URL, APIKey: "sk-tb-" + rand.Text()[:16]})
 	const title = "web:daytona-preview"
-	turn := func(text string) runtime.Result {
+	turn := func(text string, onEvent func()) runtime.Result {
 		t.Helper()
 		require.NoError(t, rt.Ensure(ctx, sb))
 		sid, _, err := rt.Session(ctx, sb, "", title)
 		require.NoError(t, err)
 		tctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer cancel()
-		res, err := rt.Prompt(tctx, sb, sid, runtime.Prompt{Text: text, Timeout: 2 * time.Minute}, func(runtime.Event) {})
+		res, err := rt.Prompt(tctx, sb, sid, runtime.Prompt{Text: text, Timeout: 2 * time.Minute}, func(runtime.Event) { onEvent() })
 		require.NoError(t, err)
 		require.False(t, res.IsError, res.Answer)
 		return res
 	}
 
-	require.Equal(t, "first answer", strings.TrimSpace(turn("Hello. TB-ONE").Answer))
+	nothing := func() {}
+	require.Equal(t, "first answer", strings.TrimSpace(turn("Hello. TB-ONE", nothing).Answer))
 	sid, _, err := rt.Session(ctx, sb, "", title)
 	require.NoError(t, err)
 	links := fake.Calls("getPortPreviewUrl")
 	require.Positive(t, links, "opencode was reached through a preview link")
 
 	fake.ExpirePreviewToken(h.ID)
-	require.Equal(t, "second answer", strings.TrimSpace(turn("And again. TB-TWO").Answer))
+	require.Equal(t, "second answer", strings.TrimSpace(turn("And again. TB-TWO", nothing).Answer))
 	require.Greater(t, fake.Calls("getPortPreviewUrl"), links, "the expired links were fetched again")
+
+	// Mid-turn: the event stream already open carries on; the calls after it (the answer is read
+	// once the session is idle) meet the expired token.
+	links = fake.Calls("getPortPreviewUrl")
+	var expire sync.Once
+	require.Equal(t, "third answer", strings.TrimSpace(turn("Once more. TB-THREE", func() {
+		expire.Do(func() { fake.ExpirePreviewToken(h.ID) })
+	}).Answer))
+	require.Greater(t, fake.Calls("getPortPreviewUrl"), links, "the link expired mid-turn was fetched again")
 	again, _, err := rt.Session(ctx, sb, "", title)
 	require.NoError(t, err)
 	require.Equal(t, sid, again, "one opencode session for the whole thread")
