@@ -36,21 +36,7 @@ func maintDocker(t *testing.T, deployment string) *docker.Provider {
 // maintDockerBox creates a real sandbox, destroyed when the test ends whatever the test did to it.
 func maintDockerBox(t *testing.T, p *docker.Provider, deployment, thread string) sandbox.Handle {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	h, err := p.Create(ctx, sandbox.Spec{
-		Image:  maintTestImage,
-		Labels: sandbox.Labels{Deployment: deployment, Thread: thread, Generation: 1},
-		Resources: sandbox.Resources{MemoryMB: 512, CPUs: 0.5, PIDs: 64,
-			ExecTimeout: time.Minute},
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		require.NoError(t, p.Destroy(ctx, h))
-	})
-	return h
+	return provBox(t, p, maintTestImage, deployment, thread)
 }
 
 // dockerCLI creates fixtures the provider would refuse to make (containers without our labels).
