@@ -19,19 +19,35 @@ import (
 	"github.com/threadbox/threadbox/sandbox/daytona/daytonafake"
 )
 
+// daytonaOnFake returns a Daytona provider on a fake whose sandboxes are real Docker containers of
+// the runtime image. The fake fails the test if any request broke Daytona's specs.
+func daytonaOnFake(t *testing.T) (*daytona.Provider, *daytonafake.Fake) {
+	t.Helper()
+	fake := daytonafake.New(t, daytonafake.Options{
+		Backend: runtimetest.Provider(t), Snapshots: []string{runtimetest.Image()},
+		Deployment: "rtdaytona-" + strings.ToLower(rand.Text()[:8]),
+	})
+	p, err := daytona.New(daytona.Options{APIURL: fake.APIURL(), APIKey: daytonafake.APIKey, StateTimeout: 2 * time.Minute,
+		Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	return p, fake
+}
+
+// TestDaytonaConformance: the runtime conformance suite on Daytona (daytonafake on real Docker):
+// opencode's server is reached only through the preview link, and its sandbox is stopped and
+// started through Daytona's API.
+func TestDaytonaConformance(t *testing.T) {
+	runtimetest.Run(t, runtimetest.Config{New: newForFake, Process: "opencode serve --port", WrongAuth: wrongAuth,
+		Provider: func(t *testing.T) sandbox.Provider { p, _ := daytonaOnFake(t); return p }})
+}
+
 // TestDaytonaTurnsThroughPreviewLink: the real opencode server in a Daytona sandbox (daytonafake,
 // backed by a real Docker container with network none) is reached only through the port's preview
 // link and its token. A turn runs; the token then expires, as Daytona's do, between turns and then
 // in the middle of one (at its first event), and the thread's turns still run, in the same opencode
 // session, over links fetched again.
 func TestDaytonaTurnsThroughPreviewLink(t *testing.T) {
-	backend := runtimetest.Provider(t)
-	fake := daytonafake.New(t, daytonafake.Options{
-		Backend: backend, Snapshots: []string{runtimetest.Image()}, Deployment: "rtdaytona-" + strings.ToLower(rand.Text()[:8]),
-	})
-	p, err := daytona.New(daytona.Options{APIURL: fake.APIURL(), APIKey: daytonafake.APIKey, StateTimeout: 2 * time.Minute,
-		Logger: zaptest.NewLogger(t)})
-	require.NoError(t, err)
+	p, fake := daytonaOnFake(t)
 	ctx := t.Context()
 	h, err := p.Create(ctx, sandbox.Spec{
 		Image: runtimetest.Image(), Network: sandbox.NetworkNone,
