@@ -40,12 +40,12 @@ func TestDockerChaosLeavesNoLeaks(t *testing.T) {
 	proxy := newDaemonProxy(t)
 	prov := dockertest.New(t, docker.Options{Host: "unix://" + proxy.path, Deployment: dep})
 	rt := &recordingRuntime{Runtime: shellrt.New()}
-	f := dockerFixture{
+	f := dockerFixture{provFixture: provFixture{
 		fixture:    newFixture(t, st, prov, rt, func(c *Config) { c.Deployment = dep; c.Image = dockertest.Image() }),
-		docker:     direct,
+		env:        dockerEnv(t),
 		deployment: dep,
 		rt:         rt,
-	}
+	}, docker: direct}
 	rng := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
 	ctx := t.Context()
 	stranded := []db.SessionStatus{db.SessionResuming, db.SessionCreating, db.SessionPausing, db.SessionDestroying, db.SessionError}
@@ -135,7 +135,7 @@ func TestDockerChaosLeavesNoLeaks(t *testing.T) {
 		wantVolumes = append(wantVolumes, handleVolume(t, h))
 	}
 	var gotContainers, gotVolumes []string
-	for _, info := range f.sandboxes(t) {
+	for _, info := range deploymentSandboxes(t, f.docker, f.deployment) {
 		gotContainers = append(gotContainers, info.Handle.ID)
 	}
 	vols, err := f.docker.ListVolumes(ctx, map[string]string{sandbox.LabelDeployment: f.deployment})

@@ -28,14 +28,18 @@ func (s *startFails) Start(ctx context.Context, h sandbox.Handle) error {
 	return s.Provider.Start(ctx, h)
 }
 
-// TestDockerStartFailingThreeTimesRecreatesWithHistory: the acceptance case on real Docker and
+// TestDockerStartFailingThreeTimesRecreatesWithHistory: the acceptance case on a real provider and
 // PostgreSQL. A stopped sandbox whose start fails three times (max_resume_failures: 3) is destroyed
-// by the next turn, which recreates it, replays the history and says why; its container and volume
-// are gone, and one sandbox is left.
+// by the next turn, which recreates it, replays the history and says why; the old sandbox (and on
+// Docker its volume) is gone, and one sandbox is left.
 func TestDockerStartFailingThreeTimesRecreatesWithHistory(t *testing.T) {
+	forEachProvider(t, testStartFailing)
+}
+
+func testStartFailing(t *testing.T, env provEnv) {
 	st := dbtest.OpenPostgres(t)
-	f := newDockerFixture(t, st)
-	prov := &startFails{Provider: f.docker}
+	f := newProvFixture(t, st, env)
+	prov := &startFails{Provider: f.prov}
 	pool := newFixture(t, st, prov, f.rt, func(c *Config) {
 		c.Deployment, c.Image, c.MaxResumeFailures = f.deployment, f.pool.cfg.Image, 3
 	}).pool
@@ -43,9 +47,13 @@ func TestDockerStartFailingThreeTimesRecreatesWithHistory(t *testing.T) {
 	submit(t, pool, "web:sf", "e0", "echo first", sink)
 	require.NoError(t, sink.wait(t, 1)[0].Err)
 	old := mustHandle(t, sessionStatus(t, st, "web:sf"))
-	oldVol := handleVolume(t, old)
+	vr, hasVolumes := f.prov.(sandbox.VolumeReaper)
+	var oldVol string
+	if hasVolumes {
+		oldVol = handleVolume(t, old)
+	}
 
-	require.NoError(t, f.docker.Stop(t.Context(), old))
+	require.NoError(t, f.prov.Stop(t.Context(), old))
 	prov.left.Store(3)
 	for i := range 3 {
 		submit(t, pool, "web:sf", fmt.Sprint("f", i), "echo broken", sink)
@@ -62,11 +70,13 @@ func TestDockerStartFailingThreeTimesRecreatesWithHistory(t *testing.T) {
 	s := sessionStatus(t, st, "web:sf")
 	require.Equal(t, db.SessionActive, s.Status)
 	require.Equal(t, int64(2), s.Generation)
-	_, err := f.docker.Inspect(t.Context(), old)
+	_, err := f.prov.Inspect(t.Context(), old)
 	require.ErrorIs(t, err, sandbox.ErrNotFound, "the broken sandbox was destroyed")
-	vols, err := f.docker.ListVolumes(t.Context(), map[string]string{sandbox.LabelDeployment: f.deployment})
-	require.NoError(t, err)
-	require.Len(t, vols, 1)
-	require.NotEqual(t, oldVol, vols[0].Name, "and its volume with it")
+	if hasVolumes {
+		vols, err := vr.ListVolumes(t.Context(), map[string]string{sandbox.LabelDeployment: f.deployment})
+		require.NoError(t, err)
+		require.Len(t, vols, 1)
+		require.NotEqual(t, oldVol, vols[0].Name, "and its volume with it")
+	}
 	require.Len(t, f.sandboxes(t), 1)
 }

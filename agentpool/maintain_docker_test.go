@@ -36,21 +36,7 @@ func maintDocker(t *testing.T, deployment string) *docker.Provider {
 // maintDockerBox creates a real sandbox, destroyed when the test ends whatever the test did to it.
 func maintDockerBox(t *testing.T, p *docker.Provider, deployment, thread string) sandbox.Handle {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	h, err := p.Create(ctx, sandbox.Spec{
-		Image:  maintTestImage,
-		Labels: sandbox.Labels{Deployment: deployment, Thread: thread, Generation: 1},
-		Resources: sandbox.Resources{MemoryMB: 512, CPUs: 0.5, PIDs: 64,
-			ExecTimeout: time.Minute},
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		require.NoError(t, p.Destroy(ctx, h))
-	})
-	return h
+	return provBox(t, p, maintTestImage, deployment, thread)
 }
 
 // dockerCLI creates fixtures the provider would refuse to make (containers without our labels).
@@ -71,91 +57,91 @@ func requireState(t *testing.T, p sandbox.Provider, h sandbox.Handle, want sandb
 }
 
 func TestDockerIdlePauseThenCleanup(t *testing.T) {
-	forEachMaintStore(t, func(t *testing.T, st db.Store, clock *dbtest.Clock) {
-		ctx := context.Background()
-		dep := "maint-" + maintRandom()
-		p := maintDocker(t, dep)
-		h := maintDockerBox(t, p, dep, "web:docker-idle")
-		activeSessionFor(t, st, "web:docker-idle", h)
-		m := newTestMaintainer(t, MaintainerConfig{}, st, p, dep, clock, nil)
-
-		clock.Advance(DefaultIdleTimeout - time.Second)
-		rep, err := m.IdlePass(ctx)
-		require.NoError(t, err)
-		require.Equal(t, PassReport{}, rep)
-		requireState(t, p, h, sandbox.StateRunning)
-
-		clock.Advance(2 * time.Second)
-		rep, err = m.IdlePass(ctx)
-		require.NoError(t, err)
-		require.Equal(t, PassReport{Found: 1, Done: 1}, rep)
-		requireState(t, p, h, sandbox.StateStopped)
-		require.Equal(t, db.SessionPaused, sessionStatus(t, st, "web:docker-idle").Status)
-
-		clock.Advance(DefaultPausedTTL - time.Second)
-		rep, err = m.CleanupPass(ctx)
-		require.NoError(t, err)
-		require.Equal(t, PassReport{}, rep)
-		requireState(t, p, h, sandbox.StateStopped)
-
-		clock.Advance(2 * time.Second)
-		rep, err = m.CleanupPass(ctx)
-		require.NoError(t, err)
-		require.Equal(t, PassReport{Found: 1, Done: 1}, rep)
-		_, err = p.Inspect(ctx, h)
-		require.ErrorIs(t, err, sandbox.ErrNotFound)
-		require.Equal(t, db.SessionDestroyed, sessionStatus(t, st, "web:docker-idle").Status)
+	forEachProvider(t, func(t *testing.T, env provEnv) {
+		forEachMaintStore(t, func(t *testing.T, st db.Store, clock *dbtest.Clock) { testIdlePauseThenCleanup(t, env, st, clock) })
 	})
 }
 
+func testIdlePauseThenCleanup(t *testing.T, env provEnv, st db.Store, clock *dbtest.Clock) {
+	ctx := context.Background()
+	dep := "maint-" + maintRandom()
+	p := env.open(t, dep)
+	h := provBox(t, p, env.image, dep, "web:docker-idle")
+	activeSessionFor(t, st, "web:docker-idle", h)
+	m := newTestMaintainer(t, MaintainerConfig{}, st, p, dep, clock, nil)
+
+	clock.Advance(DefaultIdleTimeout - time.Second)
+	rep, err := m.IdlePass(ctx)
+	require.NoError(t, err)
+	require.Equal(t, PassReport{}, rep)
+	requireState(t, p, h, sandbox.StateRunning)
+
+	clock.Advance(2 * time.Second)
+	rep, err = m.IdlePass(ctx)
+	require.NoError(t, err)
+	require.Equal(t, PassReport{Found: 1, Done: 1}, rep)
+	requireState(t, p, h, sandbox.StateStopped)
+	require.Equal(t, db.SessionPaused, sessionStatus(t, st, "web:docker-idle").Status)
+
+	clock.Advance(DefaultPausedTTL - time.Second)
+	rep, err = m.CleanupPass(ctx)
+	require.NoError(t, err)
+	require.Equal(t, PassReport{}, rep)
+	requireState(t, p, h, sandbox.StateStopped)
+
+	clock.Advance(2 * time.Second)
+	rep, err = m.CleanupPass(ctx)
+	require.NoError(t, err)
+	require.Equal(t, PassReport{Found: 1, Done: 1}, rep)
+	_, err = p.Inspect(ctx, h)
+	require.ErrorIs(t, err, sandbox.ErrNotFound)
+	require.Equal(t, db.SessionDestroyed, sessionStatus(t, st, "web:docker-idle").Status)
+}
+
 func TestDockerReaperTouchesOnlyOwnOrphans(t *testing.T) {
-	forEachMaintStore(t, func(t *testing.T, st db.Store, clock *dbtest.Clock) {
-		ctx := context.Background()
-		dep := "reap-" + maintRandom()
-		// The reaper gets an unfenced provider: its own filter and label check are what must keep it
-		// inside its deployment.
-		p := maintDocker(t, "")
-		other := maintDocker(t, dep+"-other")
-
-		owned := maintDockerBox(t, p, dep, "web:owned")
-		activeSessionFor(t, st, "web:owned", owned)
-		orphan := maintDockerBox(t, p, dep, "web:orphan") // its session row was never saved
-		neighbour := maintDockerBox(t, other, dep+"-other", "web:neighbour")
-		var strays []sandbox.Handle
-		for _, args := range [][]string{
-			{"create", "--name", "tbx-unlabelled-" + maintRandom(), maintTestImage},
-			{"create", "--name", "tbx-threadonly-" + maintRandom(), "--label", sandbox.LabelThread + "=web:x", maintTestImage},
-		} {
-			id := dockerCLI(t, args...)
-			t.Cleanup(func() { dockerCLI(t, "rm", "-f", id) })
-			strays = append(strays, sandbox.Handle{Provider: docker.Name, ID: id})
-		}
-		m := newTestMaintainer(t, MaintainerConfig{}, st, p, dep, clock, nil)
-
-		rep, err := m.ReapPass(ctx, false)
-		require.NoError(t, err)
-		require.Equal(t, 2, rep.Listed)
-		require.Empty(t, rep.Orphans, "within the grace period nothing is an orphan yet")
-
-		clock.Advance(DefaultReapGrace + time.Minute)
-		rep, err = m.ReapPass(ctx, true)
-		require.NoError(t, err)
-		require.Equal(t, []string{orphan.ID}, infoIDs(rep.Orphans))
-		require.Zero(t, rep.Destroyed)
-		requireState(t, p, orphan, sandbox.StateRunning)
-
-		rep, err = m.ReapPass(ctx, false)
-		require.NoError(t, err)
-		require.Equal(t, []string{orphan.ID}, infoIDs(rep.Orphans))
-		require.Equal(t, 1, rep.Destroyed)
-		_, err = p.Inspect(ctx, orphan)
-		require.ErrorIs(t, err, sandbox.ErrNotFound)
-		requireState(t, p, owned, sandbox.StateRunning)
-		requireState(t, p, neighbour, sandbox.StateRunning)
-		for _, h := range strays {
-			requireState(t, p, h, sandbox.StateStopped) // created, never started, still there
-		}
+	forEachProvider(t, func(t *testing.T, env provEnv) {
+		forEachMaintStore(t, func(t *testing.T, st db.Store, clock *dbtest.Clock) { testReaperOwnOrphans(t, env, st, clock) })
 	})
+}
+
+func testReaperOwnOrphans(t *testing.T, env provEnv, st db.Store, clock *dbtest.Clock) {
+	ctx := context.Background()
+	dep := "reap-" + maintRandom()
+	// The reaper gets an unfenced provider: its own filter and label check are what must keep it
+	// inside its deployment.
+	p := env.open(t, "")
+	other := env.open(t, dep+"-other")
+
+	owned := provBox(t, p, env.image, dep, "web:owned")
+	activeSessionFor(t, st, "web:owned", owned)
+	orphan := provBox(t, p, env.image, dep, "web:orphan") // its session row was never saved
+	neighbour := provBox(t, other, env.image, dep+"-other", "web:neighbour")
+	strays := []sandbox.Handle{env.stray(t, nil), env.stray(t, map[string]string{sandbox.LabelThread: "web:x"})}
+	m := newTestMaintainer(t, MaintainerConfig{}, st, p, dep, clock, nil)
+
+	rep, err := m.ReapPass(ctx, false)
+	require.NoError(t, err)
+	require.Equal(t, 2, rep.Listed)
+	require.Empty(t, rep.Orphans, "within the grace period nothing is an orphan yet")
+
+	clock.Advance(DefaultReapGrace + time.Minute)
+	rep, err = m.ReapPass(ctx, true)
+	require.NoError(t, err)
+	require.Equal(t, []string{orphan.ID}, infoIDs(rep.Orphans))
+	require.Zero(t, rep.Destroyed)
+	requireState(t, p, orphan, sandbox.StateRunning)
+
+	rep, err = m.ReapPass(ctx, false)
+	require.NoError(t, err)
+	require.Equal(t, []string{orphan.ID}, infoIDs(rep.Orphans))
+	require.Equal(t, 1, rep.Destroyed)
+	_, err = p.Inspect(ctx, orphan)
+	require.ErrorIs(t, err, sandbox.ErrNotFound)
+	requireState(t, p, owned, sandbox.StateRunning)
+	requireState(t, p, neighbour, sandbox.StateRunning)
+	for _, h := range strays {
+		requireExists(t, p, h)
+	}
 }
 
 // TestDockerRecreateAfterRmLeavesNoVolume: docker rm -f (without -v) between turns leaves the work

@@ -18,7 +18,6 @@ import (
 	"github.com/threadbox/threadbox/db/dbtest"
 	"github.com/threadbox/threadbox/sandbox"
 	"github.com/threadbox/threadbox/sandbox/docker"
-	"github.com/threadbox/threadbox/sandbox/docker/dockertest"
 )
 
 // recordingRuntime is the real shell runtime, remembering every prompt it was handed.
@@ -41,21 +40,16 @@ func (r *recordingRuntime) last() agentrt.Prompt {
 	return r.prompts[len(r.prompts)-1]
 }
 
+// dockerFixture is a provFixture on Docker, for the tests that reach into Docker itself (volumes).
 type dockerFixture struct {
-	fixture
-	docker     *docker.Provider
-	deployment string
-	rt         *recordingRuntime
+	provFixture
+	docker *docker.Provider
 }
 
 func newDockerFixture(t *testing.T, st db.Store) dockerFixture {
 	t.Helper()
-	dep := "pooltest-" + randomSuffix()
-	prov := dockertest.New(t, docker.Options{Deployment: dep})
-	rt := &recordingRuntime{Runtime: shellrt.New()}
-	f := newFixture(t, st, prov, rt, func(c *Config) { c.Deployment = dep; c.Image = dockertest.Image() })
-	t.Cleanup(func() { destroyDeployment(t, prov, dep) })
-	return dockerFixture{fixture: f, docker: prov, deployment: dep, rt: rt}
+	f := newProvFixture(t, st, dockerEnv(t))
+	return dockerFixture{provFixture: f, docker: f.prov.(*docker.Provider)}
 }
 
 func destroyDeployment(t *testing.T, p sandbox.Provider, dep string) {
@@ -82,15 +76,12 @@ func destroyDeployment(t *testing.T, p sandbox.Provider, dep string) {
 	}
 }
 
-func (f dockerFixture) sandboxes(t *testing.T) []sandbox.Info {
-	t.Helper()
-	list, err := f.docker.List(t.Context(), map[string]string{sandbox.LabelDeployment: f.deployment})
-	require.NoError(t, err)
-	return list
+func TestDocker50TurnsInOrderOnOneSandbox(t *testing.T) {
+	forEachProvider(t, test50Turns)
 }
 
-func TestDocker50TurnsInOrderOnOneSandbox(t *testing.T) {
-	f := newDockerFixture(t, dbtest.OpenPostgres(t))
+func test50Turns(t *testing.T, env provEnv) {
+	f := newProvFixture(t, dbtest.OpenPostgres(t), env)
 	sink := newCollector()
 	for i := range 50 {
 		submit(t, f.pool, "web:fifty", fmt.Sprint("e", i), fmt.Sprintf("echo %d >> order.log; echo answer %d", i, i), sink)
@@ -103,7 +94,7 @@ func TestDocker50TurnsInOrderOnOneSandbox(t *testing.T) {
 	require.Len(t, f.sandboxes(t), 1, "one sandbox for the thread")
 	sess, err := f.store.SessionGet(t.Context(), "web:fifty")
 	require.NoError(t, err)
-	data, err := f.docker.ReadFile(t.Context(), mustHandle(t, sess), "order.log", 1<<20)
+	data, err := f.prov.ReadFile(t.Context(), mustHandle(t, sess), "order.log", 1<<20)
 	require.NoError(t, err)
 	var want strings.Builder
 	for i := range 50 {
@@ -153,8 +144,14 @@ func TestDockerTwoReplicasOneSandbox(t *testing.T) {
 	}
 }
 
+// TestDockerHealsRemovedAndStoppedSandboxes: a sandbox stopped behind the pool's back is resumed
+// with its files; one removed behind its back is recreated with the history replayed.
 func TestDockerHealsRemovedAndStoppedSandboxes(t *testing.T) {
-	f := newDockerFixture(t, dbtest.OpenPostgres(t))
+	forEachProvider(t, testHeals)
+}
+
+func testHeals(t *testing.T, env provEnv) {
+	f := newProvFixture(t, dbtest.OpenPostgres(t), env)
 	sink := newCollector()
 	submit(t, f.pool, "web:heal", "e1", "echo kept > notes.txt && echo first", sink)
 	require.Equal(t, "first", sink.wait(t, 1)[0].Answer)
@@ -162,8 +159,8 @@ func TestDockerHealsRemovedAndStoppedSandboxes(t *testing.T) {
 	require.NoError(t, err)
 	h := mustHandle(t, sess)
 
-	// docker stop between turns: the next turn resumes the same container, files intact.
-	require.NoError(t, f.docker.Stop(t.Context(), h))
+	// Stopped between turns: the next turn resumes the same sandbox, files intact.
+	env.stopOutOfBand(t, h)
 	submit(t, f.pool, "web:heal", "e2", "cat notes.txt", sink)
 	out := sink.wait(t, 1)[0]
 	require.NoError(t, out.Err)
@@ -171,12 +168,12 @@ func TestDockerHealsRemovedAndStoppedSandboxes(t *testing.T) {
 	require.False(t, out.Recreated)
 	after, err := f.store.SessionGet(t.Context(), "web:heal")
 	require.NoError(t, err)
-	require.Equal(t, sess.SandboxID, after.SandboxID, "same container")
+	require.Equal(t, sess.SandboxID, after.SandboxID, "same sandbox")
 	require.Equal(t, int64(1), after.Generation)
 	require.False(t, after.ResumedAt.IsZero())
 
-	// docker rm -f between turns: recreated, generation + 1, and the history replayed.
-	require.NoError(t, f.docker.Destroy(t.Context(), h))
+	// Removed between turns: recreated, generation + 1, and the history replayed.
+	env.removeOutOfBand(t, h)
 	submit(t, f.pool, "web:heal", "e3", "echo third", sink)
 	out = sink.wait(t, 1)[0]
 	require.NoError(t, out.Err)
@@ -207,13 +204,17 @@ func (c cancelDuringCreate) Create(ctx context.Context, spec sandbox.Spec) (sand
 }
 
 func TestDockerCancelledCreateLeavesNoOrphanAfterReap(t *testing.T) {
+	forEachProvider(t, testCancelledCreate)
+}
+
+func testCancelledCreate(t *testing.T, env provEnv) {
 	st := dbtest.OpenPostgres(t)
 	dep := "pooltest-" + randomSuffix()
-	prov := dockertest.New(t, docker.Options{Deployment: dep})
+	prov := env.open(t, dep)
 	t.Cleanup(func() { destroyDeployment(t, prov, dep) })
 	var pool *Pool
 	wrapped := cancelDuringCreate{Provider: prov, cancel: func() { pool.Cancel("web:cancel") }}
-	f := newFixture(t, st, wrapped, shellrt.New(), func(c *Config) { c.Deployment = dep; c.Image = dockertest.Image() })
+	f := newFixture(t, st, wrapped, shellrt.New(), func(c *Config) { c.Deployment = dep; c.Image = env.image })
 	pool = f.pool
 	sink := newCollector()
 	submit(t, pool, "web:cancel", "e1", "echo never", sink)
@@ -236,8 +237,12 @@ func TestDockerCancelledCreateLeavesNoOrphanAfterReap(t *testing.T) {
 }
 
 func TestDockerShutdownKeepsSandboxesAndNewPoolPicksThemUp(t *testing.T) {
+	forEachProvider(t, testShutdownPickUp)
+}
+
+func testShutdownPickUp(t *testing.T, env provEnv) {
 	st := dbtest.OpenPostgres(t)
-	f := newDockerFixture(t, st)
+	f := newProvFixture(t, st, env)
 	sink := newCollector()
 	submit(t, f.pool, "web:restart", "e1", "echo state > s.txt && echo one", sink)
 	require.Equal(t, "one", sink.wait(t, 1)[0].Answer)
@@ -246,11 +251,11 @@ func TestDockerShutdownKeepsSandboxesAndNewPoolPicksThemUp(t *testing.T) {
 
 	sess, err := st.SessionGet(t.Context(), "web:restart")
 	require.NoError(t, err)
-	info, err := f.docker.Inspect(t.Context(), mustHandle(t, sess))
+	info, err := f.prov.Inspect(t.Context(), mustHandle(t, sess))
 	require.NoError(t, err)
 	require.Equal(t, sandbox.StateRunning, info.State, "shutdown leaves the sandbox running")
 
-	pool2, err := New(f.pool.cfg, Deps{Store: st, Provider: f.docker, Runtime: shellrt.New(), Logger: zaptest.NewLogger(t)})
+	pool2, err := New(f.pool.cfg, Deps{Store: st, Provider: f.prov, Runtime: shellrt.New(), Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)
 	submit(t, pool2, "web:restart", "e2", "cat s.txt", sink)
 	out := sink.wait(t, 1)[0]

@@ -82,6 +82,34 @@ func TestCreateLostAnswer(t *testing.T) {
 	require.NoError(t, p.Destroy(t.Context(), h))
 }
 
+// TestCreateLostAnswerFoundLater: the create times out before Daytona has acted on it, so a lookup
+// by its label finds nothing; then Daytona makes the sandbox after all. The provider neither sends
+// the create again nor claims it did nothing (no ErrNoEffect: the caller must not retry blindly),
+// and the sandbox it made carries the deployment and thread labels the reaper lists by.
+func TestCreateLostAnswerFoundLater(t *testing.T) {
+	f := newMemFake(t)
+	p := newProvider(t, f, func(o *daytona.Options) { o.RequestTimeout = 300 * time.Millisecond })
+	release := make(chan struct{})
+	f.Inject(daytonafake.Fault{Op: "createSandbox", Hang: true, Release: release})
+	carried := f.Await("createSandbox")
+	spec := memSpec(t)
+	_, err := p.Create(t.Context(), spec)
+	require.Error(t, err)
+	require.NotErrorIs(t, err, sandbox.ErrNoEffect, "the create may have had its effect")
+	require.ErrorContains(t, err, "reaper")
+	require.Equal(t, 1, f.Calls("createSandbox"), "not retried blindly")
+	require.Zero(t, f.Count(), "nothing made yet")
+
+	close(release)
+	<-carried
+	list, err := p.List(t.Context(), map[string]string{sandbox.LabelDeployment: spec.Labels.Deployment})
+	require.NoError(t, err)
+	require.Len(t, list, 1, "the late sandbox is found by the deployment label")
+	require.Equal(t, spec.Labels.Thread, list[0].Labels[sandbox.LabelThread])
+	require.Equal(t, 1, f.Calls("createSandbox"))
+	require.NoError(t, p.Destroy(t.Context(), list[0].Handle))
+}
+
 // TestCreateRefused: refusals before any effect wrap ErrNoEffect (and ErrInvalidSpec for a spec
 // Daytona cannot use), so the caller may retry or report, and leave nothing behind.
 func TestCreateRefused(t *testing.T) {

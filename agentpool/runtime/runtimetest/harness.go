@@ -55,7 +55,7 @@ func Provider(t testing.TB) *docker.Provider {
 }
 
 // NewSandbox creates a sandbox from Image() with network none, destroyed when t ends.
-func NewSandbox(t testing.TB, p *docker.Provider, name string) (sandbox.Sandbox, sandbox.Handle) {
+func NewSandbox(t testing.TB, p sandbox.Provider, name string) (sandbox.Sandbox, sandbox.Handle) {
 	t.Helper()
 	h, err := p.Create(t.Context(), sandbox.Spec{
 		Image:   Image(),

@@ -31,7 +31,6 @@ import (
 	"github.com/threadbox/threadbox/db"
 	"github.com/threadbox/threadbox/prompts"
 	"github.com/threadbox/threadbox/sandbox"
-	"github.com/threadbox/threadbox/sandbox/docker"
 )
 
 // Model is where the runtime under test must send its model calls.
@@ -55,6 +54,9 @@ type Config struct {
 	WrongAuth func(ctx context.Context, sb sandbox.Sandbox) (int, error)
 	// TurnTimeout bounds each turn (default 2 minutes).
 	TurnTimeout time.Duration
+	// Provider, when set, returns the provider the suite runs on, whose sandboxes are made from
+	// Image() (default: Docker, as Provider returns it). Issue 13 runs opencode on Daytona's fake.
+	Provider func(t *testing.T) sandbox.Provider
 }
 
 // Markers in the prompts select the fake's rules.
@@ -87,7 +89,7 @@ func Script(workDir string) llmfake.Script {
 // suite is the state the steps share, in order.
 type suite struct {
 	cfg   Config
-	p     *docker.Provider
+	p     sandbox.Provider
 	h     sandbox.Handle
 	sb    sandbox.Sandbox
 	fake  *Fake
@@ -103,7 +105,12 @@ func Run(t *testing.T, cfg Config) {
 	if cfg.TurnTimeout == 0 {
 		cfg.TurnTimeout = 2 * time.Minute
 	}
-	p := Provider(t)
+	var p sandbox.Provider
+	if cfg.Provider != nil {
+		p = cfg.Provider(t)
+	} else {
+		p = Provider(t)
+	}
 	bin := BuildFake(t)
 	s := &suite{cfg: cfg, p: p, key: "sk-tb-" + rand.Text()[:16], title: "slack:T1:C1:" + rand.Text()[:8]}
 	s.sb, s.h = NewSandbox(t, p, t.Name())
@@ -223,7 +230,7 @@ func (s *suite) resumeAfterStop(t *testing.T) {
 	start := time.Now()
 	require.NoError(t, s.p.Stop(ctx, s.h))
 	require.NoError(t, s.p.Start(ctx, s.h))
-	t.Logf("docker stop+start took %s", time.Since(start).Round(time.Millisecond))
+	t.Logf("%s stop+start took %s", s.p.Name(), time.Since(start).Round(time.Millisecond))
 	s.fake.Restart(t, Script(sandbox.DefaultWorkDir))
 
 	start = time.Now()

@@ -1,13 +1,14 @@
 // Package daytonafake is a fake of Daytona's API, toolbox and preview proxy, for tests.
 //
 // It validates every request against Daytona's published specs (kin-openapi) and records each
-// violation (Violations; tests assert there are none), moves sandboxes through Daytona's states
-// asynchronously (creating → started, stopping → stopped, starting → started, destroying → gone,
-// with 409 while a transition is in flight and 400 for a wrong state), and answers with Daytona's
-// error shapes. Each sandbox is backed by a real sandbox of another provider (Docker in tests), so
-// exec and files are real. Faults can be injected: status codes for an operation (429, 5xx), a
-// create that is carried out but never answered, a sandbox stopped or deleted out of band, and a
-// preview token that expires.
+// violation (Violations; the test that started the fake fails at its end if there is any), moves
+// sandboxes through Daytona's states asynchronously (creating → started, stopping → stopped,
+// starting → started, destroying → gone, with 409 while a transition is in flight and 400 for a
+// wrong state), and answers with Daytona's error shapes. Each sandbox is backed by a real sandbox of
+// another provider (Docker in tests), so exec and files are real. Faults can be injected: status
+// codes for an operation (429, 5xx), a create that is carried out but never answered (or carried
+// out only after the client gave up), a sandbox stopped or deleted out of band, and a preview token
+// that expires.
 //
 // It imports no provider: the backend is passed in, so the layer rules hold (sandbox/<provider>
 // imports sandbox only).
@@ -49,6 +50,9 @@ type Options struct {
 	// Deployment labels the backend's sandboxes (default "daytonafake"), so they are told apart from
 	// anything else on the backend.
 	Deployment string
+	// ExpectViolations is for tests of the validator itself. Otherwise the test that started the
+	// fake fails when it ends if any request broke the specs, so that no suite can forget to check.
+	ExpectViolations bool
 }
 
 // Fake is a running fake Daytona. Its methods are safe for concurrent use.
@@ -58,9 +62,11 @@ type Fake struct {
 	srv  *httptest.Server
 	val  *validator
 
-	ctx    context.Context // ends at Close: background transitions and commands stop
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // background work, waited for by Close
+	ctx     context.Context // ends at Close: background transitions and commands stop
+	cancel  context.CancelFunc
+	closing chan struct{} // closed first thing in Close: held requests give up
+	once    sync.Once
+	wg      sync.WaitGroup // background work, waited for by Close
 
 	mu         sync.Mutex // protects the following
 	boxes      map[string]*box
@@ -89,13 +95,22 @@ func New(tb testing.TB, opts Options) *Fake {
 		tb.Fatalf("daytonafake: load specs: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &Fake{t: tb, opts: opts, val: val, ctx: ctx, cancel: cancel, boxes: map[string]*box{}, calls: map[string]int{}}
+	f := &Fake{t: tb, opts: opts, val: val, ctx: ctx, cancel: cancel, closing: make(chan struct{}),
+		boxes: map[string]*box{}, calls: map[string]int{}}
 	mux := http.NewServeMux()
 	f.routeAPI(mux)
 	f.routeToolbox(mux)
 	mux.HandleFunc("/preview/{target}/", f.preview)
 	f.srv = httptest.NewServer(f.middleware(mux))
 	tb.Cleanup(f.Close)
+	if !opts.ExpectViolations {
+		// Runs before Close (cleanups run last first), once the test's own requests are done.
+		tb.Cleanup(func() {
+			if v := f.Violations(); len(v) > 0 {
+				tb.Errorf("daytonafake: %d requests broke Daytona's specs:\n%s", len(v), strings.Join(v, "\n"))
+			}
+		})
+	}
 	return f
 }
 
@@ -104,6 +119,7 @@ func (f *Fake) APIURL() string { return f.srv.URL + "/api" }
 
 // Close stops the server and destroys every sandbox still on the backend.
 func (f *Fake) Close() {
+	f.once.Do(func() { close(f.closing) })
 	f.srv.Close()
 	f.cancel()
 	f.wg.Wait()
@@ -169,6 +185,10 @@ type Fault struct {
 	// Hang carries the operation out and then never answers: the client times out after its request
 	// had its effect.
 	Hang bool
+	// Release, with Hang, delays the operation instead: it is carried out only once the client has
+	// given up and Release is closed, as a request stuck in Daytona's queue past the client's
+	// timeout would be. A lookup right after the timeout finds nothing; the effect appears later.
+	Release <-chan struct{}
 	// Times is how many requests it applies to (0: once).
 	Times int
 }
@@ -241,11 +261,25 @@ func (f *Fake) middleware(next http.Handler) http.Handler {
 				f.apiError(w, r, ft.Status, http.StatusText(ft.Status))
 				return
 			}
+			if ft.Release != nil {
+				// Answer nobody; once the client has given up and the test says so, carry it out.
+				select {
+				case <-r.Context().Done():
+				case <-f.closing:
+					return
+				}
+				select {
+				case <-ft.Release:
+					next.ServeHTTP(discard{}, r)
+				case <-f.closing:
+				}
+				return
+			}
 			// Carry the operation out, answer nobody, and hold the connection until the client gives up.
 			next.ServeHTTP(discard{}, r)
 			select {
 			case <-r.Context().Done():
-			case <-f.ctx.Done():
+			case <-f.closing:
 			}
 			return
 		}

@@ -14,7 +14,7 @@ import (
 // TestValidation: requests that break the specs are refused with Daytona's error shape and recorded;
 // valid ones are not.
 func TestValidation(t *testing.T) {
-	f := daytonafake.New(t, daytonafake.Options{Backend: sandboxfake.New(), Snapshots: []string{"snap"}})
+	f := daytonafake.New(t, daytonafake.Options{Backend: sandboxfake.New(), Snapshots: []string{"snap"}, ExpectViolations: true})
 	// path is from the server root: /api/… or /toolbox/{sandboxId}/…
 	send := func(method, path, body string, hdr map[string]string) *http.Response {
 		req, err := http.NewRequestWithContext(t.Context(), method, strings.TrimSuffix(f.APIURL(), "/api")+path, strings.NewReader(body))

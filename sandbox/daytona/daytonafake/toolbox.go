@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"net/http"
 	"path"
+	"strings"
 	"sync"
 	"time"
 
@@ -191,8 +192,12 @@ func (f *Fake) sessionExec(w http.ResponseWriter, r *http.Request) {
 	f.mu.Unlock()
 
 	run := func(ctx context.Context) {
+		// The daemon writes a session's commands to its shell's input, so no process's command line
+		// shows them (pgrep -f sees only what the command itself runs), and neither do their
+		// arguments (values exported by the command, keys among them).
 		res, err := f.opts.Backend.Exec(ctx, h, sandbox.ExecRequest{
-			Cmd: []string{"sh", "-c", c.line}, Stdout: c.writer(stdoutMarker, &c.stdout), Stderr: c.writer(stderrMarker, &c.stderr),
+			Cmd: []string{"sh"}, Stdin: strings.NewReader(c.line + "\n"),
+			Stdout: c.writer(stdoutMarker, &c.stdout), Stderr: c.writer(stderrMarker, &c.stderr),
 		})
 		if err != nil {
 			res.ExitCode = -1
