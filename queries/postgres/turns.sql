@@ -59,12 +59,14 @@ WHERE thread_key = @thread_key AND status = 'failed' AND error = @error
 ORDER BY id DESC
 LIMIT 1;
 
--- TurnAddUsage adds one model call's tokens to a turn, atomically and in any status: the model gateway
--- records a call whose last bytes may arrive after the turn was finished.
+-- TurnAddUsage adds one model call's tokens, and its cost in millionths of the price table's currency,
+-- to a turn, atomically and in any status: the model gateway records a call whose last bytes may arrive
+-- after the turn was finished.
 -- name: TurnAddUsage :execrows
 UPDATE turns SET usage = COALESCE(usage, '{}'::jsonb) || jsonb_build_object(
     'input_tokens',  COALESCE((usage->>'input_tokens')::bigint, 0) + @input_tokens::bigint,
-    'output_tokens', COALESCE((usage->>'output_tokens')::bigint, 0) + @output_tokens::bigint)
+    'output_tokens', COALESCE((usage->>'output_tokens')::bigint, 0) + @output_tokens::bigint,
+    'cost_micros',   COALESCE((usage->>'cost_micros')::bigint, 0) + @cost_micros::bigint)
 WHERE id = @id;
 
 -- name: TurnGetRunning :one
@@ -73,16 +75,44 @@ WHERE thread_key = @thread_key AND status = 'running'
 ORDER BY id DESC
 LIMIT 1;
 
--- TurnUsageTotals sums input plus output tokens: the thread's whole life, the user's turns started
--- since @since, and every turn started since @since.
+-- TurnUsageTotals sums input plus output tokens, and the cost: the thread's whole life, the thread's
+-- turns started since @since, the user's turns started since @since, and every turn started since @since.
 -- name: TurnUsageTotals :one
 SELECT
     (SELECT COALESCE(SUM(COALESCE((t.usage->>'input_tokens')::bigint, 0) + COALESCE((t.usage->>'output_tokens')::bigint, 0)), 0)
      FROM turns t WHERE t.thread_key = @thread_key::text)::bigint AS thread_tokens,
+    (SELECT COALESCE(SUM(COALESCE((s.usage->>'input_tokens')::bigint, 0) + COALESCE((s.usage->>'output_tokens')::bigint, 0)), 0)
+     FROM turns s WHERE s.thread_key = @thread_key::text AND s.started_at >= @since::timestamptz)::bigint AS thread_today_tokens,
     (SELECT COALESCE(SUM(COALESCE((u.usage->>'input_tokens')::bigint, 0) + COALESCE((u.usage->>'output_tokens')::bigint, 0)), 0)
      FROM turns u WHERE u.user_id = @user_id::text AND u.started_at >= @since::timestamptz)::bigint AS user_tokens,
     (SELECT COALESCE(SUM(COALESCE((d.usage->>'input_tokens')::bigint, 0) + COALESCE((d.usage->>'output_tokens')::bigint, 0)), 0)
-     FROM turns d WHERE d.started_at >= @since::timestamptz)::bigint AS all_tokens;
+     FROM turns d WHERE d.started_at >= @since::timestamptz)::bigint AS all_tokens,
+    (SELECT COALESCE(SUM(COALESCE((tc.usage->>'cost_micros')::bigint, 0)), 0)
+     FROM turns tc WHERE tc.thread_key = @thread_key::text)::bigint AS thread_cost_micros,
+    (SELECT COALESCE(SUM(COALESCE((uc.usage->>'cost_micros')::bigint, 0)), 0)
+     FROM turns uc WHERE uc.user_id = @user_id::text AND uc.started_at >= @since::timestamptz)::bigint AS user_cost_micros,
+    (SELECT COALESCE(SUM(COALESCE((dc.usage->>'cost_micros')::bigint, 0)), 0)
+     FROM turns dc WHERE dc.started_at >= @since::timestamptz)::bigint AS all_cost_micros;
+
+-- TurnUsageTopThreads ranks threads by the tokens of their turns started since @since.
+-- name: TurnUsageTopThreads :many
+SELECT thread_key AS name,
+    SUM(COALESCE((turns.usage->>'input_tokens')::bigint, 0) + COALESCE((turns.usage->>'output_tokens')::bigint, 0))::bigint AS tokens,
+    SUM(COALESCE((turns.usage->>'cost_micros')::bigint, 0))::bigint AS cost_micros
+FROM turns WHERE started_at >= @since::timestamptz AND usage IS NOT NULL
+GROUP BY thread_key
+ORDER BY tokens DESC, name
+LIMIT @max_rows;
+
+-- TurnUsageTopUsers ranks users by the tokens of their turns started since @since.
+-- name: TurnUsageTopUsers :many
+SELECT user_id AS name,
+    SUM(COALESCE((turns.usage->>'input_tokens')::bigint, 0) + COALESCE((turns.usage->>'output_tokens')::bigint, 0))::bigint AS tokens,
+    SUM(COALESCE((turns.usage->>'cost_micros')::bigint, 0))::bigint AS cost_micros
+FROM turns WHERE started_at >= @since::timestamptz AND usage IS NOT NULL
+GROUP BY user_id
+ORDER BY tokens DESC, name
+LIMIT @max_rows;
 
 -- name: TurnMarkDelivered :execrows
 UPDATE turns SET delivered_at = @now::timestamptz WHERE id = @id AND delivered_at IS NULL;

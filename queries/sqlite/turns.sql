@@ -59,12 +59,14 @@ WHERE thread_key = @thread_key AND status = 'failed' AND error = @error
 ORDER BY id DESC
 LIMIT 1;
 
--- TurnAddUsage adds one model call's tokens to a turn, atomically and in any status: the model gateway
--- records a call whose last bytes may arrive after the turn was finished.
+-- TurnAddUsage adds one model call's tokens, and its cost in millionths of the price table's currency,
+-- to a turn, atomically and in any status: the model gateway records a call whose last bytes may arrive
+-- after the turn was finished.
 -- name: TurnAddUsage :execrows
 UPDATE turns SET usage = json_set(COALESCE(usage, '{}'),
     '$.input_tokens',  COALESCE(json_extract(usage, '$.input_tokens'), 0) + CAST(@input_tokens AS INTEGER),
-    '$.output_tokens', COALESCE(json_extract(usage, '$.output_tokens'), 0) + CAST(@output_tokens AS INTEGER))
+    '$.output_tokens', COALESCE(json_extract(usage, '$.output_tokens'), 0) + CAST(@output_tokens AS INTEGER),
+    '$.cost_micros',   COALESCE(json_extract(usage, '$.cost_micros'), 0) + CAST(@cost_micros AS INTEGER))
 WHERE id = @id;
 
 -- name: TurnGetRunning :one
@@ -73,16 +75,44 @@ WHERE thread_key = @thread_key AND status = 'running'
 ORDER BY id DESC
 LIMIT 1;
 
--- TurnUsageTotals sums input plus output tokens: the thread's whole life, the user's turns started
--- since @since, and every turn started since @since.
+-- TurnUsageTotals sums input plus output tokens, and the cost: the thread's whole life, the thread's
+-- turns started since @since, the user's turns started since @since, and every turn started since @since.
 -- name: TurnUsageTotals :one
 SELECT
     CAST((SELECT COALESCE(SUM(COALESCE(json_extract(t.usage, '$.input_tokens'), 0) + COALESCE(json_extract(t.usage, '$.output_tokens'), 0)), 0)
           FROM turns t WHERE t.thread_key = @thread_key) AS INTEGER) AS thread_tokens,
+    CAST((SELECT COALESCE(SUM(COALESCE(json_extract(s.usage, '$.input_tokens'), 0) + COALESCE(json_extract(s.usage, '$.output_tokens'), 0)), 0)
+          FROM turns s WHERE s.thread_key = @thread_key AND s.started_at >= @since) AS INTEGER) AS thread_today_tokens,
     CAST((SELECT COALESCE(SUM(COALESCE(json_extract(u.usage, '$.input_tokens'), 0) + COALESCE(json_extract(u.usage, '$.output_tokens'), 0)), 0)
           FROM turns u WHERE u.user_id = @user_id AND u.started_at >= @since) AS INTEGER) AS user_tokens,
     CAST((SELECT COALESCE(SUM(COALESCE(json_extract(d.usage, '$.input_tokens'), 0) + COALESCE(json_extract(d.usage, '$.output_tokens'), 0)), 0)
-          FROM turns d WHERE d.started_at >= @since) AS INTEGER) AS all_tokens;
+          FROM turns d WHERE d.started_at >= @since) AS INTEGER) AS all_tokens,
+    CAST((SELECT COALESCE(SUM(COALESCE(json_extract(tc.usage, '$.cost_micros'), 0)), 0)
+          FROM turns tc WHERE tc.thread_key = @thread_key) AS INTEGER) AS thread_cost_micros,
+    CAST((SELECT COALESCE(SUM(COALESCE(json_extract(uc.usage, '$.cost_micros'), 0)), 0)
+          FROM turns uc WHERE uc.user_id = @user_id AND uc.started_at >= @since) AS INTEGER) AS user_cost_micros,
+    CAST((SELECT COALESCE(SUM(COALESCE(json_extract(dc.usage, '$.cost_micros'), 0)), 0)
+          FROM turns dc WHERE dc.started_at >= @since) AS INTEGER) AS all_cost_micros;
+
+-- TurnUsageTopThreads ranks threads by the tokens of their turns started since @since.
+-- name: TurnUsageTopThreads :many
+SELECT thread_key AS name,
+    CAST(SUM(COALESCE(json_extract(turns.usage, '$.input_tokens'), 0) + COALESCE(json_extract(turns.usage, '$.output_tokens'), 0)) AS INTEGER) AS tokens,
+    CAST(SUM(COALESCE(json_extract(turns.usage, '$.cost_micros'), 0)) AS INTEGER) AS cost_micros
+FROM turns WHERE started_at >= @since AND usage IS NOT NULL
+GROUP BY thread_key
+ORDER BY tokens DESC, name
+LIMIT @max_rows;
+
+-- TurnUsageTopUsers ranks users by the tokens of their turns started since @since.
+-- name: TurnUsageTopUsers :many
+SELECT user_id AS name,
+    CAST(SUM(COALESCE(json_extract(turns.usage, '$.input_tokens'), 0) + COALESCE(json_extract(turns.usage, '$.output_tokens'), 0)) AS INTEGER) AS tokens,
+    CAST(SUM(COALESCE(json_extract(turns.usage, '$.cost_micros'), 0)) AS INTEGER) AS cost_micros
+FROM turns WHERE started_at >= @since AND usage IS NOT NULL
+GROUP BY user_id
+ORDER BY tokens DESC, name
+LIMIT @max_rows;
 
 -- name: TurnMarkDelivered :execrows
 UPDATE turns SET delivered_at = @now WHERE id = @id AND delivered_at IS NULL;

@@ -13,20 +13,28 @@ import (
 const turnAddUsage = `-- name: TurnAddUsage :execrows
 UPDATE turns SET usage = json_set(COALESCE(usage, '{}'),
     '$.input_tokens',  COALESCE(json_extract(usage, '$.input_tokens'), 0) + CAST(?1 AS INTEGER),
-    '$.output_tokens', COALESCE(json_extract(usage, '$.output_tokens'), 0) + CAST(?2 AS INTEGER))
-WHERE id = ?3
+    '$.output_tokens', COALESCE(json_extract(usage, '$.output_tokens'), 0) + CAST(?2 AS INTEGER),
+    '$.cost_micros',   COALESCE(json_extract(usage, '$.cost_micros'), 0) + CAST(?3 AS INTEGER))
+WHERE id = ?4
 `
 
 type TurnAddUsageParams struct {
 	InputTokens  int64
 	OutputTokens int64
+	CostMicros   int64
 	ID           int64
 }
 
-// TurnAddUsage adds one model call's tokens to a turn, atomically and in any status: the model gateway
-// records a call whose last bytes may arrive after the turn was finished.
+// TurnAddUsage adds one model call's tokens, and its cost in millionths of the price table's currency,
+// to a turn, atomically and in any status: the model gateway records a call whose last bytes may arrive
+// after the turn was finished.
 func (q *Queries) TurnAddUsage(ctx context.Context, db DBTX, arg TurnAddUsageParams) (int64, error) {
-	result, err := db.ExecContext(ctx, turnAddUsage, arg.InputTokens, arg.OutputTokens, arg.ID)
+	result, err := db.ExecContext(ctx, turnAddUsage,
+		arg.InputTokens,
+		arg.OutputTokens,
+		arg.CostMicros,
+		arg.ID,
+	)
 	if err != nil {
 		return 0, err
 	}
@@ -585,33 +593,143 @@ func (q *Queries) TurnTouch(ctx context.Context, db DBTX, arg TurnTouchParams) (
 	return result.RowsAffected()
 }
 
+const turnUsageTopThreads = `-- name: TurnUsageTopThreads :many
+SELECT thread_key AS name,
+    CAST(SUM(COALESCE(json_extract(turns.usage, '$.input_tokens'), 0) + COALESCE(json_extract(turns.usage, '$.output_tokens'), 0)) AS INTEGER) AS tokens,
+    CAST(SUM(COALESCE(json_extract(turns.usage, '$.cost_micros'), 0)) AS INTEGER) AS cost_micros
+FROM turns WHERE started_at >= ?1 AND usage IS NOT NULL
+GROUP BY thread_key
+ORDER BY tokens DESC, name
+LIMIT ?2
+`
+
+type TurnUsageTopThreadsParams struct {
+	Since   sql.NullString
+	MaxRows int64
+}
+
+type TurnUsageTopThreadsRow struct {
+	Name       string
+	Tokens     int64
+	CostMicros int64
+}
+
+// TurnUsageTopThreads ranks threads by the tokens of their turns started since @since.
+func (q *Queries) TurnUsageTopThreads(ctx context.Context, db DBTX, arg TurnUsageTopThreadsParams) ([]TurnUsageTopThreadsRow, error) {
+	rows, err := db.QueryContext(ctx, turnUsageTopThreads, arg.Since, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TurnUsageTopThreadsRow
+	for rows.Next() {
+		var i TurnUsageTopThreadsRow
+		if err := rows.Scan(&i.Name, &i.Tokens, &i.CostMicros); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const turnUsageTopUsers = `-- name: TurnUsageTopUsers :many
+SELECT user_id AS name,
+    CAST(SUM(COALESCE(json_extract(turns.usage, '$.input_tokens'), 0) + COALESCE(json_extract(turns.usage, '$.output_tokens'), 0)) AS INTEGER) AS tokens,
+    CAST(SUM(COALESCE(json_extract(turns.usage, '$.cost_micros'), 0)) AS INTEGER) AS cost_micros
+FROM turns WHERE started_at >= ?1 AND usage IS NOT NULL
+GROUP BY user_id
+ORDER BY tokens DESC, name
+LIMIT ?2
+`
+
+type TurnUsageTopUsersParams struct {
+	Since   sql.NullString
+	MaxRows int64
+}
+
+type TurnUsageTopUsersRow struct {
+	Name       string
+	Tokens     int64
+	CostMicros int64
+}
+
+// TurnUsageTopUsers ranks users by the tokens of their turns started since @since.
+func (q *Queries) TurnUsageTopUsers(ctx context.Context, db DBTX, arg TurnUsageTopUsersParams) ([]TurnUsageTopUsersRow, error) {
+	rows, err := db.QueryContext(ctx, turnUsageTopUsers, arg.Since, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TurnUsageTopUsersRow
+	for rows.Next() {
+		var i TurnUsageTopUsersRow
+		if err := rows.Scan(&i.Name, &i.Tokens, &i.CostMicros); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const turnUsageTotals = `-- name: TurnUsageTotals :one
 SELECT
     CAST((SELECT COALESCE(SUM(COALESCE(json_extract(t.usage, '$.input_tokens'), 0) + COALESCE(json_extract(t.usage, '$.output_tokens'), 0)), 0)
           FROM turns t WHERE t.thread_key = ?1) AS INTEGER) AS thread_tokens,
+    CAST((SELECT COALESCE(SUM(COALESCE(json_extract(s.usage, '$.input_tokens'), 0) + COALESCE(json_extract(s.usage, '$.output_tokens'), 0)), 0)
+          FROM turns s WHERE s.thread_key = ?1 AND s.started_at >= ?2) AS INTEGER) AS thread_today_tokens,
     CAST((SELECT COALESCE(SUM(COALESCE(json_extract(u.usage, '$.input_tokens'), 0) + COALESCE(json_extract(u.usage, '$.output_tokens'), 0)), 0)
-          FROM turns u WHERE u.user_id = ?2 AND u.started_at >= ?3) AS INTEGER) AS user_tokens,
+          FROM turns u WHERE u.user_id = ?3 AND u.started_at >= ?2) AS INTEGER) AS user_tokens,
     CAST((SELECT COALESCE(SUM(COALESCE(json_extract(d.usage, '$.input_tokens'), 0) + COALESCE(json_extract(d.usage, '$.output_tokens'), 0)), 0)
-          FROM turns d WHERE d.started_at >= ?3) AS INTEGER) AS all_tokens
+          FROM turns d WHERE d.started_at >= ?2) AS INTEGER) AS all_tokens,
+    CAST((SELECT COALESCE(SUM(COALESCE(json_extract(tc.usage, '$.cost_micros'), 0)), 0)
+          FROM turns tc WHERE tc.thread_key = ?1) AS INTEGER) AS thread_cost_micros,
+    CAST((SELECT COALESCE(SUM(COALESCE(json_extract(uc.usage, '$.cost_micros'), 0)), 0)
+          FROM turns uc WHERE uc.user_id = ?3 AND uc.started_at >= ?2) AS INTEGER) AS user_cost_micros,
+    CAST((SELECT COALESCE(SUM(COALESCE(json_extract(dc.usage, '$.cost_micros'), 0)), 0)
+          FROM turns dc WHERE dc.started_at >= ?2) AS INTEGER) AS all_cost_micros
 `
 
 type TurnUsageTotalsParams struct {
 	ThreadKey string
-	UserID    string
 	Since     sql.NullString
+	UserID    string
 }
 
 type TurnUsageTotalsRow struct {
-	ThreadTokens int64
-	UserTokens   int64
-	AllTokens    int64
+	ThreadTokens      int64
+	ThreadTodayTokens int64
+	UserTokens        int64
+	AllTokens         int64
+	ThreadCostMicros  int64
+	UserCostMicros    int64
+	AllCostMicros     int64
 }
 
-// TurnUsageTotals sums input plus output tokens: the thread's whole life, the user's turns started
-// since @since, and every turn started since @since.
+// TurnUsageTotals sums input plus output tokens, and the cost: the thread's whole life, the thread's
+// turns started since @since, the user's turns started since @since, and every turn started since @since.
 func (q *Queries) TurnUsageTotals(ctx context.Context, db DBTX, arg TurnUsageTotalsParams) (TurnUsageTotalsRow, error) {
-	row := db.QueryRowContext(ctx, turnUsageTotals, arg.ThreadKey, arg.UserID, arg.Since)
+	row := db.QueryRowContext(ctx, turnUsageTotals, arg.ThreadKey, arg.Since, arg.UserID)
 	var i TurnUsageTotalsRow
-	err := row.Scan(&i.ThreadTokens, &i.UserTokens, &i.AllTokens)
+	err := row.Scan(
+		&i.ThreadTokens,
+		&i.ThreadTodayTokens,
+		&i.UserTokens,
+		&i.AllTokens,
+		&i.ThreadCostMicros,
+		&i.UserCostMicros,
+		&i.AllCostMicros,
+	)
 	return i, err
 }
