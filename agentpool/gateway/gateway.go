@@ -144,8 +144,8 @@ type Gateway struct {
 	refused map[string]*BudgetError
 	// unpriced remembers the models the price table missed, logged once each.
 	unpriced map[string]bool
-	prov    sandbox.Provider
-	closed  bool
+	prov     sandbox.Provider
+	closed   bool
 }
 
 // ident is one sandbox generation of a thread.

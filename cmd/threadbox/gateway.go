@@ -12,6 +12,7 @@ import (
 
 	"github.com/threadbox/threadbox/agentpool/gateway"
 	"github.com/threadbox/threadbox/agentpool/gateway/forward"
+	"github.com/threadbox/threadbox/bot"
 	"github.com/threadbox/threadbox/cmd/threadbox/config"
 	"github.com/threadbox/threadbox/db"
 	"github.com/threadbox/threadbox/sandbox"
@@ -97,4 +98,16 @@ func gatewayPrices(cfg config.Gateway) gateway.Prices {
 		p[model] = gateway.Price{Input: pr.Input, Output: pr.Output}
 	}
 	return p
+}
+
+// usageView is how status, admin stats and the ops view show the usage the gateway records.
+func usageView(st db.Store, cfg config.Gateway) *bot.Usage {
+	b := gatewayBudget(cfg)
+	return &bot.Usage{
+		Store: st, Priced: len(cfg.Prices) > 0, Currency: cfg.Currency,
+		Budget: bot.UsageBudget{
+			ThreadTokens: b.ThreadTokens, UserDailyTokens: b.UserDailyTokens, DailyTokens: b.DailyTokens,
+			UserDailyMicros: b.UserDailyMicros, DailyMicros: b.DailyMicros,
+		},
+	}
 }
