@@ -90,6 +90,15 @@ func TestMakeRunAnswersThroughTheModelGateway(t *testing.T) {
 			}
 			require.True(t, called, "the answer came from llmfake")
 
+			// The turn's usage is shown: status in the thread, and admin stats in the ops view (make
+			// run makes web:local an admin). llmfake reports 10 input and 5 output tokens a call.
+			s.post(t, "/api/conversations/"+conv+"/messages", map[string]any{"text": "status"})
+			status := ev.until(t, "post", "Model use: this thread")
+			require.Regexp(t, `Model use: this thread [1-9][0-9,]* tokens \([1-9][0-9,]* today\), you today [1-9]`, status)
+			stats := s.post(t, "/api/admin/stats", map[string]any{})["output"].(string)
+			require.Contains(t, stats, "Top threads today:\n  web:"+conv+" ")
+			require.Contains(t, stats, "Top users today:\n  local ", "turns record the user without the platform")
+
 			require.NoError(t, syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM))
 			select {
 			case err := <-s.done:
