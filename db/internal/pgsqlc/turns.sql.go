@@ -668,25 +668,29 @@ func (q *Queries) TurnUsageTopUsers(ctx context.Context, db DBTX, arg TurnUsageT
 
 const turnUsageTotals = `-- name: TurnUsageTotals :one
 SELECT
-    (SELECT COALESCE(SUM(COALESCE((t.usage->>'input_tokens')::bigint, 0) + COALESCE((t.usage->>'output_tokens')::bigint, 0)), 0)
-     FROM turns t WHERE t.thread_key = $1::text)::bigint AS thread_tokens,
-    (SELECT COALESCE(SUM(COALESCE((s.usage->>'input_tokens')::bigint, 0) + COALESCE((s.usage->>'output_tokens')::bigint, 0)), 0)
-     FROM turns s WHERE s.thread_key = $1::text AND s.started_at >= $2::timestamptz)::bigint AS thread_today_tokens,
-    (SELECT COALESCE(SUM(COALESCE((u.usage->>'input_tokens')::bigint, 0) + COALESCE((u.usage->>'output_tokens')::bigint, 0)), 0)
-     FROM turns u WHERE u.user_id = $3::text AND u.started_at >= $2::timestamptz)::bigint AS user_tokens,
-    (SELECT COALESCE(SUM(COALESCE((d.usage->>'input_tokens')::bigint, 0) + COALESCE((d.usage->>'output_tokens')::bigint, 0)), 0)
-     FROM turns d WHERE d.started_at >= $2::timestamptz)::bigint AS all_tokens,
-    (SELECT COALESCE(SUM(COALESCE((tc.usage->>'cost_micros')::bigint, 0)), 0)
-     FROM turns tc WHERE tc.thread_key = $1::text)::bigint AS thread_cost_micros,
-    (SELECT COALESCE(SUM(COALESCE((uc.usage->>'cost_micros')::bigint, 0)), 0)
-     FROM turns uc WHERE uc.user_id = $3::text AND uc.started_at >= $2::timestamptz)::bigint AS user_cost_micros,
-    (SELECT COALESCE(SUM(COALESCE((dc.usage->>'cost_micros')::bigint, 0)), 0)
-     FROM turns dc WHERE dc.started_at >= $2::timestamptz)::bigint AS all_cost_micros
+    t.thread_tokens::bigint AS thread_tokens,
+    t.thread_today_tokens::bigint AS thread_today_tokens,
+    u.user_tokens::bigint AS user_tokens,
+    d.all_tokens::bigint AS all_tokens,
+    t.thread_cost_micros::bigint AS thread_cost_micros,
+    u.user_cost_micros::bigint AS user_cost_micros,
+    d.all_cost_micros::bigint AS all_cost_micros
+FROM
+    (SELECT COALESCE(SUM(COALESCE((a.usage->>'input_tokens')::bigint, 0) + COALESCE((a.usage->>'output_tokens')::bigint, 0)), 0) AS thread_tokens,
+            COALESCE(SUM(COALESCE((a.usage->>'input_tokens')::bigint, 0) + COALESCE((a.usage->>'output_tokens')::bigint, 0)) FILTER (WHERE a.started_at >= $1::timestamptz), 0) AS thread_today_tokens,
+            COALESCE(SUM(COALESCE((a.usage->>'cost_micros')::bigint, 0)), 0) AS thread_cost_micros
+     FROM turns a WHERE a.thread_key = $2::text) t,
+    (SELECT COALESCE(SUM(COALESCE((b.usage->>'input_tokens')::bigint, 0) + COALESCE((b.usage->>'output_tokens')::bigint, 0)), 0) AS user_tokens,
+            COALESCE(SUM(COALESCE((b.usage->>'cost_micros')::bigint, 0)), 0) AS user_cost_micros
+     FROM turns b WHERE b.user_id = $3::text AND b.started_at >= $1::timestamptz) u,
+    (SELECT COALESCE(SUM(COALESCE((c.usage->>'input_tokens')::bigint, 0) + COALESCE((c.usage->>'output_tokens')::bigint, 0)), 0) AS all_tokens,
+            COALESCE(SUM(COALESCE((c.usage->>'cost_micros')::bigint, 0)), 0) AS all_cost_micros
+     FROM turns c WHERE c.started_at >= $1::timestamptz) d
 `
 
 type TurnUsageTotalsParams struct {
-	ThreadKey string
 	Since     pgtype.Timestamptz
+	ThreadKey string
 	UserID    string
 }
 
@@ -702,8 +706,9 @@ type TurnUsageTotalsRow struct {
 
 // TurnUsageTotals sums input plus output tokens, and the cost: the thread's whole life, the thread's
 // turns started since @since, the user's turns started since @since, and every turn started since @since.
+// One scan per scope: the gateway runs this before every model call.
 func (q *Queries) TurnUsageTotals(ctx context.Context, db DBTX, arg TurnUsageTotalsParams) (TurnUsageTotalsRow, error) {
-	row := db.QueryRow(ctx, turnUsageTotals, arg.ThreadKey, arg.Since, arg.UserID)
+	row := db.QueryRow(ctx, turnUsageTotals, arg.Since, arg.ThreadKey, arg.UserID)
 	var i TurnUsageTotalsRow
 	err := row.Scan(
 		&i.ThreadTokens,

@@ -685,25 +685,29 @@ func (q *Queries) TurnUsageTopUsers(ctx context.Context, db DBTX, arg TurnUsageT
 
 const turnUsageTotals = `-- name: TurnUsageTotals :one
 SELECT
-    CAST((SELECT COALESCE(SUM(COALESCE(json_extract(t.usage, '$.input_tokens'), 0) + COALESCE(json_extract(t.usage, '$.output_tokens'), 0)), 0)
-          FROM turns t WHERE t.thread_key = ?1) AS INTEGER) AS thread_tokens,
-    CAST((SELECT COALESCE(SUM(COALESCE(json_extract(s.usage, '$.input_tokens'), 0) + COALESCE(json_extract(s.usage, '$.output_tokens'), 0)), 0)
-          FROM turns s WHERE s.thread_key = ?1 AND s.started_at >= ?2) AS INTEGER) AS thread_today_tokens,
-    CAST((SELECT COALESCE(SUM(COALESCE(json_extract(u.usage, '$.input_tokens'), 0) + COALESCE(json_extract(u.usage, '$.output_tokens'), 0)), 0)
-          FROM turns u WHERE u.user_id = ?3 AND u.started_at >= ?2) AS INTEGER) AS user_tokens,
-    CAST((SELECT COALESCE(SUM(COALESCE(json_extract(d.usage, '$.input_tokens'), 0) + COALESCE(json_extract(d.usage, '$.output_tokens'), 0)), 0)
-          FROM turns d WHERE d.started_at >= ?2) AS INTEGER) AS all_tokens,
-    CAST((SELECT COALESCE(SUM(COALESCE(json_extract(tc.usage, '$.cost_micros'), 0)), 0)
-          FROM turns tc WHERE tc.thread_key = ?1) AS INTEGER) AS thread_cost_micros,
-    CAST((SELECT COALESCE(SUM(COALESCE(json_extract(uc.usage, '$.cost_micros'), 0)), 0)
-          FROM turns uc WHERE uc.user_id = ?3 AND uc.started_at >= ?2) AS INTEGER) AS user_cost_micros,
-    CAST((SELECT COALESCE(SUM(COALESCE(json_extract(dc.usage, '$.cost_micros'), 0)), 0)
-          FROM turns dc WHERE dc.started_at >= ?2) AS INTEGER) AS all_cost_micros
+    CAST(t.thread_tokens AS INTEGER) AS thread_tokens,
+    CAST(t.thread_today_tokens AS INTEGER) AS thread_today_tokens,
+    CAST(u.user_tokens AS INTEGER) AS user_tokens,
+    CAST(d.all_tokens AS INTEGER) AS all_tokens,
+    CAST(t.thread_cost_micros AS INTEGER) AS thread_cost_micros,
+    CAST(u.user_cost_micros AS INTEGER) AS user_cost_micros,
+    CAST(d.all_cost_micros AS INTEGER) AS all_cost_micros
+FROM
+    (SELECT COALESCE(SUM(COALESCE(json_extract(a.usage, '$.input_tokens'), 0) + COALESCE(json_extract(a.usage, '$.output_tokens'), 0)), 0) AS thread_tokens,
+            COALESCE(SUM(CASE WHEN a.started_at >= ?1 THEN COALESCE(json_extract(a.usage, '$.input_tokens'), 0) + COALESCE(json_extract(a.usage, '$.output_tokens'), 0) END), 0) AS thread_today_tokens,
+            COALESCE(SUM(COALESCE(json_extract(a.usage, '$.cost_micros'), 0)), 0) AS thread_cost_micros
+     FROM turns a WHERE a.thread_key = ?2) AS t,
+    (SELECT COALESCE(SUM(COALESCE(json_extract(b.usage, '$.input_tokens'), 0) + COALESCE(json_extract(b.usage, '$.output_tokens'), 0)), 0) AS user_tokens,
+            COALESCE(SUM(COALESCE(json_extract(b.usage, '$.cost_micros'), 0)), 0) AS user_cost_micros
+     FROM turns b WHERE b.user_id = ?3 AND b.started_at >= ?1) AS u,
+    (SELECT COALESCE(SUM(COALESCE(json_extract(c.usage, '$.input_tokens'), 0) + COALESCE(json_extract(c.usage, '$.output_tokens'), 0)), 0) AS all_tokens,
+            COALESCE(SUM(COALESCE(json_extract(c.usage, '$.cost_micros'), 0)), 0) AS all_cost_micros
+     FROM turns c WHERE c.started_at >= ?1) AS d
 `
 
 type TurnUsageTotalsParams struct {
-	ThreadKey string
 	Since     sql.NullString
+	ThreadKey string
 	UserID    string
 }
 
@@ -719,8 +723,9 @@ type TurnUsageTotalsRow struct {
 
 // TurnUsageTotals sums input plus output tokens, and the cost: the thread's whole life, the thread's
 // turns started since @since, the user's turns started since @since, and every turn started since @since.
+// One scan per scope: the gateway runs this before every model call.
 func (q *Queries) TurnUsageTotals(ctx context.Context, db DBTX, arg TurnUsageTotalsParams) (TurnUsageTotalsRow, error) {
-	row := db.QueryRowContext(ctx, turnUsageTotals, arg.ThreadKey, arg.Since, arg.UserID)
+	row := db.QueryRowContext(ctx, turnUsageTotals, arg.Since, arg.ThreadKey, arg.UserID)
 	var i TurnUsageTotalsRow
 	err := row.Scan(
 		&i.ThreadTokens,
