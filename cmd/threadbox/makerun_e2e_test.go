@@ -61,7 +61,7 @@ func TestMakeRunAnswersThroughTheModelGateway(t *testing.T) {
 				"THREADBOX_DEPLOYMENT="+dep,
 				"THREADBOX_HTTP_ADDR=127.0.0.1:0",
 			)
-			// run.sh execs `go run`, which starts the bot as its child: one process group, ended whole.
+			// run.sh builds the bot and execs it; its own group, so that a failed test ends it whole.
 			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 			t.Cleanup(func() {
 				if cmd.Process != nil {
