@@ -72,6 +72,7 @@ func TestMakeRunAnswersThroughTheModelGateway(t *testing.T) {
 			s := startCmd(t, cmd, 10*time.Minute)
 			log := s.logText()
 			require.Contains(t, log, `"runtime": "`+tc.runtime+`"`, "the model key picks the AI runtime")
+			require.Contains(t, log, "using the image with the agent runtimes (threadbox/sandbox)")
 			require.Contains(t, log, "model gateway on", "the runtime goes through the gateway")
 
 			conv := s.post(t, "/api/conversations", map[string]any{})["id"].(string)
