@@ -47,7 +47,7 @@ func TestUsageShown(t *testing.T) {
 				"Model use today (since 2026-11-23 00:00 UTC): 11,234 tokens.",
 				"Budgets: none.",
 				"Top threads today:\n  web:b 10,000 tokens\n  web:a 1,234 tokens",
-				"Top users today:\n  U2 10,000 tokens\n  U1 1,234 tokens",
+				"Top users today:\n  web:U2 10,000 tokens\n  web:U1 1,234 tokens",
 			},
 			notAll: []string{"USD"},
 		},

@@ -98,7 +98,7 @@ func TestMakeRunAnswersThroughTheModelGateway(t *testing.T) {
 			require.Regexp(t, `Model use: this thread [1-9][0-9,]* tokens \([1-9][0-9,]* today\), you today [1-9]`, status)
 			stats := s.post(t, "/api/admin/stats", map[string]any{})["output"].(string)
 			require.Contains(t, stats, "Top threads today:\n  web:"+conv+" ")
-			require.Contains(t, stats, "Top users today:\n  local ", "turns record the user without the platform")
+			require.Contains(t, stats, "Top users today:\n  web:local ", "named as admin.users names them")
 
 			require.NoError(t, syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM))
 			select {

@@ -69,14 +69,20 @@ func testTurnUsage(t *testing.T, newStore NewStore) {
 	require.NoError(t, err)
 	require.Equal(t, db.UsageTotals{All: 19 + 1001, AllCostMicros: 4050}, totals)
 
-	// Today's ranking: yesterday's turn is out; turns without usage are not listed.
+	// Today's ranking: yesterday's turn is out; turns without usage are not listed; a user is named
+	// platform:user_id when the thread key has a platform.
 	_, err = s.TurnInsert(ctx, db.NewTurn{ThreadKey: "k3", PlatformEventID: "u3", UserID: "U3", Prompt: "p"})
 	require.NoError(t, err)
+	web, err := s.TurnInsert(ctx, db.NewTurn{ThreadKey: "web:x", PlatformEventID: "u4", UserID: "local", Prompt: "p"})
+	require.NoError(t, err)
+	_, err = s.TurnStart(ctx, web.ID, "")
+	require.NoError(t, err)
+	require.NoError(t, s.TurnAddUsage(ctx, web.ID, 2, 1, 0))
 	top, err := s.TurnUsageTop(ctx, midnight, 10)
 	require.NoError(t, err)
 	require.Equal(t, db.UsageTop{
-		Threads: []db.UsageRank{{Name: "k2", Tokens: 1001, CostMicros: 4000}, {Name: "k", Tokens: 19, CostMicros: 50}},
-		Users:   []db.UsageRank{{Name: "U2", Tokens: 1001, CostMicros: 4000}, {Name: "U1", Tokens: 19, CostMicros: 50}},
+		Threads: []db.UsageRank{{Name: "k2", Tokens: 1001, CostMicros: 4000}, {Name: "k", Tokens: 19, CostMicros: 50}, {Name: "web:x", Tokens: 3}},
+		Users:   []db.UsageRank{{Name: "U2", Tokens: 1001, CostMicros: 4000}, {Name: "U1", Tokens: 19, CostMicros: 50}, {Name: "web:local", Tokens: 3}},
 	}, top)
 	top, err = s.TurnUsageTop(ctx, midnight, 1)
 	require.NoError(t, err)

@@ -109,13 +109,14 @@ GROUP BY thread_key
 ORDER BY tokens DESC, name
 LIMIT @max_rows;
 
--- TurnUsageTopUsers ranks users by the tokens of their turns started since @since.
+-- TurnUsageTopUsers ranks users by the tokens of their turns started since @since. A user is named as
+-- admin.users names them, platform:user_id (the platform is the thread key's first part).
 -- name: TurnUsageTopUsers :many
-SELECT user_id AS name,
+SELECT CAST(substr(thread_key, 1, strpos(thread_key, ':')) || user_id AS TEXT) AS name,
     SUM(COALESCE((turns.usage->>'input_tokens')::bigint, 0) + COALESCE((turns.usage->>'output_tokens')::bigint, 0))::bigint AS tokens,
     SUM(COALESCE((turns.usage->>'cost_micros')::bigint, 0))::bigint AS cost_micros
 FROM turns WHERE started_at >= @since::timestamptz AND usage IS NOT NULL
-GROUP BY user_id
+GROUP BY substr(thread_key, 1, strpos(thread_key, ':')) || user_id
 ORDER BY tokens DESC, name
 LIMIT @max_rows;
 

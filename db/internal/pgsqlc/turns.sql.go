@@ -625,11 +625,11 @@ func (q *Queries) TurnUsageTopThreads(ctx context.Context, db DBTX, arg TurnUsag
 }
 
 const turnUsageTopUsers = `-- name: TurnUsageTopUsers :many
-SELECT user_id AS name,
+SELECT CAST(substr(thread_key, 1, strpos(thread_key, ':')) || user_id AS TEXT) AS name,
     SUM(COALESCE((turns.usage->>'input_tokens')::bigint, 0) + COALESCE((turns.usage->>'output_tokens')::bigint, 0))::bigint AS tokens,
     SUM(COALESCE((turns.usage->>'cost_micros')::bigint, 0))::bigint AS cost_micros
 FROM turns WHERE started_at >= $1::timestamptz AND usage IS NOT NULL
-GROUP BY user_id
+GROUP BY substr(thread_key, 1, strpos(thread_key, ':')) || user_id
 ORDER BY tokens DESC, name
 LIMIT $2
 `
@@ -645,7 +645,8 @@ type TurnUsageTopUsersRow struct {
 	CostMicros int64
 }
 
-// TurnUsageTopUsers ranks users by the tokens of their turns started since @since.
+// TurnUsageTopUsers ranks users by the tokens of their turns started since @since. A user is named as
+// admin.users names them, platform:user_id (the platform is the thread key's first part).
 func (q *Queries) TurnUsageTopUsers(ctx context.Context, db DBTX, arg TurnUsageTopUsersParams) ([]TurnUsageTopUsersRow, error) {
 	rows, err := db.Query(ctx, turnUsageTopUsers, arg.Since, arg.MaxRows)
 	if err != nil {

@@ -639,11 +639,11 @@ func (q *Queries) TurnUsageTopThreads(ctx context.Context, db DBTX, arg TurnUsag
 }
 
 const turnUsageTopUsers = `-- name: TurnUsageTopUsers :many
-SELECT user_id AS name,
+SELECT CAST(substr(thread_key, 1, instr(thread_key, ':')) || user_id AS TEXT) AS name,
     CAST(SUM(COALESCE(json_extract(turns.usage, '$.input_tokens'), 0) + COALESCE(json_extract(turns.usage, '$.output_tokens'), 0)) AS INTEGER) AS tokens,
     CAST(SUM(COALESCE(json_extract(turns.usage, '$.cost_micros'), 0)) AS INTEGER) AS cost_micros
 FROM turns WHERE started_at >= ?1 AND usage IS NOT NULL
-GROUP BY user_id
+GROUP BY substr(thread_key, 1, instr(thread_key, ':')) || user_id
 ORDER BY tokens DESC, name
 LIMIT ?2
 `
@@ -659,7 +659,8 @@ type TurnUsageTopUsersRow struct {
 	CostMicros int64
 }
 
-// TurnUsageTopUsers ranks users by the tokens of their turns started since @since.
+// TurnUsageTopUsers ranks users by the tokens of their turns started since @since. A user is named as
+// admin.users names them, platform:user_id (the platform is the thread key's first part).
 func (q *Queries) TurnUsageTopUsers(ctx context.Context, db DBTX, arg TurnUsageTopUsersParams) ([]TurnUsageTopUsersRow, error) {
 	rows, err := db.QueryContext(ctx, turnUsageTopUsers, arg.Since, arg.MaxRows)
 	if err != nil {
