@@ -37,7 +37,7 @@ build: ## build bin/threadbox
 	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/threadbox
 
 .PHONY: run
-run: ## start the bot on embedded defaults (SQLite, web chat on 127.0.0.1:8080, Docker if present)
+run: ## start the bot on embedded defaults (SQLite, web chat on 127.0.0.1:8080, Docker if present; with a model key, the AI runtimes image and the gateway)
 	VERSION=$(VERSION) deploy/run.sh
 
 .PHONY: services

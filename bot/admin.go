@@ -56,6 +56,15 @@ type Admin struct {
 	met      ChatMetrics
 	// numbers, when set, reads the figures behind /metrics for the global stats.
 	numbers func(ctx context.Context) ([]Stat, error)
+	// usage, when set, adds today's model use to the global stats.
+	usage *Usage
+}
+
+// WithUsage makes the global stats show today's model use, budgets and top users (the gateway is
+// on), and returns a.
+func (a *Admin) WithUsage(u *Usage) *Admin {
+	a.usage = u
+	return a
 }
 
 // NewAdmin builds the admin command set. admins are platform:user_id strings (admin.users).
@@ -90,7 +99,7 @@ const AdminHelp = `admin commands:
   destroy <thread>        destroy the thread's sandbox (its history is kept)
   reap [--dry-run]        destroy this deployment's sandboxes that no session owns
   drain                   stop taking new turns and let running ones finish
-  stats                   pool and session counts, and the numbers behind /metrics
+  stats                   pool and session counts, model use today, and the numbers behind /metrics
   stats <thread>          CPU, memory, disk and network use of the thread's sandbox
   logs <thread> [n]       the last n lines (default 50) of the runtime's own log in the sandbox
   attach <thread>         the command that opens a shell in the thread's sandbox`

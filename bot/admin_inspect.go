@@ -26,6 +26,12 @@ func (a *Admin) WithNumbers(numbers func(ctx context.Context) ([]Stat, error)) *
 // globalStats is the pool's summary and, when wired, the numbers behind /metrics.
 func (a *Admin) globalStats(ctx context.Context) (string, error) {
 	out, err := a.ops.Stats(ctx)
+	if err == nil && a.usage != nil {
+		var usage string
+		if usage, err = a.usage.statsLines(ctx); err == nil {
+			out += "\n\n" + usage
+		}
+	}
 	if err != nil || a.numbers == nil {
 		return out, err
 	}

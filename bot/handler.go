@@ -47,6 +47,8 @@ type HandlerConfig struct {
 	Now func() time.Time
 	// Metrics counts uploads per platform (default NopChatMetrics).
 	Metrics ChatMetrics
+	// Usage, when set (the model gateway is on), adds model use and budgets to status.
+	Usage *Usage
 }
 
 // Handler routes messages: in-thread commands (help, status, stop, reset), admin commands (admin …),
@@ -133,7 +135,7 @@ func (h *Handler) Handle(ctx context.Context, msg Message, r Replier) error {
 		h.reply(ctx, r, func(context.Context) string { return HelpText })
 		return nil
 	case word == CmdStatus:
-		h.reply(ctx, r, func(ctx context.Context) string { return h.withWorkspace(ctx, msg, h.status(ctx, msg.Thread)) })
+		h.reply(ctx, r, func(ctx context.Context) string { return h.withWorkspace(ctx, msg, h.status(ctx, msg)) })
 		return nil
 	case word == CmdStop:
 		stop := func(ctx context.Context) string {
@@ -352,17 +354,27 @@ func (h *Handler) turn(ctx context.Context, msg Message, r Replier) error {
 	return nil
 }
 
-func (h *Handler) status(ctx context.Context, thread ThreadKey) string {
-	key := thread.String()
+func (h *Handler) status(ctx context.Context, msg Message) string {
+	key := msg.Thread.String()
 	s, err := h.store.SessionGet(ctx, key)
 	depth := h.turns.Depth(key)
-	if errors.Is(err, db.ErrNotFound) {
-		return fmt.Sprintf("No sandbox yet for this thread. Queued turns: %d.", depth)
-	}
-	if err != nil {
+	var out string
+	switch {
+	case errors.Is(err, db.ErrNotFound):
+		out = fmt.Sprintf("No sandbox yet for this thread. Queued turns: %d.", depth)
+	case err != nil:
 		return "Status unavailable: " + Explain(h.log, "status failed", err, zap.String("thread", key)).String()
+	default:
+		out = formatSession(s, depth, false)
 	}
-	return formatSession(s, depth, false)
+	if h.cfg.Usage != nil {
+		usage, err := h.cfg.Usage.statusLines(ctx, key, msg.User.ID)
+		if err != nil {
+			usage = "Model use unavailable: " + Explain(h.log, "reading model usage failed", err, zap.String("thread", key)).String()
+		}
+		out += "\n" + usage
+	}
+	return out
 }
 
 // FormatSession renders a session for admin inspect, with its last error as recorded: operators see

@@ -214,8 +214,8 @@ func (s *pgStore) TurnLastFailedWith(ctx context.Context, threadKey, errText str
 	return fromPGTurn(r), nil
 }
 
-func (s *pgStore) TurnAddUsage(ctx context.Context, id, inputTokens, outputTokens int64) error {
-	n, err := s.q.TurnAddUsage(ctx, s.dbtx, pgsqlc.TurnAddUsageParams{InputTokens: inputTokens, OutputTokens: outputTokens, ID: id})
+func (s *pgStore) TurnAddUsage(ctx context.Context, id, inputTokens, outputTokens, costMicros int64) error {
+	n, err := s.q.TurnAddUsage(ctx, s.dbtx, pgsqlc.TurnAddUsageParams{InputTokens: inputTokens, OutputTokens: outputTokens, CostMicros: costMicros, ID: id})
 	if err != nil {
 		return pgErr("add usage to turn "+turnKey(id), err)
 	}
@@ -230,7 +230,30 @@ func (s *pgStore) TurnUsageTotals(ctx context.Context, threadKey, userID string,
 	if err != nil {
 		return UsageTotals{}, pgErr("usage totals", err)
 	}
-	return UsageTotals{Thread: r.ThreadTokens, User: r.UserTokens, All: r.AllTokens}, nil
+	return UsageTotals{
+		Thread: r.ThreadTokens, ThreadToday: r.ThreadTodayTokens, User: r.UserTokens, All: r.AllTokens,
+		ThreadCostMicros: r.ThreadCostMicros, UserCostMicros: r.UserCostMicros, AllCostMicros: r.AllCostMicros,
+	}, nil
+}
+
+func (s *pgStore) TurnUsageTop(ctx context.Context, since time.Time, limit int) (UsageTop, error) {
+	limit = min(max(limit, 1), MaxBatch)
+	threads, err := s.q.TurnUsageTopThreads(ctx, s.dbtx, pgsqlc.TurnUsageTopThreadsParams{Since: pgTime(since), MaxRows: int32(limit)})
+	if err != nil {
+		return UsageTop{}, pgErr("usage by thread", err)
+	}
+	users, err := s.q.TurnUsageTopUsers(ctx, s.dbtx, pgsqlc.TurnUsageTopUsersParams{Since: pgTime(since), MaxRows: int32(limit)})
+	if err != nil {
+		return UsageTop{}, pgErr("usage by user", err)
+	}
+	var top UsageTop
+	for _, r := range threads {
+		top.Threads = append(top.Threads, UsageRank{Name: r.Name, Tokens: r.Tokens, CostMicros: r.CostMicros})
+	}
+	for _, r := range users {
+		top.Users = append(top.Users, UsageRank{Name: r.Name, Tokens: r.Tokens, CostMicros: r.CostMicros})
+	}
+	return top, nil
 }
 
 func (s *pgStore) TurnMarkDelivered(ctx context.Context, id int64) error {

@@ -219,8 +219,8 @@ func (s *sqliteStore) TurnLastFailedWith(ctx context.Context, threadKey, errText
 	return fromSQLiteTurn(r)
 }
 
-func (s *sqliteStore) TurnAddUsage(ctx context.Context, id, inputTokens, outputTokens int64) error {
-	n, err := s.q.TurnAddUsage(ctx, s.dbtx, sqlitesqlc.TurnAddUsageParams{InputTokens: inputTokens, OutputTokens: outputTokens, ID: id})
+func (s *sqliteStore) TurnAddUsage(ctx context.Context, id, inputTokens, outputTokens, costMicros int64) error {
+	n, err := s.q.TurnAddUsage(ctx, s.dbtx, sqlitesqlc.TurnAddUsageParams{InputTokens: inputTokens, OutputTokens: outputTokens, CostMicros: costMicros, ID: id})
 	if err != nil {
 		return sqliteErr("add usage to turn "+turnKey(id), err)
 	}
@@ -235,7 +235,30 @@ func (s *sqliteStore) TurnUsageTotals(ctx context.Context, threadKey, userID str
 	if err != nil {
 		return UsageTotals{}, sqliteErr("usage totals", err)
 	}
-	return UsageTotals{Thread: r.ThreadTokens, User: r.UserTokens, All: r.AllTokens}, nil
+	return UsageTotals{
+		Thread: r.ThreadTokens, ThreadToday: r.ThreadTodayTokens, User: r.UserTokens, All: r.AllTokens,
+		ThreadCostMicros: r.ThreadCostMicros, UserCostMicros: r.UserCostMicros, AllCostMicros: r.AllCostMicros,
+	}, nil
+}
+
+func (s *sqliteStore) TurnUsageTop(ctx context.Context, since time.Time, limit int) (UsageTop, error) {
+	limit = min(max(limit, 1), MaxBatch)
+	threads, err := s.q.TurnUsageTopThreads(ctx, s.dbtx, sqlitesqlc.TurnUsageTopThreadsParams{Since: sqliteNullTime(since), MaxRows: int64(limit)})
+	if err != nil {
+		return UsageTop{}, sqliteErr("usage by thread", err)
+	}
+	users, err := s.q.TurnUsageTopUsers(ctx, s.dbtx, sqlitesqlc.TurnUsageTopUsersParams{Since: sqliteNullTime(since), MaxRows: int64(limit)})
+	if err != nil {
+		return UsageTop{}, sqliteErr("usage by user", err)
+	}
+	var top UsageTop
+	for _, r := range threads {
+		top.Threads = append(top.Threads, UsageRank{Name: r.Name, Tokens: r.Tokens, CostMicros: r.CostMicros})
+	}
+	for _, r := range users {
+		top.Users = append(top.Users, UsageRank{Name: r.Name, Tokens: r.Tokens, CostMicros: r.CostMicros})
+	}
+	return top, nil
 }
 
 func (s *sqliteStore) TurnMarkDelivered(ctx context.Context, id int64) error {

@@ -106,20 +106,44 @@ type TurnStore interface {
 	// TurnGetRunning returns the thread's running turn (the newest, should there be two), or
 	// ErrNotFound.
 	TurnGetRunning(ctx context.Context, threadKey string) (Turn, error)
-	// TurnAddUsage adds tokens to a turn's usage ({"input_tokens","output_tokens"}; other keys are
-	// kept), atomically and in any status; ErrNotFound if there is no such turn. A later TurnFinish
-	// with a nil Usage keeps the sum.
-	TurnAddUsage(ctx context.Context, id, inputTokens, outputTokens int64) error
-	// TurnUsageTotals sums input plus output tokens: of the thread's turns, of userID's turns started
-	// since since, and of every turn started since since.
+	// TurnAddUsage adds tokens, and their cost in millionths of the price table's currency, to a
+	// turn's usage ({"input_tokens","output_tokens","cost_micros"}; other keys are kept), atomically
+	// and in any status; ErrNotFound if there is no such turn. A later TurnFinish with a nil Usage
+	// keeps the sum.
+	TurnAddUsage(ctx context.Context, id, inputTokens, outputTokens, costMicros int64) error
+	// TurnUsageTotals sums input plus output tokens, and cost: of the thread's turns (all of them, and
+	// those started since since), of userID's turns started since since, and of every turn started
+	// since since.
 	TurnUsageTotals(ctx context.Context, threadKey, userID string, since time.Time) (UsageTotals, error)
+	// TurnUsageTop ranks threads and users by the tokens of their turns started since since, up to
+	// limit (at most MaxBatch) of each, most first.
+	TurnUsageTop(ctx context.Context, since time.Time, limit int) (UsageTop, error)
 }
 
-// UsageTotals are token sums for the model gateway's budgets.
+// UsageTotals are token and cost sums for the model gateway's budgets and for showing usage. Costs
+// are in millionths of the price table's currency (0 without a price table).
 type UsageTotals struct {
-	Thread int64
-	User   int64
-	All    int64
+	Thread      int64
+	ThreadToday int64
+	User        int64
+	All         int64
+
+	ThreadCostMicros int64
+	UserCostMicros   int64
+	AllCostMicros    int64
+}
+
+// UsageTop ranks who used the model most over a period.
+type UsageTop struct {
+	Threads []UsageRank
+	Users   []UsageRank
+}
+
+// UsageRank is one thread's or user's use.
+type UsageRank struct {
+	Name       string
+	Tokens     int64
+	CostMicros int64
 }
 
 // ArtifactStore remembers uploaded files so a turn uploads only new or changed ones.

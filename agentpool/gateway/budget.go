@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -24,9 +25,19 @@ type BudgetError struct {
 	Scope BudgetScope
 	Limit int64
 	Used  int64
+	// Money: Limit and Used are costs in millionths of Currency, not tokens.
+	Money    bool
+	Currency string
 }
 
 func (e *BudgetError) Error() string {
+	if e.Money {
+		used, limit := formatMoney(e.Used), formatMoney(e.Limit)+" "+e.Currency
+		if e.Scope == ScopeUser {
+			return fmt.Sprintf("You have used your model budget for today (%s of %s). It renews at midnight UTC.", used, limit)
+		}
+		return fmt.Sprintf("The bot has used its model budget for today (%s of %s). It renews at midnight UTC.", used, limit)
+	}
 	switch e.Scope {
 	case ScopeThread:
 		return fmt.Sprintf("This thread has used its model budget (%d of %d tokens). Start a new thread to go on.", e.Used, e.Limit)
@@ -62,6 +73,10 @@ func (g *Gateway) checkBudget(ctx context.Context, thread, user string) error {
 		return &BudgetError{Scope: ScopeUser, Limit: b.UserDailyTokens, Used: t.User}
 	case b.DailyTokens > 0 && t.All >= b.DailyTokens:
 		return &BudgetError{Scope: ScopeDay, Limit: b.DailyTokens, Used: t.All}
+	case b.UserDailyMicros > 0 && user != "" && t.UserCostMicros >= b.UserDailyMicros:
+		return &BudgetError{Scope: ScopeUser, Limit: b.UserDailyMicros, Used: t.UserCostMicros, Money: true, Currency: g.cfg.Currency}
+	case b.DailyMicros > 0 && t.AllCostMicros >= b.DailyMicros:
+		return &BudgetError{Scope: ScopeDay, Limit: b.DailyMicros, Used: t.AllCostMicros, Money: true, Currency: g.cfg.Currency}
 	}
 	return nil
 }
@@ -90,4 +105,12 @@ func (g *Gateway) takeRefusal(thread string) *BudgetError {
 	e := g.refused[thread]
 	delete(g.refused, thread)
 	return e
+}
+
+// formatMoney renders millionths of a currency unit: cents from one cent up, every digit below.
+func formatMoney(micros int64) string {
+	if micros >= 10_000 || micros <= -10_000 {
+		return strconv.FormatFloat(float64(micros)/1e6, 'f', 2, 64)
+	}
+	return strconv.FormatFloat(float64(micros)/1e6, 'f', -1, 64)
 }

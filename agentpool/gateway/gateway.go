@@ -15,9 +15,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -45,7 +47,8 @@ const (
 	tokenName     = "token"
 )
 
-// Budget caps model use in tokens (input plus output); zero means no cap.
+// Budget caps model use in tokens (input plus output) and, with a price table, in money; zero means
+// no cap.
 type Budget struct {
 	// ThreadTokens caps one thread over its whole life.
 	ThreadTokens int64
@@ -53,6 +56,44 @@ type Budget struct {
 	UserDailyTokens int64
 	// DailyTokens caps every turn of the deployment per UTC day.
 	DailyTokens int64
+	// UserDailyMicros and DailyMicros cap the cost of one user's turns, and of every turn, per UTC
+	// day, in millionths of the price table's currency.
+	UserDailyMicros int64
+	DailyMicros     int64
+}
+
+// Price is what a model costs per million tokens, in the price table's currency.
+type Price struct {
+	Input, Output float64
+}
+
+// Prices is the price table, by model id. A key prices the model of that id, or failing that the
+// models it is a prefix of ("claude-sonnet-4-5" prices "claude-sonnet-4-5-20250929"; the longest key
+// wins); "*" prices every other model. A model it does not price costs nothing (and is logged).
+type Prices map[string]Price
+
+// Lookup finds the price of model.
+func (p Prices) Lookup(model string) (Price, bool) {
+	if pr, ok := p[model]; ok {
+		return pr, true
+	}
+	best, found := "", false
+	for k := range p {
+		if k != "*" && strings.HasPrefix(model, k) && len(k) > len(best) {
+			best, found = k, true
+		}
+	}
+	if found {
+		return p[best], true
+	}
+	pr, ok := p["*"]
+	return pr, ok
+}
+
+// CostMicros is what u cost at price, in millionths of the currency: a price per million tokens is
+// a price in millionths per token.
+func (pr Price) CostMicros(u Usage) int64 {
+	return int64(math.Round(float64(u.Input)*pr.Input + float64(u.Output)*pr.Output))
 }
 
 // Config configures the gateway.
@@ -64,6 +105,10 @@ type Config struct {
 	// AnthropicKey and OpenAIKey are the real keys, added upstream. An API without a key is refused.
 	AnthropicKey, OpenAIKey string
 	Budget                  Budget
+	// Prices turns tokens into money, for the money budgets and for showing cost; nil: no cost.
+	Prices Prices
+	// Currency names the price table's currency in budget replies (default "USD").
+	Currency string
 	// SocketDir holds one directory per sandbox (its socket and token), bind-mounted into it. It must
 	// be an absolute path on the Docker daemon's host, short enough for a socket path (~80 bytes).
 	SocketDir string
@@ -97,8 +142,10 @@ type Gateway struct {
 	sandboxes map[string]ident
 	// refused is the budget refusal of a thread's current turn, for Runtime to turn into the reply.
 	refused map[string]*BudgetError
-	prov    sandbox.Provider
-	closed  bool
+	// unpriced remembers the models the price table missed, logged once each.
+	unpriced map[string]bool
+	prov     sandbox.Provider
+	closed   bool
 }
 
 // ident is one sandbox generation of a thread.
@@ -118,6 +165,7 @@ func New(cfg Config, store db.Store, log *zap.Logger) (*Gateway, error) {
 	cfg.AnthropicURL = cmp.Or(cfg.AnthropicURL, DefaultAnthropicURL)
 	cfg.OpenAIURL = cmp.Or(cfg.OpenAIURL, DefaultOpenAIURL)
 	cfg.Port = cmp.Or(cfg.Port, DefaultPort)
+	cfg.Currency = cmp.Or(cfg.Currency, "USD")
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -127,7 +175,7 @@ func New(cfg Config, store db.Store, log *zap.Logger) (*Gateway, error) {
 	g := &Gateway{
 		cfg: cfg, store: store, log: cmp.Or(log, zap.NewNop()).Named("gateway"),
 		listeners: map[ident]net.Listener{}, bySocket: map[string]ident{},
-		sandboxes: map[string]ident{}, refused: map[string]*BudgetError{},
+		sandboxes: map[string]ident{}, refused: map[string]*BudgetError{}, unpriced: map[string]bool{},
 	}
 	var err error
 	if g.anthropic, err = parseUpstream("anthropic_url", cfg.AnthropicURL); err != nil {

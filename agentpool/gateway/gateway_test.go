@@ -41,7 +41,7 @@ func TestProxyEachAPI(t *testing.T) {
 					require.Empty(t, h.Get("X-Api-Key"))
 				}
 				require.NotContains(t, string(reqs[0].Body), tok)
-				require.JSONEq(t, `{"input_tokens":10,"output_tokens":5}`, usageOf(t, e.store, turnID))
+				require.JSONEq(t, `{"input_tokens":10,"output_tokens":5,"cost_micros":0}`, usageOf(t, e.store, turnID))
 			})
 		}
 	}
@@ -221,4 +221,68 @@ func mustField(t *testing.T, raw []byte, field string) []byte {
 	var m map[string]json.RawMessage
 	require.NoError(t, json.Unmarshal(raw, &m))
 	return m[field]
+}
+
+// TestMoneyBudgets: with a price table, each call's cost is recorded on its turn, and a money budget
+// per user or per day refuses the call after the one that reached it, in the table's currency.
+func TestMoneyBudgets(t *testing.T) {
+	// llmfake's answer is 10 input and 5 output tokens: 10×3 + 5×15 = 105 millionths.
+	const cost = 10*3 + 5*15
+	prices := Prices{"m": {Input: 3, Output: 15}}
+	tests := []struct {
+		name   string
+		budget Budget
+		scope  BudgetScope
+		text   string
+	}{
+		{"user per day", Budget{UserDailyMicros: cost}, ScopeUser, "You have used your model budget for today (0.000105 of 0.000105 USD)"},
+		{"deployment per day", Budget{DailyMicros: cost}, ScopeDay, "The bot has used its model budget for today (0.000105 of 0.000105 USD)"},
+	}
+	anthropic := apiCalls[0]
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnvPriced(t, tc.budget, prices)
+			gen := e.session(t, "web:c1")
+			tok := Token(testSecret, "web:c1", gen)
+			id := e.turn(t, "web:c1", "U1", "ev1")
+			resp := e.do(t.Context(), t, anthropic, tok, "hi", true)
+			require.Equal(t, http.StatusOK, resp.StatusCode, "under the cap")
+			readAll(t, resp)
+			require.JSONEq(t, `{"input_tokens":10,"output_tokens":5,"cost_micros":105}`, usageOf(t, e.store, id))
+
+			resp = e.do(t.Context(), t, anthropic, tok, "hi", true)
+			body := readAll(t, resp)
+			require.Equal(t, http.StatusForbidden, resp.StatusCode, body)
+			be := e.g.takeRefusal("web:c1")
+			require.NotNil(t, be)
+			require.Equal(t, tc.scope, be.Scope)
+			require.True(t, be.Money)
+			require.Contains(t, be.Error(), tc.text)
+		})
+	}
+}
+
+func TestPricesLookup(t *testing.T) {
+	p := Prices{"claude-sonnet-4-5": {Input: 3}, "claude-sonnet": {Input: 2}, "gpt-5": {Input: 1.25}, "*": {Input: 9}}
+	tests := []struct {
+		model string
+		want  float64
+	}{
+		{"claude-sonnet-4-5", 3},
+		{"claude-sonnet-4-5-20250929", 3}, // the longest prefix wins
+		{"claude-sonnet-4-0", 2},
+		{"gpt-5", 1.25},
+		{"o3", 9}, // "*"
+	}
+	for _, tc := range tests {
+		got, ok := p.Lookup(tc.model)
+		require.True(t, ok, tc.model)
+		require.Equal(t, tc.want, got.Input, tc.model)
+	}
+	_, ok := Prices{"gpt-5": {}}.Lookup("o3")
+	require.False(t, ok, "no \"*\": unpriced")
+	require.Equal(t, int64(105), Price{Input: 3, Output: 15}.CostMicros(Usage{Input: 10, Output: 5}))
+	require.Equal(t, "12.35", formatMoney(12_345_678))
+	require.Equal(t, "0.000105", formatMoney(105))
+	require.Equal(t, "0", formatMoney(0))
 }

@@ -39,6 +39,12 @@ type env struct {
 
 func newEnv(t testing.TB, budget Budget) *env {
 	t.Helper()
+	return newEnvPriced(t, budget, nil)
+}
+
+// newEnvPriced is newEnv with a price table.
+func newEnvPriced(t testing.TB, budget Budget, prices Prices) *env {
+	t.Helper()
 	fake := llmfake.New(llmfake.Script{
 		Rules:   []llmfake.Rule{{PromptContains: "HANG", Reply: llmfake.Reply{Hang: true}}},
 		Default: &llmfake.Reply{Text: "hello there"},
@@ -48,7 +54,7 @@ func newEnv(t testing.TB, budget Budget) *env {
 	store := dbtest.OpenSQLite(t)
 	g, err := New(Config{
 		Secret: testSecret, AnthropicURL: up.URL, OpenAIURL: up.URL + "/v1",
-		AnthropicKey: anthropicKey, OpenAIKey: openAIKey, Budget: budget, SocketDir: shortTempDir(t),
+		AnthropicKey: anthropicKey, OpenAIKey: openAIKey, Budget: budget, Prices: prices, SocketDir: shortTempDir(t),
 	}, store, zaptest.NewLogger(t))
 	require.NoError(t, err)
 	gw := httptest.NewServer(g)

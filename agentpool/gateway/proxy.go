@@ -43,6 +43,8 @@ type call struct {
 	path   string // upstream path below the upstream URL
 	thread string
 	turnID int64
+	// model is the request's model id, read only when there is a price table.
+	model string
 }
 
 // route maps a gateway path to its upstream and format. Only model calls and model listings pass: the
@@ -105,7 +107,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fam, status, errType, "threadbox gateway: "+err.Error())
 		return
 	}
-	if err := bufferBody(r, kind == apiChat); err != nil {
+	if err := bufferBody(r, c, kind == apiChat, g.cfg.Prices != nil); err != nil {
 		writeError(w, fam, http.StatusBadRequest, "invalid_request_error", "threadbox gateway: "+err.Error())
 		return
 	}
@@ -170,8 +172,8 @@ func liveStatus(s db.SessionStatus) bool {
 // upstream cut about one streamed answer in a thousand under load (the upstream connection was
 // closed mid-answer), which a whole body does not. For a streamed chat completion it also asks for
 // the usage (stream_options.include_usage), which OpenAI sends only when asked: without it the call
-// could not be counted.
-func bufferBody(r *http.Request, includeUsage bool) error {
+// could not be counted. With wantModel it notes the request's model on c, for the price table.
+func bufferBody(r *http.Request, c *call, includeUsage, wantModel bool) error {
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBody+1))
 	_ = r.Body.Close()
 	if err != nil {
@@ -179,6 +181,13 @@ func bufferBody(r *http.Request, includeUsage bool) error {
 	}
 	if len(body) > maxRequestBody {
 		return fmt.Errorf("request body over %d MiB", maxRequestBody>>20)
+	}
+	if wantModel && c.api != apiOther {
+		var m struct {
+			Model string `json:"model"`
+		}
+		_ = json.Unmarshal(body, &m)
+		c.model = m.Model
 	}
 	var req map[string]json.RawMessage
 	if includeUsage && json.Unmarshal(body, &req) == nil && string(req["stream"]) == "true" {
@@ -269,9 +278,28 @@ func (g *Gateway) meterResponse(resp *http.Response) error {
 func (g *Gateway) record(c *call, u Usage) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := g.store.TurnAddUsage(ctx, c.turnID, u.Input, u.Output); err != nil {
+	if err := g.store.TurnAddUsage(ctx, c.turnID, u.Input, u.Output, g.cost(c.model, u)); err != nil {
 		g.log.Warn("recording model usage", zap.String("thread", c.thread), zap.Int64("turn", c.turnID), zap.Error(err))
 	}
+}
+
+// cost prices a call by the price table; a model the table misses costs nothing, logged once.
+func (g *Gateway) cost(model string, u Usage) int64 {
+	if g.cfg.Prices == nil {
+		return 0
+	}
+	pr, ok := g.cfg.Prices.Lookup(model)
+	if !ok {
+		g.mu.Lock()
+		first := !g.unpriced[model]
+		g.unpriced[model] = true
+		g.mu.Unlock()
+		if first {
+			g.log.Warn("model not in gateway.prices: its calls cost nothing against the money budgets", zap.String("model", model))
+		}
+		return 0
+	}
+	return pr.CostMicros(u)
 }
 
 // meteredBody feeds a streamed answer to its usage meter as the proxy copies it. The usage is

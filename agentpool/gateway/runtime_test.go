@@ -64,7 +64,7 @@ func TestRuntimeBudgetReply(t *testing.T) {
 			tok := Token(testSecret, "web:c1", gen)
 			if tc.spent {
 				id := e.turn(t, "web:c1", "U1", "ev0")
-				require.NoError(t, e.store.TurnAddUsage(t.Context(), id, 10, 5))
+				require.NoError(t, e.store.TurnAddUsage(t.Context(), id, 10, 5, 0))
 				e.finish(t, id)
 			}
 			turnID := e.turn(t, "web:c1", "U1", "ev1")
@@ -77,7 +77,7 @@ func TestRuntimeBudgetReply(t *testing.T) {
 			require.Equal(t, tc.answer != "done", res.IsError)
 			require.Zero(t, res.Usage, "the turn's usage is what the gateway recorded")
 			if tc.answer == "done" {
-				require.JSONEq(t, `{"input_tokens":10,"output_tokens":5}`, usageOf(t, e.store, turnID))
+				require.JSONEq(t, `{"input_tokens":10,"output_tokens":5,"cost_micros":0}`, usageOf(t, e.store, turnID))
 			}
 		})
 	}

@@ -70,6 +70,14 @@ func startServer(t *testing.T, bin string, env []string) *server {
 	t.Helper()
 	cmd := exec.Command(bin, "serve")
 	cmd.Env = env
+	s := startCmd(t, cmd, 2*time.Minute)
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	return s
+}
+
+// startCmd starts cmd, a threadbox serve in some wrapping, and waits up to wait until it listens.
+func startCmd(t *testing.T, cmd *exec.Cmd, wait time.Duration) *server {
+	t.Helper()
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
@@ -103,10 +111,9 @@ func startServer(t *testing.T, bin string, env []string) *server {
 	case s.url = <-urls:
 	case err := <-s.done:
 		t.Fatalf("serve exited before listening: %v\n%s", err, s.logText())
-	case <-time.After(2 * time.Minute):
-		t.Fatal("serve did not start listening")
+	case <-time.After(wait):
+		t.Fatalf("serve did not start listening\n%s", s.logText())
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
 	return s
 }
 

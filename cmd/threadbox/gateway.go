@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 
@@ -11,6 +12,8 @@ import (
 
 	"github.com/threadbox/threadbox/agentpool/gateway"
 	"github.com/threadbox/threadbox/agentpool/gateway/forward"
+	"github.com/threadbox/threadbox/bot"
+	"github.com/threadbox/threadbox/cmd/threadbox/config"
 	"github.com/threadbox/threadbox/db"
 	"github.com/threadbox/threadbox/sandbox"
 	"github.com/threadbox/threadbox/sandbox/docker"
@@ -49,9 +52,7 @@ func (m *Main) newGateway(st db.Store, prov sandbox.Provider) (*gateway.Gateway,
 	g, err := gateway.New(gateway.Config{
 		Secret: secret, AnthropicURL: cfg.AnthropicURL, OpenAIURL: cfg.OpenAIURL,
 		AnthropicKey: m.getenv(anthropicKeyEnv), OpenAIKey: m.getenv(openAIKeyEnv),
-		Budget: gateway.Budget{
-			ThreadTokens: cfg.Budget.ThreadTokens, UserDailyTokens: cfg.Budget.UserDailyTokens, DailyTokens: cfg.Budget.DailyTokens,
-		},
+		Budget: gatewayBudget(cfg), Prices: gatewayPrices(cfg), Currency: cfg.Currency,
 		SocketDir: dir, Forwarder: fwd, ForwarderArgs: args, Port: cfg.Port,
 	}, st, m.Logger)
 	if err != nil {
@@ -78,4 +79,37 @@ func (m *Main) runForward(ctx context.Context) error {
 		return errUsage
 	}
 	return forward.Run(ctx, o)
+}
+
+// gatewayBudget is gateway.budget with money in millionths of the currency, as the gateway counts it.
+func gatewayBudget(cfg config.Gateway) gateway.Budget {
+	b := cfg.Budget
+	return gateway.Budget{
+		ThreadTokens: b.ThreadTokens, UserDailyTokens: b.UserDailyTokens, DailyTokens: b.DailyTokens,
+		UserDailyMicros: int64(math.Round(b.UserDailyMoney * 1e6)), DailyMicros: int64(math.Round(b.DailyMoney * 1e6)),
+	}
+}
+
+// gatewayPrices is gateway.prices; nil when empty (no cost is counted).
+func gatewayPrices(cfg config.Gateway) gateway.Prices {
+	if len(cfg.Prices) == 0 {
+		return nil
+	}
+	p := gateway.Prices{}
+	for model, pr := range cfg.Prices {
+		p[model] = gateway.Price{Input: pr.Input, Output: pr.Output}
+	}
+	return p
+}
+
+// usageView is how status, admin stats and the ops view show the usage the gateway records.
+func usageView(st db.Store, cfg config.Gateway) *bot.Usage {
+	b := gatewayBudget(cfg)
+	return &bot.Usage{
+		Store: st, Priced: len(cfg.Prices) > 0, Currency: cfg.Currency,
+		Budget: bot.UsageBudget{
+			ThreadTokens: b.ThreadTokens, UserDailyTokens: b.UserDailyTokens, DailyTokens: b.DailyTokens,
+			UserDailyMicros: b.UserDailyMicros, DailyMicros: b.DailyMicros,
+		},
+	}
 }

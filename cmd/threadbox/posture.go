@@ -71,12 +71,16 @@ func (m *Main) checkGateway(context.Context) (string, *problem) {
 			"where the agent can read it", "set gateway.enabled: true, with sandbox.provider docker")
 	}
 	b := gw.Budget
-	if b.ThreadTokens == 0 && b.UserDailyTokens == 0 && b.DailyTokens == 0 {
+	if b.ThreadTokens == 0 && b.UserDailyTokens == 0 && b.DailyTokens == 0 && b.UserDailyMoney == 0 && b.DailyMoney == 0 {
 		return "", warning("enabled (model keys stay in the bot), but no budget bounds what a runaway agent spends",
-			"set gateway.budget.thread_tokens, user_daily_tokens or daily_tokens")
+			"set gateway.budget.thread_tokens, user_daily_tokens or daily_tokens (or *_money with gateway.prices)")
 	}
-	return fmt.Sprintf("enabled: model keys stay in the bot; budgets in tokens (0: none): %d per thread, %d per user a day, %d a day",
-		b.ThreadTokens, b.UserDailyTokens, b.DailyTokens), nil
+	out := fmt.Sprintf("enabled: model keys stay in the bot; budgets in tokens (0: none): %d per thread, %d per user a day, %d a day",
+		b.ThreadTokens, b.UserDailyTokens, b.DailyTokens)
+	if b.UserDailyMoney > 0 || b.DailyMoney > 0 {
+		out += fmt.Sprintf("; in %s: %g per user a day, %g a day", gw.Currency, b.UserDailyMoney, b.DailyMoney)
+	}
+	return out, nil
 }
 
 func (m *Main) checkAccess(context.Context) (string, *problem) {

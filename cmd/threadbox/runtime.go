@@ -102,7 +102,24 @@ func (m *Main) model() (opencode.Model, error) {
 	if key == "" {
 		return opencode.Model{}, fmt.Errorf("runtime %s with runtime.api %s needs %s in the bot's environment", m.runtimeName(), api, keyEnv)
 	}
-	return opencode.Model{API: api, Name: cfg.Model, BaseURL: cfg.BaseURL, APIKey: key}, nil
+	name := cfg.Model
+	if name == "" && m.runtimeName() != claudecode.Name {
+		// opencode and sandbox-agent need a model id; Claude Code picks its own.
+		name = defaultModel(api)
+	}
+	return opencode.Model{API: api, Name: name, BaseURL: cfg.BaseURL, APIKey: key}, nil
+}
+
+// defaultModel is the model id opencode and sandbox-agent use when runtime.model is empty, so that a
+// key alone is enough. openai-compatible servers have no common model: it must be set.
+func defaultModel(api string) string {
+	switch api {
+	case opencode.APIAnthropic:
+		return "claude-sonnet-4-5"
+	case opencode.APIOpenAI:
+		return "gpt-5"
+	}
+	return ""
 }
 
 // runtimeSecret is runtime.secret, or one generated once and kept next to the data.

@@ -131,11 +131,16 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 		return nil, err
 	}
 	a.admin = bot.NewAdmin(st, agentpool.Ops{Pool: a.pool, Maint: a.maint}, cfg.Admin.Users, m.Logger).WithMetrics(a.metrics).WithNumbers(a.metrics.Numbers)
+	var usage *bot.Usage
+	if gw != nil {
+		usage = usageView(st, cfg.Gateway)
+		a.admin.WithUsage(usage)
+	}
 	ac := cfg.Access
 	a.handler = bot.NewHandler(bot.HandlerConfig{Access: bot.AccessPolicy{
 		SlackTeams: ac.SlackTeams, DiscordGuilds: ac.DiscordGuilds, Channels: ac.Channels, Users: ac.Users,
 		BlockDMs: !ac.DMs, OwnerOnlyControls: ac.OwnerOnlyControls, RefusalWindow: ac.RefusalWindow,
-	}, Metrics: a.metrics}, a.pool, st, a.admin, m.Logger)
+	}, Metrics: a.metrics, Usage: usage}, a.pool, st, a.admin, m.Logger)
 	a.dir = bot.NewDirectory(st)
 	return a, nil
 }

@@ -67,12 +67,14 @@ WHERE thread_key = @thread_key AND status = 'failed' AND error = @error
 ORDER BY id DESC
 LIMIT 1;
 
--- TurnAddUsage adds one model call's tokens to a turn, atomically and in any status: the model gateway
--- records a call whose last bytes may arrive after the turn was finished.
+-- TurnAddUsage adds one model call's tokens, and its cost in millionths of the price table's currency,
+-- to a turn, atomically and in any status: the model gateway records a call whose last bytes may arrive
+-- after the turn was finished.
 -- name: TurnAddUsage :execrows
 UPDATE turns SET usage = COALESCE(usage, '{}'::jsonb) || jsonb_build_object(
     'input_tokens',  COALESCE((usage->>'input_tokens')::bigint, 0) + @input_tokens::bigint,
-    'output_tokens', COALESCE((usage->>'output_tokens')::bigint, 0) + @output_tokens::bigint)
+    'output_tokens', COALESCE((usage->>'output_tokens')::bigint, 0) + @output_tokens::bigint,
+    'cost_micros',   COALESCE((usage->>'cost_micros')::bigint, 0) + @cost_micros::bigint)
 WHERE id = @id;
 
 -- name: TurnGetRunning :one
@@ -81,16 +83,50 @@ WHERE thread_key = @thread_key AND status = 'running'
 ORDER BY id DESC
 LIMIT 1;
 
--- TurnUsageTotals sums input plus output tokens: the thread's whole life, the user's turns started
--- since @since, and every turn started since @since.
+-- TurnUsageTotals sums input plus output tokens, and the cost: the thread's whole life, the thread's
+-- turns started since @since, the user's turns started since @since, and every turn started since @since.
+-- One scan per scope: the gateway runs this before every model call.
 -- name: TurnUsageTotals :one
 SELECT
-    (SELECT COALESCE(SUM(COALESCE((t.usage->>'input_tokens')::bigint, 0) + COALESCE((t.usage->>'output_tokens')::bigint, 0)), 0)
-     FROM turns t WHERE t.thread_key = @thread_key::text)::bigint AS thread_tokens,
-    (SELECT COALESCE(SUM(COALESCE((u.usage->>'input_tokens')::bigint, 0) + COALESCE((u.usage->>'output_tokens')::bigint, 0)), 0)
-     FROM turns u WHERE u.user_id = @user_id::text AND u.started_at >= @since::timestamptz)::bigint AS user_tokens,
-    (SELECT COALESCE(SUM(COALESCE((d.usage->>'input_tokens')::bigint, 0) + COALESCE((d.usage->>'output_tokens')::bigint, 0)), 0)
-     FROM turns d WHERE d.started_at >= @since::timestamptz)::bigint AS all_tokens;
+    t.thread_tokens::bigint AS thread_tokens,
+    t.thread_today_tokens::bigint AS thread_today_tokens,
+    u.user_tokens::bigint AS user_tokens,
+    d.all_tokens::bigint AS all_tokens,
+    t.thread_cost_micros::bigint AS thread_cost_micros,
+    u.user_cost_micros::bigint AS user_cost_micros,
+    d.all_cost_micros::bigint AS all_cost_micros
+FROM
+    (SELECT COALESCE(SUM(COALESCE((a.usage->>'input_tokens')::bigint, 0) + COALESCE((a.usage->>'output_tokens')::bigint, 0)), 0) AS thread_tokens,
+            COALESCE(SUM(COALESCE((a.usage->>'input_tokens')::bigint, 0) + COALESCE((a.usage->>'output_tokens')::bigint, 0)) FILTER (WHERE a.started_at >= @since::timestamptz), 0) AS thread_today_tokens,
+            COALESCE(SUM(COALESCE((a.usage->>'cost_micros')::bigint, 0)), 0) AS thread_cost_micros
+     FROM turns a WHERE a.thread_key = @thread_key::text) t,
+    (SELECT COALESCE(SUM(COALESCE((b.usage->>'input_tokens')::bigint, 0) + COALESCE((b.usage->>'output_tokens')::bigint, 0)), 0) AS user_tokens,
+            COALESCE(SUM(COALESCE((b.usage->>'cost_micros')::bigint, 0)), 0) AS user_cost_micros
+     FROM turns b WHERE b.user_id = @user_id::text AND b.started_at >= @since::timestamptz) u,
+    (SELECT COALESCE(SUM(COALESCE((c.usage->>'input_tokens')::bigint, 0) + COALESCE((c.usage->>'output_tokens')::bigint, 0)), 0) AS all_tokens,
+            COALESCE(SUM(COALESCE((c.usage->>'cost_micros')::bigint, 0)), 0) AS all_cost_micros
+     FROM turns c WHERE c.started_at >= @since::timestamptz) d;
+
+-- TurnUsageTopThreads ranks threads by the tokens of their turns started since @since.
+-- name: TurnUsageTopThreads :many
+SELECT thread_key AS name,
+    SUM(COALESCE((turns.usage->>'input_tokens')::bigint, 0) + COALESCE((turns.usage->>'output_tokens')::bigint, 0))::bigint AS tokens,
+    SUM(COALESCE((turns.usage->>'cost_micros')::bigint, 0))::bigint AS cost_micros
+FROM turns WHERE started_at >= @since::timestamptz AND usage IS NOT NULL
+GROUP BY thread_key
+ORDER BY tokens DESC, name
+LIMIT @max_rows;
+
+-- TurnUsageTopUsers ranks users by the tokens of their turns started since @since. A user is named as
+-- admin.users names them, platform:user_id (the platform is the thread key's first part).
+-- name: TurnUsageTopUsers :many
+SELECT CAST(substr(thread_key, 1, strpos(thread_key, ':')) || user_id AS TEXT) AS name,
+    SUM(COALESCE((turns.usage->>'input_tokens')::bigint, 0) + COALESCE((turns.usage->>'output_tokens')::bigint, 0))::bigint AS tokens,
+    SUM(COALESCE((turns.usage->>'cost_micros')::bigint, 0))::bigint AS cost_micros
+FROM turns WHERE started_at >= @since::timestamptz AND usage IS NOT NULL
+GROUP BY substr(thread_key, 1, strpos(thread_key, ':')) || user_id
+ORDER BY tokens DESC, name
+LIMIT @max_rows;
 
 -- name: TurnMarkDelivered :execrows
 UPDATE turns SET delivered_at = @now::timestamptz WHERE id = @id AND delivered_at IS NULL;

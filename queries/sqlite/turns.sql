@@ -67,12 +67,14 @@ WHERE thread_key = @thread_key AND status = 'failed' AND error = @error
 ORDER BY id DESC
 LIMIT 1;
 
--- TurnAddUsage adds one model call's tokens to a turn, atomically and in any status: the model gateway
--- records a call whose last bytes may arrive after the turn was finished.
+-- TurnAddUsage adds one model call's tokens, and its cost in millionths of the price table's currency,
+-- to a turn, atomically and in any status: the model gateway records a call whose last bytes may arrive
+-- after the turn was finished.
 -- name: TurnAddUsage :execrows
 UPDATE turns SET usage = json_set(COALESCE(usage, '{}'),
     '$.input_tokens',  COALESCE(json_extract(usage, '$.input_tokens'), 0) + CAST(@input_tokens AS INTEGER),
-    '$.output_tokens', COALESCE(json_extract(usage, '$.output_tokens'), 0) + CAST(@output_tokens AS INTEGER))
+    '$.output_tokens', COALESCE(json_extract(usage, '$.output_tokens'), 0) + CAST(@output_tokens AS INTEGER),
+    '$.cost_micros',   COALESCE(json_extract(usage, '$.cost_micros'), 0) + CAST(@cost_micros AS INTEGER))
 WHERE id = @id;
 
 -- name: TurnGetRunning :one
@@ -81,16 +83,50 @@ WHERE thread_key = @thread_key AND status = 'running'
 ORDER BY id DESC
 LIMIT 1;
 
--- TurnUsageTotals sums input plus output tokens: the thread's whole life, the user's turns started
--- since @since, and every turn started since @since.
+-- TurnUsageTotals sums input plus output tokens, and the cost: the thread's whole life, the thread's
+-- turns started since @since, the user's turns started since @since, and every turn started since @since.
+-- One scan per scope: the gateway runs this before every model call.
 -- name: TurnUsageTotals :one
 SELECT
-    CAST((SELECT COALESCE(SUM(COALESCE(json_extract(t.usage, '$.input_tokens'), 0) + COALESCE(json_extract(t.usage, '$.output_tokens'), 0)), 0)
-          FROM turns t WHERE t.thread_key = @thread_key) AS INTEGER) AS thread_tokens,
-    CAST((SELECT COALESCE(SUM(COALESCE(json_extract(u.usage, '$.input_tokens'), 0) + COALESCE(json_extract(u.usage, '$.output_tokens'), 0)), 0)
-          FROM turns u WHERE u.user_id = @user_id AND u.started_at >= @since) AS INTEGER) AS user_tokens,
-    CAST((SELECT COALESCE(SUM(COALESCE(json_extract(d.usage, '$.input_tokens'), 0) + COALESCE(json_extract(d.usage, '$.output_tokens'), 0)), 0)
-          FROM turns d WHERE d.started_at >= @since) AS INTEGER) AS all_tokens;
+    CAST(t.thread_tokens AS INTEGER) AS thread_tokens,
+    CAST(t.thread_today_tokens AS INTEGER) AS thread_today_tokens,
+    CAST(u.user_tokens AS INTEGER) AS user_tokens,
+    CAST(d.all_tokens AS INTEGER) AS all_tokens,
+    CAST(t.thread_cost_micros AS INTEGER) AS thread_cost_micros,
+    CAST(u.user_cost_micros AS INTEGER) AS user_cost_micros,
+    CAST(d.all_cost_micros AS INTEGER) AS all_cost_micros
+FROM
+    (SELECT COALESCE(SUM(COALESCE(json_extract(a.usage, '$.input_tokens'), 0) + COALESCE(json_extract(a.usage, '$.output_tokens'), 0)), 0) AS thread_tokens,
+            COALESCE(SUM(CASE WHEN a.started_at >= @since THEN COALESCE(json_extract(a.usage, '$.input_tokens'), 0) + COALESCE(json_extract(a.usage, '$.output_tokens'), 0) END), 0) AS thread_today_tokens,
+            COALESCE(SUM(COALESCE(json_extract(a.usage, '$.cost_micros'), 0)), 0) AS thread_cost_micros
+     FROM turns a WHERE a.thread_key = @thread_key) AS t,
+    (SELECT COALESCE(SUM(COALESCE(json_extract(b.usage, '$.input_tokens'), 0) + COALESCE(json_extract(b.usage, '$.output_tokens'), 0)), 0) AS user_tokens,
+            COALESCE(SUM(COALESCE(json_extract(b.usage, '$.cost_micros'), 0)), 0) AS user_cost_micros
+     FROM turns b WHERE b.user_id = @user_id AND b.started_at >= @since) AS u,
+    (SELECT COALESCE(SUM(COALESCE(json_extract(c.usage, '$.input_tokens'), 0) + COALESCE(json_extract(c.usage, '$.output_tokens'), 0)), 0) AS all_tokens,
+            COALESCE(SUM(COALESCE(json_extract(c.usage, '$.cost_micros'), 0)), 0) AS all_cost_micros
+     FROM turns c WHERE c.started_at >= @since) AS d;
+
+-- TurnUsageTopThreads ranks threads by the tokens of their turns started since @since.
+-- name: TurnUsageTopThreads :many
+SELECT thread_key AS name,
+    CAST(SUM(COALESCE(json_extract(turns.usage, '$.input_tokens'), 0) + COALESCE(json_extract(turns.usage, '$.output_tokens'), 0)) AS INTEGER) AS tokens,
+    CAST(SUM(COALESCE(json_extract(turns.usage, '$.cost_micros'), 0)) AS INTEGER) AS cost_micros
+FROM turns WHERE started_at >= @since AND usage IS NOT NULL
+GROUP BY thread_key
+ORDER BY tokens DESC, name
+LIMIT @max_rows;
+
+-- TurnUsageTopUsers ranks users by the tokens of their turns started since @since. A user is named as
+-- admin.users names them, platform:user_id (the platform is the thread key's first part).
+-- name: TurnUsageTopUsers :many
+SELECT CAST(substr(thread_key, 1, instr(thread_key, ':')) || user_id AS TEXT) AS name,
+    CAST(SUM(COALESCE(json_extract(turns.usage, '$.input_tokens'), 0) + COALESCE(json_extract(turns.usage, '$.output_tokens'), 0)) AS INTEGER) AS tokens,
+    CAST(SUM(COALESCE(json_extract(turns.usage, '$.cost_micros'), 0)) AS INTEGER) AS cost_micros
+FROM turns WHERE started_at >= @since AND usage IS NOT NULL
+GROUP BY substr(thread_key, 1, instr(thread_key, ':')) || user_id
+ORDER BY tokens DESC, name
+LIMIT @max_rows;
 
 -- name: TurnMarkDelivered :execrows
 UPDATE turns SET delivered_at = @now WHERE id = @id AND delivered_at IS NULL;

@@ -245,13 +245,29 @@ type Gateway struct {
 	// Port is the forwarder's port on the sandbox's loopback.
 	Port   int           `koanf:"port"`
 	Budget GatewayBudget `koanf:"budget"`
+	// Prices is the price table per model id (a key also prices the ids it is a prefix of; "*"
+	// every other model), per million tokens; it turns usage into money for the money budgets and
+	// for status and admin stats. Empty: no costs.
+	Prices map[string]GatewayPrice `koanf:"prices"`
+	// Currency names the price table's currency in replies (default USD).
+	Currency string `koanf:"currency"`
 }
 
-// GatewayBudget caps model use in tokens (input plus output); 0 is no cap.
+// GatewayBudget caps model use in tokens (input plus output), and with gateway.prices in money;
+// 0 is no cap.
 type GatewayBudget struct {
 	ThreadTokens    int64 `koanf:"thread_tokens"`
 	UserDailyTokens int64 `koanf:"user_daily_tokens"`
 	DailyTokens     int64 `koanf:"daily_tokens"`
+	// UserDailyMoney and DailyMoney cap cost per UTC day, in the price table's currency.
+	UserDailyMoney float64 `koanf:"user_daily_money"`
+	DailyMoney     float64 `koanf:"daily_money"`
+}
+
+// GatewayPrice is a model's price per million input and output tokens.
+type GatewayPrice struct {
+	Input  float64 `koanf:"input"`
+	Output float64 `koanf:"output"`
 }
 
 // Lifecycle drives the background loops.
@@ -379,6 +395,8 @@ func Default() Config {
 			OpenAIURL:    "https://api.openai.com/v1",
 			SocketDir:    "./data/gateway",
 			Port:         18080,
+			Currency:     "USD",
+			Prices:       map[string]GatewayPrice{},
 		},
 		Lifecycle: Lifecycle{
 			IdleTimeout:       15 * time.Minute,

@@ -108,6 +108,8 @@ func TestBadConfigNamesTheKey(t *testing.T) {
 		{name: "log level", env: []string{"THREADBOX_LOG_LEVEL=loud"}, wantKey: "log.level", wantMsg: "debug, info"},
 		{name: "map key needs name", env: []string{"THREADBOX_SANDBOX_ENV_SET=x"}, wantKey: "THREADBOX_SANDBOX_ENV_SET", wantMsg: "one by one"},
 		{name: "yaml syntax", file: "http: [unclosed\n", wantKey: "threadbox.yaml", wantMsg: ""},
+		{name: "money budget needs prices", env: []string{"THREADBOX_GATEWAY_BUDGET_DAILY_MONEY=5"}, wantKey: "gateway.budget.*_money", wantMsg: "gateway.prices"},
+		{name: "negative price", file: "gateway:\n  prices:\n    m: {input: -1, output: 2}\n", wantKey: "gateway.prices.m", wantMsg: "0 or more"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -215,4 +217,13 @@ func TestDiscordKeys(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "https://discord.com/api/v10", def.Discord.APIURL)
 	require.Equal(t, int64(10<<20), def.Discord.MaxFileBytes)
+}
+
+func TestGatewayPricesLoad(t *testing.T) {
+	p := writeFile(t, "gateway:\n  prices:\n    claude-sonnet-4-5: {input: 3, output: 15}\n    gpt-4.1: {input: 2, output: 8}\n    \"*\": {input: 1, output: 2}\n  currency: EUR\n")
+	got, err := Load(p, []string{"THREADBOX_GATEWAY_BUDGET_DAILY_MONEY=12.5"})
+	require.NoError(t, err)
+	require.Equal(t, map[string]GatewayPrice{"claude-sonnet-4-5": {Input: 3, Output: 15}, "gpt-4.1": {Input: 2, Output: 8}, "*": {Input: 1, Output: 2}}, got.Gateway.Prices)
+	require.Equal(t, 12.5, got.Gateway.Budget.DailyMoney)
+	require.Equal(t, "EUR", got.Gateway.Currency)
 }

@@ -392,6 +392,15 @@ func (c Config) validateGateway() error {
 		return errors.New("gateway.socket_dir: must not be empty")
 	case g.Budget.ThreadTokens < 0 || g.Budget.UserDailyTokens < 0 || g.Budget.DailyTokens < 0:
 		return errors.New("gateway.budget.*: must be 0 (no cap) or a positive number of tokens")
+	case g.Budget.UserDailyMoney < 0 || g.Budget.DailyMoney < 0:
+		return errors.New("gateway.budget.*_money: must be 0 (no cap) or a positive amount")
+	case (g.Budget.UserDailyMoney > 0 || g.Budget.DailyMoney > 0) && len(g.Prices) == 0:
+		return errors.New("gateway.budget.*_money: needs gateway.prices (per model, per million input and output tokens) to count cost")
+	}
+	for model, p := range g.Prices {
+		if p.Input < 0 || p.Output < 0 {
+			return fmt.Errorf("gateway.prices.%s: input and output must be 0 or more (per million tokens)", model)
+		}
 	}
 	return nil
 }

@@ -14,20 +14,28 @@ import (
 const turnAddUsage = `-- name: TurnAddUsage :execrows
 UPDATE turns SET usage = COALESCE(usage, '{}'::jsonb) || jsonb_build_object(
     'input_tokens',  COALESCE((usage->>'input_tokens')::bigint, 0) + $1::bigint,
-    'output_tokens', COALESCE((usage->>'output_tokens')::bigint, 0) + $2::bigint)
-WHERE id = $3
+    'output_tokens', COALESCE((usage->>'output_tokens')::bigint, 0) + $2::bigint,
+    'cost_micros',   COALESCE((usage->>'cost_micros')::bigint, 0) + $3::bigint)
+WHERE id = $4
 `
 
 type TurnAddUsageParams struct {
 	InputTokens  int64
 	OutputTokens int64
+	CostMicros   int64
 	ID           int64
 }
 
-// TurnAddUsage adds one model call's tokens to a turn, atomically and in any status: the model gateway
-// records a call whose last bytes may arrive after the turn was finished.
+// TurnAddUsage adds one model call's tokens, and its cost in millionths of the price table's currency,
+// to a turn, atomically and in any status: the model gateway records a call whose last bytes may arrive
+// after the turn was finished.
 func (q *Queries) TurnAddUsage(ctx context.Context, db DBTX, arg TurnAddUsageParams) (int64, error) {
-	result, err := db.Exec(ctx, turnAddUsage, arg.InputTokens, arg.OutputTokens, arg.ID)
+	result, err := db.Exec(ctx, turnAddUsage,
+		arg.InputTokens,
+		arg.OutputTokens,
+		arg.CostMicros,
+		arg.ID,
+	)
 	if err != nil {
 		return 0, err
 	}
@@ -632,33 +640,143 @@ func (q *Queries) TurnTouch(ctx context.Context, db DBTX, arg TurnTouchParams) (
 	return result.RowsAffected(), nil
 }
 
+const turnUsageTopThreads = `-- name: TurnUsageTopThreads :many
+SELECT thread_key AS name,
+    SUM(COALESCE((turns.usage->>'input_tokens')::bigint, 0) + COALESCE((turns.usage->>'output_tokens')::bigint, 0))::bigint AS tokens,
+    SUM(COALESCE((turns.usage->>'cost_micros')::bigint, 0))::bigint AS cost_micros
+FROM turns WHERE started_at >= $1::timestamptz AND usage IS NOT NULL
+GROUP BY thread_key
+ORDER BY tokens DESC, name
+LIMIT $2
+`
+
+type TurnUsageTopThreadsParams struct {
+	Since   pgtype.Timestamptz
+	MaxRows int32
+}
+
+type TurnUsageTopThreadsRow struct {
+	Name       string
+	Tokens     int64
+	CostMicros int64
+}
+
+// TurnUsageTopThreads ranks threads by the tokens of their turns started since @since.
+func (q *Queries) TurnUsageTopThreads(ctx context.Context, db DBTX, arg TurnUsageTopThreadsParams) ([]TurnUsageTopThreadsRow, error) {
+	rows, err := db.Query(ctx, turnUsageTopThreads, arg.Since, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TurnUsageTopThreadsRow
+	for rows.Next() {
+		var i TurnUsageTopThreadsRow
+		if err := rows.Scan(&i.Name, &i.Tokens, &i.CostMicros); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const turnUsageTopUsers = `-- name: TurnUsageTopUsers :many
+SELECT CAST(substr(thread_key, 1, strpos(thread_key, ':')) || user_id AS TEXT) AS name,
+    SUM(COALESCE((turns.usage->>'input_tokens')::bigint, 0) + COALESCE((turns.usage->>'output_tokens')::bigint, 0))::bigint AS tokens,
+    SUM(COALESCE((turns.usage->>'cost_micros')::bigint, 0))::bigint AS cost_micros
+FROM turns WHERE started_at >= $1::timestamptz AND usage IS NOT NULL
+GROUP BY substr(thread_key, 1, strpos(thread_key, ':')) || user_id
+ORDER BY tokens DESC, name
+LIMIT $2
+`
+
+type TurnUsageTopUsersParams struct {
+	Since   pgtype.Timestamptz
+	MaxRows int32
+}
+
+type TurnUsageTopUsersRow struct {
+	Name       string
+	Tokens     int64
+	CostMicros int64
+}
+
+// TurnUsageTopUsers ranks users by the tokens of their turns started since @since. A user is named as
+// admin.users names them, platform:user_id (the platform is the thread key's first part).
+func (q *Queries) TurnUsageTopUsers(ctx context.Context, db DBTX, arg TurnUsageTopUsersParams) ([]TurnUsageTopUsersRow, error) {
+	rows, err := db.Query(ctx, turnUsageTopUsers, arg.Since, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TurnUsageTopUsersRow
+	for rows.Next() {
+		var i TurnUsageTopUsersRow
+		if err := rows.Scan(&i.Name, &i.Tokens, &i.CostMicros); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const turnUsageTotals = `-- name: TurnUsageTotals :one
 SELECT
-    (SELECT COALESCE(SUM(COALESCE((t.usage->>'input_tokens')::bigint, 0) + COALESCE((t.usage->>'output_tokens')::bigint, 0)), 0)
-     FROM turns t WHERE t.thread_key = $1::text)::bigint AS thread_tokens,
-    (SELECT COALESCE(SUM(COALESCE((u.usage->>'input_tokens')::bigint, 0) + COALESCE((u.usage->>'output_tokens')::bigint, 0)), 0)
-     FROM turns u WHERE u.user_id = $2::text AND u.started_at >= $3::timestamptz)::bigint AS user_tokens,
-    (SELECT COALESCE(SUM(COALESCE((d.usage->>'input_tokens')::bigint, 0) + COALESCE((d.usage->>'output_tokens')::bigint, 0)), 0)
-     FROM turns d WHERE d.started_at >= $3::timestamptz)::bigint AS all_tokens
+    t.thread_tokens::bigint AS thread_tokens,
+    t.thread_today_tokens::bigint AS thread_today_tokens,
+    u.user_tokens::bigint AS user_tokens,
+    d.all_tokens::bigint AS all_tokens,
+    t.thread_cost_micros::bigint AS thread_cost_micros,
+    u.user_cost_micros::bigint AS user_cost_micros,
+    d.all_cost_micros::bigint AS all_cost_micros
+FROM
+    (SELECT COALESCE(SUM(COALESCE((a.usage->>'input_tokens')::bigint, 0) + COALESCE((a.usage->>'output_tokens')::bigint, 0)), 0) AS thread_tokens,
+            COALESCE(SUM(COALESCE((a.usage->>'input_tokens')::bigint, 0) + COALESCE((a.usage->>'output_tokens')::bigint, 0)) FILTER (WHERE a.started_at >= $1::timestamptz), 0) AS thread_today_tokens,
+            COALESCE(SUM(COALESCE((a.usage->>'cost_micros')::bigint, 0)), 0) AS thread_cost_micros
+     FROM turns a WHERE a.thread_key = $2::text) t,
+    (SELECT COALESCE(SUM(COALESCE((b.usage->>'input_tokens')::bigint, 0) + COALESCE((b.usage->>'output_tokens')::bigint, 0)), 0) AS user_tokens,
+            COALESCE(SUM(COALESCE((b.usage->>'cost_micros')::bigint, 0)), 0) AS user_cost_micros
+     FROM turns b WHERE b.user_id = $3::text AND b.started_at >= $1::timestamptz) u,
+    (SELECT COALESCE(SUM(COALESCE((c.usage->>'input_tokens')::bigint, 0) + COALESCE((c.usage->>'output_tokens')::bigint, 0)), 0) AS all_tokens,
+            COALESCE(SUM(COALESCE((c.usage->>'cost_micros')::bigint, 0)), 0) AS all_cost_micros
+     FROM turns c WHERE c.started_at >= $1::timestamptz) d
 `
 
 type TurnUsageTotalsParams struct {
+	Since     pgtype.Timestamptz
 	ThreadKey string
 	UserID    string
-	Since     pgtype.Timestamptz
 }
 
 type TurnUsageTotalsRow struct {
-	ThreadTokens int64
-	UserTokens   int64
-	AllTokens    int64
+	ThreadTokens      int64
+	ThreadTodayTokens int64
+	UserTokens        int64
+	AllTokens         int64
+	ThreadCostMicros  int64
+	UserCostMicros    int64
+	AllCostMicros     int64
 }
 
-// TurnUsageTotals sums input plus output tokens: the thread's whole life, the user's turns started
-// since @since, and every turn started since @since.
+// TurnUsageTotals sums input plus output tokens, and the cost: the thread's whole life, the thread's
+// turns started since @since, the user's turns started since @since, and every turn started since @since.
+// One scan per scope: the gateway runs this before every model call.
 func (q *Queries) TurnUsageTotals(ctx context.Context, db DBTX, arg TurnUsageTotalsParams) (TurnUsageTotalsRow, error) {
-	row := db.QueryRow(ctx, turnUsageTotals, arg.ThreadKey, arg.UserID, arg.Since)
+	row := db.QueryRow(ctx, turnUsageTotals, arg.Since, arg.ThreadKey, arg.UserID)
 	var i TurnUsageTotalsRow
-	err := row.Scan(&i.ThreadTokens, &i.UserTokens, &i.AllTokens)
+	err := row.Scan(
+		&i.ThreadTokens,
+		&i.ThreadTodayTokens,
+		&i.UserTokens,
+		&i.AllTokens,
+		&i.ThreadCostMicros,
+		&i.UserCostMicros,
+		&i.AllCostMicros,
+	)
 	return i, err
 }

@@ -13,20 +13,28 @@ import (
 const turnAddUsage = `-- name: TurnAddUsage :execrows
 UPDATE turns SET usage = json_set(COALESCE(usage, '{}'),
     '$.input_tokens',  COALESCE(json_extract(usage, '$.input_tokens'), 0) + CAST(?1 AS INTEGER),
-    '$.output_tokens', COALESCE(json_extract(usage, '$.output_tokens'), 0) + CAST(?2 AS INTEGER))
-WHERE id = ?3
+    '$.output_tokens', COALESCE(json_extract(usage, '$.output_tokens'), 0) + CAST(?2 AS INTEGER),
+    '$.cost_micros',   COALESCE(json_extract(usage, '$.cost_micros'), 0) + CAST(?3 AS INTEGER))
+WHERE id = ?4
 `
 
 type TurnAddUsageParams struct {
 	InputTokens  int64
 	OutputTokens int64
+	CostMicros   int64
 	ID           int64
 }
 
-// TurnAddUsage adds one model call's tokens to a turn, atomically and in any status: the model gateway
-// records a call whose last bytes may arrive after the turn was finished.
+// TurnAddUsage adds one model call's tokens, and its cost in millionths of the price table's currency,
+// to a turn, atomically and in any status: the model gateway records a call whose last bytes may arrive
+// after the turn was finished.
 func (q *Queries) TurnAddUsage(ctx context.Context, db DBTX, arg TurnAddUsageParams) (int64, error) {
-	result, err := db.ExecContext(ctx, turnAddUsage, arg.InputTokens, arg.OutputTokens, arg.ID)
+	result, err := db.ExecContext(ctx, turnAddUsage,
+		arg.InputTokens,
+		arg.OutputTokens,
+		arg.CostMicros,
+		arg.ID,
+	)
 	if err != nil {
 		return 0, err
 	}
@@ -646,33 +654,149 @@ func (q *Queries) TurnTouch(ctx context.Context, db DBTX, arg TurnTouchParams) (
 	return result.RowsAffected()
 }
 
+const turnUsageTopThreads = `-- name: TurnUsageTopThreads :many
+SELECT thread_key AS name,
+    CAST(SUM(COALESCE(json_extract(turns.usage, '$.input_tokens'), 0) + COALESCE(json_extract(turns.usage, '$.output_tokens'), 0)) AS INTEGER) AS tokens,
+    CAST(SUM(COALESCE(json_extract(turns.usage, '$.cost_micros'), 0)) AS INTEGER) AS cost_micros
+FROM turns WHERE started_at >= ?1 AND usage IS NOT NULL
+GROUP BY thread_key
+ORDER BY tokens DESC, name
+LIMIT ?2
+`
+
+type TurnUsageTopThreadsParams struct {
+	Since   sql.NullString
+	MaxRows int64
+}
+
+type TurnUsageTopThreadsRow struct {
+	Name       string
+	Tokens     int64
+	CostMicros int64
+}
+
+// TurnUsageTopThreads ranks threads by the tokens of their turns started since @since.
+func (q *Queries) TurnUsageTopThreads(ctx context.Context, db DBTX, arg TurnUsageTopThreadsParams) ([]TurnUsageTopThreadsRow, error) {
+	rows, err := db.QueryContext(ctx, turnUsageTopThreads, arg.Since, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TurnUsageTopThreadsRow
+	for rows.Next() {
+		var i TurnUsageTopThreadsRow
+		if err := rows.Scan(&i.Name, &i.Tokens, &i.CostMicros); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const turnUsageTopUsers = `-- name: TurnUsageTopUsers :many
+SELECT CAST(substr(thread_key, 1, instr(thread_key, ':')) || user_id AS TEXT) AS name,
+    CAST(SUM(COALESCE(json_extract(turns.usage, '$.input_tokens'), 0) + COALESCE(json_extract(turns.usage, '$.output_tokens'), 0)) AS INTEGER) AS tokens,
+    CAST(SUM(COALESCE(json_extract(turns.usage, '$.cost_micros'), 0)) AS INTEGER) AS cost_micros
+FROM turns WHERE started_at >= ?1 AND usage IS NOT NULL
+GROUP BY substr(thread_key, 1, instr(thread_key, ':')) || user_id
+ORDER BY tokens DESC, name
+LIMIT ?2
+`
+
+type TurnUsageTopUsersParams struct {
+	Since   sql.NullString
+	MaxRows int64
+}
+
+type TurnUsageTopUsersRow struct {
+	Name       string
+	Tokens     int64
+	CostMicros int64
+}
+
+// TurnUsageTopUsers ranks users by the tokens of their turns started since @since. A user is named as
+// admin.users names them, platform:user_id (the platform is the thread key's first part).
+func (q *Queries) TurnUsageTopUsers(ctx context.Context, db DBTX, arg TurnUsageTopUsersParams) ([]TurnUsageTopUsersRow, error) {
+	rows, err := db.QueryContext(ctx, turnUsageTopUsers, arg.Since, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TurnUsageTopUsersRow
+	for rows.Next() {
+		var i TurnUsageTopUsersRow
+		if err := rows.Scan(&i.Name, &i.Tokens, &i.CostMicros); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const turnUsageTotals = `-- name: TurnUsageTotals :one
 SELECT
-    CAST((SELECT COALESCE(SUM(COALESCE(json_extract(t.usage, '$.input_tokens'), 0) + COALESCE(json_extract(t.usage, '$.output_tokens'), 0)), 0)
-          FROM turns t WHERE t.thread_key = ?1) AS INTEGER) AS thread_tokens,
-    CAST((SELECT COALESCE(SUM(COALESCE(json_extract(u.usage, '$.input_tokens'), 0) + COALESCE(json_extract(u.usage, '$.output_tokens'), 0)), 0)
-          FROM turns u WHERE u.user_id = ?2 AND u.started_at >= ?3) AS INTEGER) AS user_tokens,
-    CAST((SELECT COALESCE(SUM(COALESCE(json_extract(d.usage, '$.input_tokens'), 0) + COALESCE(json_extract(d.usage, '$.output_tokens'), 0)), 0)
-          FROM turns d WHERE d.started_at >= ?3) AS INTEGER) AS all_tokens
+    CAST(t.thread_tokens AS INTEGER) AS thread_tokens,
+    CAST(t.thread_today_tokens AS INTEGER) AS thread_today_tokens,
+    CAST(u.user_tokens AS INTEGER) AS user_tokens,
+    CAST(d.all_tokens AS INTEGER) AS all_tokens,
+    CAST(t.thread_cost_micros AS INTEGER) AS thread_cost_micros,
+    CAST(u.user_cost_micros AS INTEGER) AS user_cost_micros,
+    CAST(d.all_cost_micros AS INTEGER) AS all_cost_micros
+FROM
+    (SELECT COALESCE(SUM(COALESCE(json_extract(a.usage, '$.input_tokens'), 0) + COALESCE(json_extract(a.usage, '$.output_tokens'), 0)), 0) AS thread_tokens,
+            COALESCE(SUM(CASE WHEN a.started_at >= ?1 THEN COALESCE(json_extract(a.usage, '$.input_tokens'), 0) + COALESCE(json_extract(a.usage, '$.output_tokens'), 0) END), 0) AS thread_today_tokens,
+            COALESCE(SUM(COALESCE(json_extract(a.usage, '$.cost_micros'), 0)), 0) AS thread_cost_micros
+     FROM turns a WHERE a.thread_key = ?2) AS t,
+    (SELECT COALESCE(SUM(COALESCE(json_extract(b.usage, '$.input_tokens'), 0) + COALESCE(json_extract(b.usage, '$.output_tokens'), 0)), 0) AS user_tokens,
+            COALESCE(SUM(COALESCE(json_extract(b.usage, '$.cost_micros'), 0)), 0) AS user_cost_micros
+     FROM turns b WHERE b.user_id = ?3 AND b.started_at >= ?1) AS u,
+    (SELECT COALESCE(SUM(COALESCE(json_extract(c.usage, '$.input_tokens'), 0) + COALESCE(json_extract(c.usage, '$.output_tokens'), 0)), 0) AS all_tokens,
+            COALESCE(SUM(COALESCE(json_extract(c.usage, '$.cost_micros'), 0)), 0) AS all_cost_micros
+     FROM turns c WHERE c.started_at >= ?1) AS d
 `
 
 type TurnUsageTotalsParams struct {
+	Since     sql.NullString
 	ThreadKey string
 	UserID    string
-	Since     sql.NullString
 }
 
 type TurnUsageTotalsRow struct {
-	ThreadTokens int64
-	UserTokens   int64
-	AllTokens    int64
+	ThreadTokens      int64
+	ThreadTodayTokens int64
+	UserTokens        int64
+	AllTokens         int64
+	ThreadCostMicros  int64
+	UserCostMicros    int64
+	AllCostMicros     int64
 }
 
-// TurnUsageTotals sums input plus output tokens: the thread's whole life, the user's turns started
-// since @since, and every turn started since @since.
+// TurnUsageTotals sums input plus output tokens, and the cost: the thread's whole life, the thread's
+// turns started since @since, the user's turns started since @since, and every turn started since @since.
+// One scan per scope: the gateway runs this before every model call.
 func (q *Queries) TurnUsageTotals(ctx context.Context, db DBTX, arg TurnUsageTotalsParams) (TurnUsageTotalsRow, error) {
-	row := db.QueryRowContext(ctx, turnUsageTotals, arg.ThreadKey, arg.UserID, arg.Since)
+	row := db.QueryRowContext(ctx, turnUsageTotals, arg.Since, arg.ThreadKey, arg.UserID)
 	var i TurnUsageTotalsRow
-	err := row.Scan(&i.ThreadTokens, &i.UserTokens, &i.AllTokens)
+	err := row.Scan(
+		&i.ThreadTokens,
+		&i.ThreadTodayTokens,
+		&i.UserTokens,
+		&i.AllTokens,
+		&i.ThreadCostMicros,
+		&i.UserCostMicros,
+		&i.AllCostMicros,
+	)
 	return i, err
 }
