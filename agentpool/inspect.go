@@ -136,7 +136,7 @@ func (p *Pool) SandboxUsage(ctx context.Context, threadKey string) (SandboxUsage
 	if err != nil || !v.Running() {
 		return out, err
 	}
-	if sr, ok := p.prov.(sandbox.StatsReader); ok {
+	if sr, ok := sandbox.As[sandbox.StatsReader](p.prov); ok {
 		st, err := sr.Stats(ctx, h)
 		if err != nil {
 			return out, classify(ESANDBOX, "read sandbox stats", err)
@@ -164,7 +164,7 @@ func (p *Pool) Attach(ctx context.Context, threadKey string) (Attach, error) {
 	if err != nil || v.State == StateNone || v.State == StateMissing {
 		return out, err
 	}
-	at, ok := p.prov.(sandbox.Attacher)
+	at, ok := sandbox.As[sandbox.Attacher](p.prov)
 	if !ok {
 		return out, nil
 	}

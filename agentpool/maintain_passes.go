@@ -346,7 +346,7 @@ func (m *Maintainer) ReapPass(ctx context.Context, dryRun bool) (ReapReport, err
 // Create between the volume and its container. The provider refuses a volume in use, so one mounted
 // meanwhile is kept.
 func (m *Maintainer) reapVolumes(ctx context.Context, rep *ReapReport) error {
-	vr, ok := m.prov.(sandbox.VolumeReaper)
+	vr, ok := sandbox.As[sandbox.VolumeReaper](m.prov)
 	if !ok {
 		return nil
 	}

@@ -32,6 +32,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/threadbox/threadbox/agentpool/internal/sandboxsock"
 )
 
 // Paths and ports inside a sandbox.
@@ -103,24 +105,16 @@ type Proxy struct {
 	srv    *http.Server
 	dialer net.Dialer
 
+	// socks are the per-sandbox sockets.
+	socks *sandboxsock.Set
+
 	mu sync.Mutex // protects the following
-	// listeners are the per-sandbox sockets, by identity; bySocket maps a socket path back.
-	listeners map[ident]net.Listener
-	bySocket  map[string]ident
-	// sandboxes remembers which thread and generation a sandbox ID belongs to.
-	sandboxes map[string]ident
 	// tunnels are the open CONNECT connections (both ends), closed by Close.
 	tunnels map[net.Conn]struct{}
 	// open counts each sandbox's open requests and tunnels (connections on no sandbox's socket count
 	// under the zero ident).
 	open   map[ident]int
 	closed bool
-}
-
-// ident is one sandbox generation of a thread.
-type ident struct {
-	thread string
-	gen    int64
 }
 
 type ctxKey int
@@ -144,11 +138,10 @@ func New(cfg Config, log *zap.Logger) (*Proxy, error) {
 	}
 	x := &Proxy{
 		cfg: cfg, policy: pol, log: cmp.Or(log, zap.NewNop()).Named("egress"),
-		listeners: map[ident]net.Listener{}, bySocket: map[string]ident{}, sandboxes: map[string]ident{},
 		tunnels: map[net.Conn]struct{}{}, open: map[ident]int{},
 	}
 	if cfg.Forwarder != "" {
-		if x.cfg.Forwarder, err = installForwarder(cfg.SocketDir, cfg.Forwarder); err != nil {
+		if x.cfg.Forwarder, err = sandboxsock.InstallForwarder("egress", cfg.SocketDir, cfg.Forwarder); err != nil {
 			return nil, err
 		}
 	}
@@ -178,6 +171,9 @@ func New(cfg Config, log *zap.Logger) (*Proxy, error) {
 		ConnContext:       x.connContext,
 		ErrorLog:          zap.NewStdLog(x.log),
 	}
+	// The "e" keeps the directories apart from the gateway's when both share a parent.
+	x.socks = sandboxsock.New(sandboxsock.Options{Root: cfg.SocketDir, Prefix: "e", Socket: socketName,
+		Name: "egress", Server: x.srv, Log: x.log})
 	return x, nil
 }
 
@@ -193,6 +189,7 @@ func (x *Proxy) URL() string { return "http://127.0.0.1:" + strconv.Itoa(x.cfg.P
 // Close stops every per-sandbox listener and every open connection. The socket directories stay:
 // the sandboxes still mount them, and the next process listens there again.
 func (x *Proxy) Close() error {
+	x.socks.Close()
 	x.mu.Lock()
 	x.closed = true
 	for c := range x.tunnels {
@@ -207,10 +204,7 @@ func (x *Proxy) Close() error {
 func (x *Proxy) Serve(ln net.Listener) error { return x.srv.Serve(ln) }
 
 func (x *Proxy) connContext(ctx context.Context, c net.Conn) context.Context {
-	x.mu.Lock()
-	id, ok := x.bySocket[c.LocalAddr().String()]
-	x.mu.Unlock()
-	if ok {
+	if id, ok := x.socks.Owner(c.LocalAddr().String()); ok {
 		ctx = context.WithValue(ctx, ctxIdent, id)
 	}
 	return ctx
@@ -218,7 +212,7 @@ func (x *Proxy) connContext(ctx context.Context, c net.Conn) context.Context {
 
 func threadOf(ctx context.Context) string {
 	id, _ := ctx.Value(ctxIdent).(ident)
-	return id.thread
+	return id.Thread
 }
 
 // RefusedError is a request the policy refused. Its text is what the sandbox reads.

@@ -1,14 +1,10 @@
 package egress
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"strconv"
-
-	"go.uber.org/zap"
 
 	"github.com/threadbox/threadbox/sandbox"
 )
@@ -24,20 +20,8 @@ const noProxy = "localhost,127.0.0.1,::1"
 // relays egress too; otherwise the forwarder runs for egress alone. Inspect and Start serve the
 // socket again after a bot restart; Destroy removes it.
 func (x *Proxy) Provider(p sandbox.Provider) sandbox.Provider {
-	return &restrictedProvider{Provider: p, x: x}
+	return x.socks.Wrap(p, x.fit)
 }
-
-type restrictedProvider struct {
-	sandbox.Provider
-	x *Proxy
-}
-
-var (
-	_ sandbox.Provider    = (*restrictedProvider)(nil)
-	_ sandbox.Dialer      = (*restrictedProvider)(nil)
-	_ sandbox.StatsReader = (*restrictedProvider)(nil)
-	_ sandbox.Snapshotter = (*restrictedProvider)(nil)
-)
 
 // Env is the environment a restricted sandbox gets: the proxy for http and https, loopback direct.
 func (x *Proxy) Env() map[string]string {
@@ -48,21 +32,15 @@ func (x *Proxy) Env() map[string]string {
 	}
 }
 
-// Create implements sandbox.Provider.
-func (p *restrictedProvider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Handle, error) {
-	x := p.x
+// fit keeps the sandbox on network none, mounts its egress directory (and the forwarder when it
+// runs for egress alone), relays egress through the main process, and sets the proxy environment.
+func (x *Proxy) fit(spec sandbox.Spec, dir string) (sandbox.Spec, error) {
 	if spec.Network == sandbox.NetworkFull {
-		return sandbox.Handle{}, fmt.Errorf("%w: %w: restricted egress keeps network none, but the spec asks for full",
-			sandbox.ErrNoEffect, sandbox.ErrInvalidSpec)
+		return spec, fmt.Errorf("%w: restricted egress keeps network none, but the spec asks for full", sandbox.ErrInvalidSpec)
 	}
 	cmd, mounts, err := x.command(spec.Command)
 	if err != nil {
-		return sandbox.Handle{}, fmt.Errorf("%w: %w", sandbox.ErrNoEffect, err)
-	}
-	id := ident{thread: spec.Labels.Thread, gen: spec.Labels.Generation}
-	dir, err := x.listen(id)
-	if err != nil {
-		return sandbox.Handle{}, fmt.Errorf("%w: %w", sandbox.ErrNoEffect, err)
+		return spec, err
 	}
 	spec.Network = sandbox.NetworkNone
 	spec.Command = cmd
@@ -74,15 +52,7 @@ func (p *restrictedProvider) Create(ctx context.Context, spec sandbox.Spec) (san
 	}
 	maps.Copy(env, x.Env())
 	spec.Env = env
-	h, err := p.Provider.Create(ctx, spec)
-	if err != nil {
-		if errors.Is(err, sandbox.ErrNoEffect) {
-			x.forget(id)
-		}
-		return h, err
-	}
-	x.remember(h.ID, id)
-	return h, nil
+	return spec, nil
 }
 
 // command is the sandbox's main process with egress relayed: the gateway's forwarder with the egress
@@ -102,68 +72,3 @@ func (x *Proxy) command(cmd []string) ([]string, []sandbox.Mount, error) {
 	return out, []sandbox.Mount{{Source: x.cfg.Forwarder, Target: ForwarderPath, ReadOnly: true}}, nil
 }
 
-// Inspect implements sandbox.Provider; a sandbox that may run again gets its socket served.
-func (p *restrictedProvider) Inspect(ctx context.Context, h sandbox.Handle) (sandbox.Info, error) {
-	info, err := p.Provider.Inspect(ctx, h)
-	if err != nil {
-		return info, err
-	}
-	if id, ok := p.x.identLabels(h.ID, info.Labels); ok {
-		switch info.State {
-		case sandbox.StateRunning, sandbox.StateStarting, sandbox.StateStopped, sandbox.StateArchived:
-			if _, err := p.x.listen(id); err != nil {
-				p.x.log.Warn("serving a sandbox's egress socket", zap.String("thread", id.thread), zap.Error(err))
-			}
-		}
-	}
-	return info, nil
-}
-
-// Start implements sandbox.Provider.
-func (p *restrictedProvider) Start(ctx context.Context, h sandbox.Handle) error {
-	if id, ok := p.x.identify(ctx, p.Provider, h); ok {
-		if _, err := p.x.listen(id); err != nil {
-			return fmt.Errorf("start %s: %w", h.ID, err)
-		}
-	}
-	return p.Provider.Start(ctx, h)
-}
-
-// Destroy implements sandbox.Provider.
-func (p *restrictedProvider) Destroy(ctx context.Context, h sandbox.Handle) error {
-	id, known := p.x.identify(ctx, p.Provider, h)
-	if err := p.Provider.Destroy(ctx, h); err != nil {
-		return err
-	}
-	if known {
-		p.x.forget(id)
-	}
-	return nil
-}
-
-// Dial implements sandbox.Dialer when the wrapped provider does.
-func (p *restrictedProvider) Dial(ctx context.Context, h sandbox.Handle, port int) (net.Conn, error) {
-	d, ok := p.Provider.(sandbox.Dialer)
-	if !ok {
-		return nil, fmt.Errorf("dial port %d on %s: %w", port, p.Name(), sandbox.ErrUnsupported)
-	}
-	return d.Dial(ctx, h, port)
-}
-
-// Stats implements sandbox.StatsReader when the wrapped provider does.
-func (p *restrictedProvider) Stats(ctx context.Context, h sandbox.Handle) (sandbox.Stats, error) {
-	s, ok := p.Provider.(sandbox.StatsReader)
-	if !ok {
-		return sandbox.Stats{}, fmt.Errorf("stats on %s: %w", p.Name(), sandbox.ErrUnsupported)
-	}
-	return s.Stats(ctx, h)
-}
-
-// Snapshot implements sandbox.Snapshotter when the wrapped provider does.
-func (p *restrictedProvider) Snapshot(ctx context.Context, h sandbox.Handle, name string) (string, error) {
-	s, ok := p.Provider.(sandbox.Snapshotter)
-	if !ok {
-		return "", fmt.Errorf("snapshot on %s: %w", p.Name(), sandbox.ErrUnsupported)
-	}
-	return s.Snapshot(ctx, h, name)
-}

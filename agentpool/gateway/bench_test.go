@@ -86,7 +86,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 // forwarder serves the thread's gateway socket and a forwarder in front of it, as in a sandbox, and
 // returns the forwarder's URL.
 func (e *benchEnv) forwarder(b *testing.B, gen int64) string {
-	dir, err := e.g.listen(ident{thread: "web:bench", gen: gen})
+	dir, err := e.g.socks.Listen(ident{Thread: "web:bench", Gen: gen})
 	require.NoError(b, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(b, err)

@@ -25,6 +25,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/threadbox/threadbox/agentpool/internal/sandboxsock"
 	"github.com/threadbox/threadbox/db"
 	"github.com/threadbox/threadbox/sandbox"
 )
@@ -134,24 +135,15 @@ type Gateway struct {
 	proxy     http.Handler
 	srv       *http.Server
 
+	// socks are the per-sandbox sockets.
+	socks *sandboxsock.Set
+
 	mu sync.Mutex // protects the following, and cfg.Budget
-	// listeners are the per-sandbox sockets, by identity; bySocket maps a socket path back.
-	listeners map[ident]net.Listener
-	bySocket  map[string]ident
-	// sandboxes remembers which thread and generation a sandbox ID belongs to.
-	sandboxes map[string]ident
 	// refused is the budget refusal of a thread's current turn, for Runtime to turn into the reply.
 	refused map[string]*BudgetError
 	// unpriced remembers the models the price table missed, logged once each.
 	unpriced map[string]bool
 	prov     sandbox.Provider
-	closed   bool
-}
-
-// ident is one sandbox generation of a thread.
-type ident struct {
-	thread string
-	gen    int64
 }
 
 // New validates cfg and returns a gateway that serves nothing until Provider or Handler is used.
@@ -174,8 +166,7 @@ func New(cfg Config, store db.Store, log *zap.Logger) (*Gateway, error) {
 	}
 	g := &Gateway{
 		cfg: cfg, store: store, log: cmp.Or(log, zap.NewNop()).Named("gateway"),
-		listeners: map[ident]net.Listener{}, bySocket: map[string]ident{},
-		sandboxes: map[string]ident{}, refused: map[string]*BudgetError{}, unpriced: map[string]bool{},
+		refused: map[string]*BudgetError{}, unpriced: map[string]bool{},
 	}
 	var err error
 	if g.anthropic, err = parseUpstream("anthropic_url", cfg.AnthropicURL); err != nil {
@@ -185,7 +176,7 @@ func New(cfg Config, store db.Store, log *zap.Logger) (*Gateway, error) {
 		return nil, err
 	}
 	if cfg.Forwarder != "" {
-		if g.cfg.Forwarder, err = installForwarder(cfg.SocketDir, cfg.Forwarder); err != nil {
+		if g.cfg.Forwarder, err = sandboxsock.InstallForwarder("gateway", cfg.SocketDir, cfg.Forwarder); err != nil {
 			return nil, err
 		}
 	}
@@ -196,6 +187,8 @@ func New(cfg Config, store db.Store, log *zap.Logger) (*Gateway, error) {
 		ConnContext:       g.connContext,
 		ErrorLog:          zap.NewStdLog(g.log),
 	}
+	g.socks = sandboxsock.New(sandboxsock.Options{Root: cfg.SocketDir, Socket: socketName, Name: "gateway",
+		Server: g.srv, Log: g.log, Prepare: g.writeToken})
 	return g, nil
 }
 
@@ -221,9 +214,7 @@ const (
 // Close stops every per-sandbox listener and the connections on them. The socket directories stay:
 // the sandboxes still mount them, and the next process listens there again.
 func (g *Gateway) Close() error {
-	g.mu.Lock()
-	g.closed = true
-	g.mu.Unlock()
+	g.socks.Close()
 	return g.srv.Close()
 }
 
@@ -237,10 +228,7 @@ const (
 
 // connContext tags a connection with the sandbox whose socket it came in on.
 func (g *Gateway) connContext(ctx context.Context, c net.Conn) context.Context {
-	g.mu.Lock()
-	id, ok := g.bySocket[c.LocalAddr().String()]
-	g.mu.Unlock()
-	if ok {
+	if id, ok := g.socks.Owner(c.LocalAddr().String()); ok {
 		ctx = context.WithValue(ctx, ctxConnIdent, id)
 	}
 	return ctx

@@ -127,7 +127,7 @@ func (g *Gateway) authorize(r *http.Request, c *call) (int, string, error) {
 		return http.StatusUnauthorized, "authentication_error", err
 	}
 	c.thread = thread
-	if conn, ok := r.Context().Value(ctxConnIdent).(ident); ok && conn != (ident{thread, gen}) {
+	if conn, ok := r.Context().Value(ctxConnIdent).(ident); ok && conn != (ident{Thread: thread, Gen: gen}) {
 		return http.StatusUnauthorized, "authentication_error", errors.New("the token belongs to another sandbox")
 	}
 	ctx := r.Context()

@@ -26,10 +26,10 @@ type gatedRuntime struct {
 func (r *gatedRuntime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID string, p runtime.Prompt, emit func(runtime.Event)) (runtime.Result, error) {
 	id, known := r.g.identify(ctx, sb.Handle())
 	if known {
-		r.g.takeRefusal(id.thread) // a refusal from an earlier turn is not this one's
-		if turn, err := r.g.store.TurnGetRunning(ctx, id.thread); err == nil {
+		r.g.takeRefusal(id.Thread) // a refusal from an earlier turn is not this one's
+		if turn, err := r.g.store.TurnGetRunning(ctx, id.Thread); err == nil {
 			var be *BudgetError
-			if err := r.g.checkBudget(ctx, id.thread, turn.UserID); errors.As(err, &be) {
+			if err := r.g.checkBudget(ctx, id.Thread, turn.UserID); errors.As(err, &be) {
 				return runtime.Result{Answer: be.Error(), IsError: true}, nil
 			}
 		} else if !errors.Is(err, db.ErrNotFound) {
@@ -38,7 +38,7 @@ func (r *gatedRuntime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID
 	}
 	res, err := r.Runtime.Prompt(ctx, sb, sessionID, p, emit)
 	if known {
-		if be := r.g.takeRefusal(id.thread); be != nil && ctx.Err() == nil {
+		if be := r.g.takeRefusal(id.Thread); be != nil && ctx.Err() == nil {
 			return runtime.Result{Answer: be.Error(), IsError: true, Duration: res.Duration}, nil
 		}
 	}

@@ -176,7 +176,7 @@ func browsable(a net.Addr) string {
 // even accept them. The line says so for operators; the error itself goes to the log, not to
 // unauthenticated callers.
 func providerStatus(ctx context.Context, prov sandbox.Provider, log *zap.Logger) string {
-	pg, ok := prov.(sandbox.Pinger)
+	pg, ok := sandbox.As[sandbox.Pinger](prov)
 	if !ok {
 		return "provider " + prov.Name() + ": ok"
 	}
