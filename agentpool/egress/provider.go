@@ -71,4 +71,3 @@ func (x *Proxy) command(cmd []string) ([]string, []sandbox.Mount, error) {
 	out = append(append(out, "-socket", ""), flags...) // no gateway: egress only
 	return out, []sandbox.Mount{{Source: x.cfg.Forwarder, Target: ForwarderPath, ReadOnly: true}}, nil
 }
-

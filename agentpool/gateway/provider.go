@@ -30,4 +30,3 @@ func (g *Gateway) fit(spec sandbox.Spec, dir string) (sandbox.Spec, error) {
 	spec.Command = g.forwardCommand()
 	return spec, nil
 }
-
