@@ -81,7 +81,9 @@ type Fake struct {
 	calls     map[string]int
 	awaits    map[string][]chan struct{}
 	holdJobs  chan struct{} // while set, snapshot jobs wait for it to close
-	seq       int
+
+	bgMu    sync.Mutex // protects closing, and orders wg.Add before Close's wg.Wait
+	closing bool
 }
 
 // New starts a fake and closes it (destroying its backend sandboxes) when tb ends.
@@ -131,6 +133,9 @@ func (f *Fake) Close() {
 	f.srv.CloseClientConnections()
 	f.srv.Close()
 	f.cancel()
+	f.bgMu.Lock()
+	f.closing = true
+	f.bgMu.Unlock()
 	f.wg.Wait()
 	f.mu.Lock()
 	var hs []sandbox.Handle
@@ -303,6 +308,11 @@ func newSandboxID(region string) string {
 }
 
 func (f *Fake) goBackground(fn func(ctx context.Context)) {
+	f.bgMu.Lock()
+	defer f.bgMu.Unlock()
+	if f.closing {
+		return
+	}
 	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()

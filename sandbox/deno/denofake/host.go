@@ -489,7 +489,7 @@ func (f *Fake) Deadline(id string) time.Time {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if b := f.boxes[id]; b != nil {
-		return b.stopAt
+		return b.stopAt.UTC()
 	}
 	return time.Time{}
 }
