@@ -221,7 +221,8 @@ func (p *Provider) undo(ctx context.Context, id string, cause error) error {
 		return errors.Join(cause, err)
 	}
 	if errors.Is(cause, ErrLimit) {
-		return fmt.Errorf("%w: %w", cause, sandbox.ErrNoEffect)
+		// The plain text first: it is what the thread is told.
+		return fmt.Errorf("%w (%w: %s)", ErrLimit, sandbox.ErrNoEffect, cause.Error())
 	}
 	return cause
 }
@@ -268,7 +269,13 @@ func (p *Provider) boot(ctx context.Context, h sandbox.Handle, st handleState, v
 	hdr.Set("x-deno-sandbox-config", base64.StdEncoding.EncodeToString(raw))
 	bctx, cancel := context.WithTimeout(ctx, p.opts.BootTimeout)
 	defer cancel()
-	conn, err := p.dialRPC(bctx, "create sandbox", p.host(st.Region, "/api/v3/sandboxes/create", true), hdr)
+	var conn *rpcConn
+	// A volume whose sandbox just died (killed, or past its deadline) is attached until it detaches.
+	err = p.poll(bctx, func() (bool, error) {
+		var err error
+		conn, err = p.dialRPC(bctx, "create sandbox", p.host(st.Region, "/api/v3/sandboxes/create", true), hdr)
+		return !(statusOf(err) == http.StatusConflict && codeOf(err) == "VOLUME_IN_USE"), err
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package denofake
 
 import (
+	"context"
 	"sort"
 	"sync"
 	"time"
@@ -16,6 +17,7 @@ type Clock struct {
 	now    time.Time
 	timers []clockTimer
 	hooks  []func()
+	armed  chan struct{} // closed and replaced whenever a timer is added
 }
 
 type clockTimer struct {
@@ -24,7 +26,7 @@ type clockTimer struct {
 }
 
 // NewClock returns a clock set to start.
-func NewClock(start time.Time) *Clock { return &Clock{now: start} }
+func NewClock(start time.Time) *Clock { return &Clock{now: start, armed: make(chan struct{})} }
 
 // Now returns the clock's time.
 func (c *Clock) Now() time.Time {
@@ -43,7 +45,27 @@ func (c *Clock) After(d time.Duration) <-chan time.Time {
 		return ch
 	}
 	c.timers = append(c.timers, clockTimer{at: c.now.Add(d), ch: ch})
+	close(c.armed)
+	c.armed = make(chan struct{})
 	return ch
+}
+
+// AwaitTimers waits until at least n timers are waiting (a goroutine under test has armed its timer
+// and can be moved on by Advance), or ctx ends.
+func (c *Clock) AwaitTimers(ctx context.Context, n int) error {
+	for {
+		c.mu.Lock()
+		k, armed := len(c.timers), c.armed
+		c.mu.Unlock()
+		if k >= n {
+			return nil
+		}
+		select {
+		case <-armed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // Timers reports how many timers are waiting (tests wait until a goroutine has armed its timer).

@@ -337,3 +337,16 @@ func (f *Fake) HoldSnapshotJobs() (release func()) {
 		})
 	}
 }
+
+// Clear removes the faults still pending for op.
+func (f *Fake) Clear(op string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	kept := f.faults[:0]
+	for _, ft := range f.faults {
+		if ft.Op != op {
+			kept = append(kept, ft)
+		}
+	}
+	f.faults = kept
+}
