@@ -410,3 +410,22 @@ func (p *Provider) runOut(ctx context.Context, lv *live, max int64, script strin
 	}
 	return out.String(), errb.String(), wr.Code, nil
 }
+
+// RunSweeper calls Sweep every interval (by the provider's clock) until ctx ends. Every process runs
+// its own: Sweep touches only the sandboxes this process holds sockets to.
+func (p *Provider) RunSweeper(ctx context.Context, every time.Duration) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.clock.After(every):
+		}
+		paused, err := p.Sweep(ctx)
+		if len(paused) > 0 {
+			p.log.Info("paused idle sandboxes near their deadline", zap.Strings("boxes", paused))
+		}
+		if err != nil && ctx.Err() == nil {
+			p.log.Warn("sweep", zap.Error(err))
+		}
+	}
+}
