@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -222,10 +223,22 @@ func (p *Provider) decode(h sandbox.Handle) (handleState, error) {
 }
 
 // newBoxID is "tb", 6 hex of the deployment's hash (so List can find a deployment's volumes and
-// snapshots, which carry no labels), and 10 random characters: 18 in all, leaving room for
-// "-v<n>" within Deno's 32.
-func newBoxID(deployment string) string {
-	return boxPrefix(deployment) + strings.ToLower(rand.Text()[:10])
+// snapshots, which carry no labels), the creation time (7 base-36 digits of Unix seconds: the console
+// reports no age for volumes and snapshots, and the reaper spares what has none) and 5 random
+// characters: 20 in all, leaving room for "-v<n>" within Deno's 32.
+func newBoxID(deployment string, now time.Time) string {
+	ts := strconv.FormatInt(now.Unix(), 36)
+	ts = strings.Repeat("0", max(0, 7-len(ts))) + ts
+	return boxPrefix(deployment) + ts + strings.ToLower(rand.Text()[:5])
+}
+
+// boxTime is the creation time a box id carries.
+func boxTime(id string) time.Time {
+	sec, err := strconv.ParseInt(id[8:15], 36, 64)
+	if err != nil {
+		return time.Time{}
+	}
+	return time.Unix(sec, 0).UTC()
 }
 
 func boxPrefix(deployment string) string {
@@ -234,7 +247,7 @@ func boxPrefix(deployment string) string {
 }
 
 func validBoxID(id string) bool {
-	if len(id) != 18 || !strings.HasPrefix(id, "tb") {
+	if len(id) != 20 || !strings.HasPrefix(id, "tb") {
 		return false
 	}
 	for _, r := range id {

@@ -185,7 +185,7 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Handl
 		return sandbox.Handle{}, fmt.Errorf("%w: deno sandboxes cannot bind host paths: %w", sandbox.ErrInvalidSpec, sandbox.ErrUnsupported)
 	}
 	labels := spec.Labels.Map()
-	id := newBoxID(spec.Labels.Deployment)
+	id := newBoxID(spec.Labels.Deployment, p.clock.Now())
 	labels[LabelBox] = id
 	labels[LabelImage] = spec.Image
 	for k, v := range labels {
@@ -334,13 +334,12 @@ func (p *Provider) Inspect(ctx context.Context, h sandbox.Handle) (sandbox.Info,
 }
 
 func (p *Provider) info(h sandbox.Handle, b boxState) sandbox.Info {
-	info := sandbox.Info{Handle: h, State: sandbox.StateStopped, Network: sandbox.NetworkFull}
+	info := sandbox.Info{Handle: h, State: sandbox.StateStopped, Network: sandbox.NetworkFull, CreatedAt: boxTime(h.ID)}
 	if b.running != nil {
 		info.State = sandbox.StateRunning
 	}
 	if b.latest != nil {
 		info.Labels = maps.Clone(b.latest.Labels)
-		info.CreatedAt = b.latest.CreatedAt
 		info.Image = b.latest.Labels[LabelImage]
 		delete(info.Labels, LabelImage)
 	}
