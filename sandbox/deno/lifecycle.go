@@ -207,7 +207,7 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Handl
 		}
 		return sandbox.Handle{}, p.undo(ctx, id, fmt.Errorf("deno: create %s: %w", id, err))
 	}
-	if _, err := p.boot(ctx, h, st, vol); err != nil {
+	if _, err := p.boot(ctx, h, st, vol, true); err != nil {
 		return sandbox.Handle{}, p.undo(ctx, id, fmt.Errorf("deno: create %s: %w", id, err))
 	}
 	return h, nil
@@ -249,7 +249,9 @@ func capacityValue(s string) any {
 }
 
 // boot starts a sandbox on the volume, sets the env and makes the work directory.
-func (p *Provider) boot(ctx context.Context, h sandbox.Handle, st handleState, vol string) (*live, error) {
+// mkdir makes the work directory: needed on the first boot only, since everything a sandbox writes
+// stays on its root volume.
+func (p *Provider) boot(ctx context.Context, h sandbox.Handle, st handleState, vol string, mkdir bool) (*live, error) {
 	deadline := p.clock.Now().Add(Lifetime)
 	memory := 1280
 	cfg := map[string]any{
@@ -294,6 +296,9 @@ func (p *Provider) boot(ctx context.Context, h sandbox.Handle, st handleState, v
 		if err := conn.call(bctx, "envSet", map[string]string{"key": k, "value": st.Env[k]}, nil, nil); err != nil {
 			return fail(fmt.Errorf("set env %s: %w", k, err))
 		}
+	}
+	if !mkdir {
+		return lv, nil
 	}
 	// The sandbox runs as app, which may not own the work directory's parent: fall back to sudo, with
 	// the ids taken outside it (seed 001).
@@ -378,7 +383,7 @@ func (p *Provider) Start(ctx context.Context, h sandbox.Handle) error {
 		}
 		made = true
 	}
-	if _, err := p.boot(ctx, h, st, vol.slug); err != nil {
+	if _, err := p.boot(ctx, h, st, vol.slug, false); err != nil {
 		err = fmt.Errorf("deno: resume %s: %w", h.ID, err)
 		if made {
 			// Back to the paused state (the snapshot alone), so the next resume starts clean.

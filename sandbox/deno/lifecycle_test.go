@@ -263,3 +263,53 @@ func TestExpiredIsStopped(t *testing.T) {
 	require.Equal(t, "before expiry", cat(t, p, h, "kept"), "the expired sandbox's volume is resumed")
 	counts(t, f, h, 1, 0, "booted from its own volume again")
 }
+
+func TestExpose(t *testing.T) {
+	f := newFake(t, nil)
+	p := newProvider(t, f, nil)
+	h := create(t, p, spec(t, "deno-expose"))
+	url, err := p.ExposeHTTP(t.Context(), h, 4096)
+	require.NoError(t, err, "both steps: the REST expose, then the RPC with its domain")
+	require.Regexp(t, `^https://sbx-ord-[0-9a-z]+-1\.sandbox\.deno\.net$`, url)
+	require.Equal(t, 1, f.Calls(denofake.OpExposeHTTP))
+
+	cmd, err := p.AttachCommand(t.Context(), h, "bash")
+	require.NoError(t, err)
+	require.Equal(t, "ssh", cmd[0])
+	require.Contains(t, cmd, "StrictHostKeyChecking=no")
+	require.Regexp(t, `^app_[0-9a-z]+@ssh\.ord\.sandbox\.deno\.net$`, cmd[len(cmd)-2])
+	require.Equal(t, "cd '/workspace' && exec bash", cmd[len(cmd)-1])
+
+	require.NoError(t, p.Stop(t.Context(), h))
+	_, err = p.ExposeHTTP(t.Context(), h, 4096)
+	require.ErrorIs(t, err, sandbox.ErrNotRunning)
+}
+
+// TestSessionMissingReconnects: a socket that closed while the sandbox runs is only a missing
+// session: the next call connects again (secondary connection) and works.
+func TestSessionMissingReconnects(t *testing.T) {
+	f := newFake(t, nil)
+	p := newProvider(t, f, nil)
+	h := create(t, p, spec(t, "deno-reconnect"))
+	require.NoError(t, p.Close(), "drops the sockets, never the sandboxes")
+	require.Equal(t, 1, f.Running())
+	require.NoError(t, p.WriteFile(t.Context(), h, "after", []byte("reconnected"), 0o644))
+	require.Equal(t, "reconnected", cat(t, p, h, "after"))
+	require.Equal(t, 1, f.Calls(denofake.OpConnect))
+}
+
+// TestTransientErrorsRetried: 5xx from the console are retried with backoff.
+func TestTransientErrorsRetried(t *testing.T) {
+	f := newFake(t, nil)
+	p := newProvider(t, f, nil)
+	h := create(t, p, spec(t, "deno-retry"))
+	f.Inject(denofake.Fault{Op: denofake.OpListSandboxes, Status: http.StatusServiceUnavailable, Times: 2})
+	f.Inject(denofake.Fault{Op: denofake.OpListVolumes, Status: http.StatusBadGateway})
+	require.Equal(t, sandbox.StateRunning, state(t, p, h))
+
+	f.Inject(denofake.Fault{Op: denofake.OpListSandboxes, Status: http.StatusServiceUnavailable, Times: 100})
+	_, err := p.Inspect(t.Context(), h)
+	require.ErrorIs(t, err, sandbox.ErrUnavailable, "an outage that lasts is ErrUnavailable, not a missing sandbox")
+	require.NotErrorIs(t, err, sandbox.ErrNotFound)
+	f.Clear(denofake.OpListSandboxes)
+}

@@ -48,6 +48,9 @@ func (e *APIError) Unwrap() error {
 // message is matched too, as seed 001 does ("limit", "concurrent", "quota").
 func isLimit(status int, code, msg string) bool {
 	s := strings.ToLower(code + " " + msg)
+	if strings.Contains(s, "rate") {
+		return false // a rate limit is retried, not told to the thread
+	}
 	return (status == http.StatusTooManyRequests || status == http.StatusForbidden || status == http.StatusPaymentRequired || status == http.StatusBadRequest) &&
 		(strings.Contains(s, "limit") || strings.Contains(s, "concurrent") || strings.Contains(s, "quota"))
 }
