@@ -179,7 +179,7 @@ func TestConcurrencyLimit(t *testing.T) {
 	_, err := p.Create(t.Context(), spec(t, "deno-limit"))
 	require.ErrorIs(t, err, deno.ErrLimit)
 	require.ErrorIs(t, err, sandbox.ErrNoEffect, "nothing is left of the refused create")
-	require.Contains(t, err.Error(), "limit on concurrently running sandboxes")
+	require.True(t, strings.HasPrefix(err.Error(), "the limit of concurrently running Deno sandboxes is reached"), err.Error())
 	list, err := p.List(t.Context(), map[string]string{sandbox.LabelDeployment: "deno-limit"})
 	require.NoError(t, err)
 	require.Len(t, list, 1)

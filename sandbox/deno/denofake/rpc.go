@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"sync"
 
 	"github.com/gorilla/websocket"
@@ -321,5 +320,3 @@ func (c *conn) inboundStream(id *int) (*pipe, error) {
 	p.claimed = true
 	return p, nil
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }
