@@ -207,6 +207,9 @@ type handleState struct {
 	Labels  map[string]string `json:"labels,omitempty"`
 	// Env is the spec's (already filtered) environment, set again in every sandbox the box boots.
 	Env map[string]string `json:"env,omitempty"`
+	// Network full leaves Deno's network open; anything else (none, or a handle without it) boots
+	// with an empty allow_net: no outbound host.
+	Network sandbox.NetworkMode `json:"network,omitempty"`
 }
 
 func (p *Provider) decode(h sandbox.Handle) (handleState, error) {

@@ -193,7 +193,7 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Handl
 			return sandbox.Handle{}, fmt.Errorf("%w: label %s: Deno allows keys of 64 bytes and values of 128", sandbox.ErrInvalidSpec, k)
 		}
 	}
-	st := handleState{Region: p.opts.Region, WorkDir: spec.WorkDir, Labels: labels, Env: spec.Env}
+	st := handleState{Region: p.opts.Region, WorkDir: spec.WorkDir, Labels: labels, Env: spec.Env, Network: spec.Network}
 	raw, err := json.Marshal(st)
 	if err != nil {
 		return sandbox.Handle{}, err
@@ -260,6 +260,9 @@ func (p *Provider) boot(ctx context.Context, h sandbox.Handle, st handleState, v
 		"labels":     st.Labels,
 		"root":       map[string]string{"volume": vol},
 		"volumes":    []any{},
+	}
+	if st.Network != sandbox.NetworkFull {
+		cfg["allow_net"] = []string{} // omitted, Deno's network is open
 	}
 	raw, err := json.Marshal(cfg)
 	if err != nil {
@@ -339,7 +342,10 @@ func (p *Provider) Inspect(ctx context.Context, h sandbox.Handle) (sandbox.Info,
 }
 
 func (p *Provider) info(h sandbox.Handle, b boxState) sandbox.Info {
-	info := sandbox.Info{Handle: h, State: sandbox.StateStopped, Network: sandbox.NetworkFull, CreatedAt: boxTime(h.ID)}
+	info := sandbox.Info{Handle: h, State: sandbox.StateStopped, Network: sandbox.NetworkNone, CreatedAt: boxTime(h.ID)}
+	if st, err := p.decode(h); err == nil && st.Network == sandbox.NetworkFull {
+		info.Network = sandbox.NetworkFull
+	}
 	if b.running != nil {
 		info.State = sandbox.StateRunning
 	}

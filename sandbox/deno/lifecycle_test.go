@@ -313,3 +313,23 @@ func TestTransientErrorsRetried(t *testing.T) {
 	require.NotErrorIs(t, err, sandbox.ErrNotFound)
 	f.Clear(denofake.OpListSandboxes)
 }
+
+func TestNetworkNoneSendsEmptyAllowNet(t *testing.T) {
+	f := newFake(t, nil)
+	p := newProvider(t, f, nil)
+	h := create(t, p, spec(t, "deno-net"))
+	got := f.AllowNet(f.SandboxIDs(deno.LabelBox, h.ID)[0])
+	require.NotNil(t, got, "network none: allow_net is sent")
+	require.Empty(t, *got, "with no host in it")
+	info, err := p.Inspect(t.Context(), h)
+	require.NoError(t, err)
+	require.Equal(t, sandbox.NetworkNone, info.Network)
+
+	sp := spec(t, "deno-net")
+	sp.Network = sandbox.NetworkFull
+	full := create(t, p, sp)
+	require.Nil(t, f.AllowNet(f.SandboxIDs(deno.LabelBox, full.ID)[0]), "network full: Deno's open network")
+	info, err = p.Inspect(t.Context(), full)
+	require.NoError(t, err)
+	require.Equal(t, sandbox.NetworkFull, info.Network)
+}

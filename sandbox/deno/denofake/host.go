@@ -29,6 +29,7 @@ type box struct {
 	env        map[string]string
 	conns      map[*conn]bool
 	exposed    int
+	allowNet   *[]string // nil: open network (the backend is network none regardless)
 	domains    map[string]bool
 	procs      map[int]*proc
 	pidSeq     int
@@ -59,7 +60,7 @@ type sandboxConfig struct {
 		Volume string `json:"volume"`
 		Path   string `json:"path"`
 	} `json:"volumes"`
-	AllowNet []string       `json:"allow_net,omitempty"`
+	AllowNet *[]string      `json:"allow_net,omitempty"`
 	Secrets  map[string]any `json:"secrets,omitempty"`
 }
 
@@ -142,7 +143,7 @@ func (f *Fake) boot(ctx context.Context, region string, cfg sandboxConfig) (*box
 	if len(cfg.Volumes) > 0 {
 		return bad("UNSUPPORTED", "denofake does not model extra volumes")
 	}
-	b := &box{id: newSandboxID(region), region: region, labels: cfg.Labels, createdAt: now, status: "running",
+	b := &box{id: newSandboxID(region), region: region, labels: cfg.Labels, createdAt: now, status: "running", allowNet: cfg.AllowNet,
 		stopAt: time.UnixMilli(*cfg.StopAtMs), env: map[string]string{}, conns: map[*conn]bool{}, dead: make(chan struct{}),
 		domains: map[string]bool{}, procs: map[int]*proc{}}
 	if b.labels == nil {
@@ -505,4 +506,14 @@ func (f *Fake) SandboxIDs(key, value string) []string {
 		}
 	}
 	return ids
+}
+
+// AllowNet reports the allow_net a sandbox was booted with (nil: none sent, the network is open).
+func (f *Fake) AllowNet(id string) *[]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if b := f.boxes[id]; b != nil {
+		return b.allowNet
+	}
+	return nil
 }
