@@ -32,10 +32,16 @@ type denoFixture struct {
 	rt   *recordingRuntime
 }
 
-func newDenoFixture(t *testing.T) denoFixture {
+func newDenoFixture(t *testing.T, clock ...*denofake.Clock) denoFixture {
 	t.Helper()
-	f := denofake.New(t, denofake.Options{Backend: dockertest.New(t, docker.Options{}), Image: dockertest.Image(), Snapshots: []string{denoBase}})
-	p, err := deno.New(deno.Options{Token: denofake.Token, ConsoleURL: f.ConsoleURL(), SandboxURL: f.SandboxURL(), Logger: zaptest.NewLogger(t)})
+	fo := denofake.Options{Backend: dockertest.New(t, docker.Options{}), Image: dockertest.Image(), Snapshots: []string{denoBase}}
+	po := deno.Options{Logger: zaptest.NewLogger(t)}
+	if len(clock) > 0 {
+		fo.Clock, po.Clock = clock[0], clock[0]
+	}
+	f := denofake.New(t, fo)
+	po.Token, po.ConsoleURL, po.SandboxURL = denofake.Token, f.ConsoleURL(), f.SandboxURL()
+	p, err := deno.New(po)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.Close() })
 	dep := "denopool-" + randomSuffix()
@@ -178,4 +184,29 @@ func TestDenoResumeFailingRecreatesWithHistory(t *testing.T) {
 	require.ErrorIs(t, err, sandbox.ErrNotFound, "the broken sandbox was destroyed")
 	d.counts(t, old, 0, 0, "with all its volumes and snapshots")
 	d.counts(t, mustHandle(t, s), 1, 0, "the new one")
+}
+
+// TestDenoSweptSandboxResumesOnNextTurn: the provider pauses an idle sandbox nearing Deno's 30-minute
+// deadline behind the pool's back (its session still says active); the next turn finds it stopped,
+// resumes it and answers, with the files.
+func TestDenoSweptSandboxResumesOnNextTurn(t *testing.T) {
+	clock := denofake.NewClock(time.Now())
+	d := newDenoFixture(t, clock)
+	st := dbtest.OpenSQLite(t)
+	pool := d.pool(t, st, d.prov)
+	out := ask(t, pool, "web:deno-swept", "e1", "echo kept > kept.txt && echo written")
+	require.NoError(t, out.Err)
+	h := mustHandle(t, sessionStatus(t, st, "web:deno-swept"))
+
+	clock.Advance(28 * time.Minute)
+	paused, err := d.prov.Sweep(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, []string{h.ID}, paused)
+	requireState(t, d.prov, h, sandbox.StateStopped)
+
+	out = ask(t, pool, "web:deno-swept", "e2", "cat kept.txt")
+	require.NoError(t, out.Err)
+	require.Equal(t, "kept", out.Answer)
+	require.Equal(t, h, mustHandle(t, sessionStatus(t, st, "web:deno-swept")), "resumed, not recreated")
+	requireState(t, d.prov, h, sandbox.StateRunning)
 }
