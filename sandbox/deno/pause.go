@@ -120,7 +120,9 @@ func (p *Provider) snapshot(ctx context.Context, vol, snap string) error {
 
 // poll calls f with backoff until it reports done or ctx ends (then the last error, or ctx's).
 func (p *Provider) poll(ctx context.Context, f func() (done bool, err error)) error {
-	delay := 20 * time.Millisecond
+	// Fine-grained: a volume detaches within a second or so of the kill, and every step of a pause
+	// waits for one such thing; a coarse backoff would add most of a step to each pause.
+	delay := 10 * time.Millisecond
 	for {
 		done, err := f()
 		if done {
@@ -136,7 +138,7 @@ func (p *Provider) poll(ctx context.Context, f func() (done bool, err error)) er
 			return ctx.Err()
 		case <-t.C:
 		}
-		delay = min(2*delay, time.Second)
+		delay = min(2*delay, 250*time.Millisecond)
 	}
 }
 
