@@ -33,8 +33,12 @@ type denoFixture struct {
 }
 
 func newDenoFixture(t *testing.T, clock ...*denofake.Clock) denoFixture {
+	return newDenoFixtureWith(t, 0, clock...)
+}
+
+func newDenoFixtureWith(t *testing.T, maxRunning int, clock ...*denofake.Clock) denoFixture {
 	t.Helper()
-	fo := denofake.Options{Backend: dockertest.New(t, docker.Options{}), Image: dockertest.Image(), Snapshots: []string{denoBase}}
+	fo := denofake.Options{Backend: dockertest.New(t, docker.Options{}), Image: dockertest.Image(), Snapshots: []string{denoBase}, MaxRunning: maxRunning}
 	po := deno.Options{Logger: zaptest.NewLogger(t)}
 	if len(clock) > 0 {
 		fo.Clock, po.Clock = clock[0], clock[0]
@@ -209,4 +213,22 @@ func TestDenoSweptSandboxResumesOnNextTurn(t *testing.T) {
 	require.Equal(t, "kept", out.Answer)
 	require.Equal(t, h, mustHandle(t, sessionStatus(t, st, "web:deno-swept")), "resumed, not recreated")
 	requireState(t, d.prov, h, sandbox.StateRunning)
+}
+
+// TestDenoConcurrencyLimitIsAPlainReply: past Deno's limit of running sandboxes, a new thread's turn
+// waits (provider_wait), then fails with its own code, which the bot turns into a plain reply; nothing
+// is left of the refused create.
+func TestDenoConcurrencyLimitIsAPlainReply(t *testing.T) {
+	d := newDenoFixtureWith(t, 1)
+	st := dbtest.OpenSQLite(t)
+	pool := d.pool(t, st, d.prov, func(c *Config) { c.ProviderWait = 200 * time.Millisecond })
+	out := ask(t, pool, "web:deno-first", "e1", "echo one")
+	require.NoError(t, out.Err)
+	out = ask(t, pool, "web:deno-second", "e2", "echo two")
+	require.Error(t, out.Err)
+	require.Equal(t, EPROVIDERBUSY, ErrorCode(out.Err))
+	require.ErrorIs(t, out.Err, deno.ErrLimit)
+	list, err := d.prov.List(t.Context(), map[string]string{sandbox.LabelDeployment: d.dep})
+	require.NoError(t, err)
+	require.Len(t, list, 1, "only the first thread's sandbox exists")
 }

@@ -59,9 +59,9 @@ const (
 )
 
 var (
-	// ErrLimit: Deno refused another sandbox (the account's concurrency limit). Its text is meant for
-	// the user, and it wraps ErrUnavailable so callers wait rather than recreate.
-	ErrLimit = fmt.Errorf("the limit of concurrently running Deno sandboxes is reached: this thread can run once another one is idle: %w", sandbox.ErrUnavailable)
+	// ErrLimit: Deno refused another sandbox (the account's concurrency limit). It wraps
+	// sandbox.ErrProviderBusy (and so ErrUnavailable): callers wait rather than recreate.
+	ErrLimit = fmt.Errorf("the limit of concurrently running Deno sandboxes is reached: this thread can run once another one is idle: %w", sandbox.ErrProviderBusy)
 	// ErrBadToken: the console or the host refused the token.
 	ErrBadToken = errors.New("deno token refused")
 )
