@@ -48,12 +48,15 @@ const (
 	ETOOLARGE Code = "too_large"
 	// EUNAVAILABLE: a service the turn needs (the sandbox provider, the database) is down.
 	EUNAVAILABLE Code = "unavailable"
+	// EPROVIDERBUSY: the sandbox provider runs as many sandboxes as it allows (Deno's concurrency
+	// limit); it outlasted the wait.
+	EPROVIDERBUSY Code = "provider_busy"
 )
 
 // Codes lists every code, for tables that must cover them all.
 func Codes() []Code {
 	return []Code{ECANCELLED, ECAPACITY, ECONFLICT, EINTERNAL, EINTERRUPTED, ELIMIT, EINVALID, ENOTFOUND, ERESET,
-		ERUNTIME, ESANDBOX, ESHUTDOWN, ESTUCK, ETIMEOUT, ETOOLARGE, EUNAVAILABLE}
+		ERUNTIME, ESANDBOX, ESHUTDOWN, ESTUCK, ETIMEOUT, ETOOLARGE, EUNAVAILABLE, EPROVIDERBUSY}
 }
 
 // Error is a classified failure: Op is what was being done ("prepare sandbox"), for the log; Err is
@@ -141,6 +144,8 @@ func causeCode(err error) (Code, bool) {
 		return ECANCELLED, true
 	case errors.Is(err, ErrQueueFull):
 		return ECAPACITY, true
+	case errors.Is(err, sandbox.ErrProviderBusy):
+		return EPROVIDERBUSY, true
 	case errors.Is(err, ErrLockLost), errors.Is(err, sandbox.ErrUnavailable), errors.Is(err, db.ErrLocked):
 		return EUNAVAILABLE, true
 	case errors.Is(err, sandbox.ErrFileTooLarge):

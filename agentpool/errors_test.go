@@ -27,6 +27,7 @@ func TestErrorCode(t *testing.T) {
 		{"unclassified is internal", daemon, EINTERNAL},
 		{"classified keeps its code through wrapping", fmt.Errorf("turn: %w", &Error{Code: ERUNTIME, Op: "prompt", Err: daemon}), ERUNTIME},
 		{"provider outage", fmt.Errorf("docker inspect d710: %w: %w", sandbox.ErrUnavailable, daemon), EUNAVAILABLE},
+		{"provider at its limit of running sandboxes", fmt.Errorf("create sandbox: %w", sandbox.ErrProviderBusy), EPROVIDERBUSY},
 		{"sqlite held by another process", fmt.Errorf("db: %w", db.ErrLocked), EUNAVAILABLE},
 		{"lost thread lock", ErrLockLost, EUNAVAILABLE},
 		{"interrupted by a restart", ErrInterrupted, EINTERRUPTED},

@@ -50,7 +50,7 @@ func (p Problem) HTTPStatus() int {
 		return http.StatusRequestEntityTooLarge
 	case agentpool.ECAPACITY:
 		return http.StatusTooManyRequests
-	case agentpool.EUNAVAILABLE, agentpool.ESHUTDOWN:
+	case agentpool.EUNAVAILABLE, agentpool.ESHUTDOWN, agentpool.EPROVIDERBUSY:
 		return http.StatusServiceUnavailable
 	case agentpool.ETIMEOUT:
 		return http.StatusGatewayTimeout
@@ -135,6 +135,8 @@ func userText(code agentpool.Code) (text string, ok bool) {
 	case agentpool.ETOOLARGE:
 		return fmt.Sprintf("An attachment or file was over a size limit (attachments may be up to %s). Send a smaller one, or split it.",
 			HumanSize(agentpool.MaxInboundFile)), true
+	case agentpool.EPROVIDERBUSY:
+		return "The sandbox service is running as many sandboxes as it allows right now. This thread gets one as soon as another goes idle: send it again in a few minutes.", true
 	case agentpool.EUNAVAILABLE:
 		return "A service I depend on (the sandbox service or the database) is not answering right now. Try again in a few minutes; if it lasts, tell an operator and quote the ref.", true
 	}

@@ -30,6 +30,11 @@ var (
 	// found nor missing. Callers wait and retry (lifecycle.provider_wait) rather than recreate or fail.
 	// Providers wrap it around connection failures and 502/503/504-like answers.
 	ErrUnavailable = errors.New("sandbox service unavailable")
+	// ErrProviderBusy: the provider refuses to run one more sandbox now (an account's limit on
+	// concurrently running sandboxes, as Deno has). It wraps ErrUnavailable, so callers wait it out
+	// like an outage (an idle sandbox paused elsewhere frees a place), and tell the user plainly when
+	// it lasts.
+	ErrProviderBusy = fmt.Errorf("the sandbox provider runs no more sandboxes at once: %w", ErrUnavailable)
 	// ErrNotRegular: a file operation met a symlink, directory or device where it needs a regular
 	// file (or a directory, for ListFiles), and refused rather than follow it.
 	ErrNotRegular = errors.New("not a regular file")

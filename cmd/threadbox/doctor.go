@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/threadbox/threadbox/sandbox/daytona"
+	"github.com/threadbox/threadbox/sandbox/deno"
 	"github.com/threadbox/threadbox/sandbox/docker"
 )
 
@@ -71,6 +72,8 @@ func (m *Main) doctorChecks() []check {
 		checks = append(checks, check{name: "docker", run: m.checkDocker})
 	case "daytona":
 		checks = append(checks, check{name: "daytona", run: m.checkDaytona})
+	case "deno":
+		checks = append(checks, check{name: "deno", run: m.checkDeno})
 	case "local":
 		checks = append(checks, check{name: "sandbox", run: func(context.Context) (string, *problem) {
 			if err := m.localAllowed(); err != nil {
@@ -183,4 +186,26 @@ func (m *Main) checkRedis(ctx context.Context) (string, *problem) {
 
 func oneLine(err error) string {
 	return strings.Join(strings.Fields(err.Error()), " ")
+}
+
+// checkDeno checks the token, the region and the base snapshot, and that the console answers.
+func (m *Main) checkDeno(ctx context.Context) (string, *problem) {
+	p, err := m.newDeno()
+	if err != nil {
+		return "", &problem{what: oneLine(err), fix: "set sandbox.deno.token (or THREADBOX_SANDBOX_DENO_TOKEN), and sandbox.deno.org with a personal token"}
+	}
+	defer p.Close()
+	ok, err := p.Check(ctx)
+	switch {
+	case errors.Is(err, deno.ErrUnreachable):
+		return "", &problem{what: oneLine(err), fix: "check sandbox.deno.console_url and this host's outbound network; a 5xx is Deno's outage, not your token"}
+	case errors.Is(err, deno.ErrBadToken):
+		return "", &problem{what: oneLine(err), fix: "create an organization token (ddo_…) in the Deno Deploy dashboard and set sandbox.deno.token"}
+	case errors.Is(err, deno.ErrNoSnapshot):
+		return "", &problem{what: oneLine(err),
+			fix: "build the base snapshot in sandbox.deno.region (see the README's Deno section), or set sandbox.deno.base_snapshot and sandbox.deno.region to match one"}
+	case err != nil:
+		return "", &problem{what: oneLine(err), fix: "check sandbox.deno"}
+	}
+	return ok, nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/threadbox/threadbox/prompts"
 	"github.com/threadbox/threadbox/sandbox"
 	"github.com/threadbox/threadbox/sandbox/daytona"
+	"github.com/threadbox/threadbox/sandbox/deno"
 	"github.com/threadbox/threadbox/sandbox/docker"
 	"github.com/threadbox/threadbox/sandbox/local"
 )
@@ -174,8 +175,16 @@ func (m *Main) newProvider(ctx context.Context) (sandbox.Provider, string, error
 	case "daytona":
 		p, err := m.newDaytona()
 		return p, "", err
+	case "deno":
+		p, err := m.newDeno()
+		if err != nil {
+			return nil, "", err
+		}
+		m.onClose(p.Close)
+		m.goSweepDeno(ctx, p)
+		return p, "", nil
 	}
-	return nil, "", fmt.Errorf("sandbox.provider %s: not available in this build yet (use docker, local or daytona)", name)
+	return nil, "", fmt.Errorf("sandbox.provider %s: not available in this build yet (use docker, local, daytona or deno)", name)
 }
 
 // shutdown stops intake first, then lets turns finish within grace, then closes the rest. It never
@@ -202,4 +211,29 @@ func (m *Main) newDaytona() (*daytona.Provider, error) {
 		opts.AutoDeleteMinutes = &d.AutoDeleteMinutes
 	}
 	return daytona.New(opts)
+}
+
+// newDeno builds the Deno provider from sandbox.deno (it does not contact Deno; doctor does).
+func (m *Main) newDeno() (*deno.Provider, error) {
+	d := m.Config.Sandbox.Deno
+	return deno.New(deno.Options{
+		Token: d.Token, Org: d.Org, ConsoleURL: d.ConsoleURL, SandboxURL: d.SandboxURL, Region: d.Region,
+		BaseSnapshot: d.BaseSnapshot, VolumeCapacity: d.VolumeCapacity, Logger: m.Logger,
+	})
+}
+
+// goSweepDeno runs the Deno provider's sweeper until Close: it pauses this process's idle sandboxes
+// before Deno's 30-minute deadline (a turn in progress extends it instead).
+func (m *Main) goSweepDeno(ctx context.Context, p *deno.Provider) {
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.RunSweeper(sctx, time.Minute)
+	}()
+	m.onClose(func() error {
+		cancel()
+		<-done
+		return nil
+	})
 }

@@ -203,9 +203,18 @@ type Daytona struct {
 
 // Deno is the Deno Deploy sandbox provider.
 type Deno struct {
-	APIURL string `koanf:"api_url"`
-	Token  string `koanf:"token"`
+	// Token is a ddo_ organization token, or a personal token together with Org (sent as X-Deno-Org).
+	Token string `koanf:"token"`
+	Org   string `koanf:"org"`
+	// ConsoleURL is the console (management) API; SandboxURL the sandbox host, with {region} filled in.
+	ConsoleURL string `koanf:"console_url"`
+	SandboxURL string `koanf:"sandbox_url"`
+	// Region is ord or ams.
 	Region string `koanf:"region"`
+	// BaseSnapshot is the snapshot a new thread's volume is made from.
+	BaseSnapshot string `koanf:"base_snapshot"`
+	// VolumeCapacity is each volume's size: bytes, or "10GB", "512MiB"… (300MB - 20GB).
+	VolumeCapacity string `koanf:"volume_capacity"`
 }
 
 // Runtime selects the agent runtime inside the sandbox.
@@ -385,6 +394,8 @@ func Default() Config {
 			Env:       sandbox.EnvPolicy{Passthrough: []string{}, Set: map[string]string{}, Blocked: []string{}},
 			Local:     LocalConfig{Dir: "./data/sandboxes"},
 			Daytona:   Daytona{APIURL: "https://app.daytona.io/api", AutoStopMinutes: 30, AutoDeleteMinutes: -1},
+			Deno: Deno{ConsoleURL: "https://console.deno.com", SandboxURL: "https://{region}.sandbox-api.deno.net",
+				Region: "ord", VolumeCapacity: "10GB"},
 			// Where the runtime allows it (see ReadOnlyRootApplies).
 			ReadOnlyRoot: true,
 		},

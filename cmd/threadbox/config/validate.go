@@ -258,6 +258,9 @@ func (c Config) validateProvider() error {
 		if c.Sandbox.Deno.Token == "" {
 			return fmt.Errorf("sandbox.deno.token: required when sandbox.provider is deno")
 		}
+		if c.Sandbox.Deno.BaseSnapshot == "" {
+			return fmt.Errorf("sandbox.deno.base_snapshot: required when sandbox.provider is deno (the snapshot new threads start from)")
+		}
 	case "local":
 		if !c.Sandbox.Local.IUnderstandNoIsolation {
 			return fmt.Errorf("sandbox.local.i_understand_no_isolation: must be true to use sandbox.provider local, " +
@@ -266,6 +269,9 @@ func (c Config) validateProvider() error {
 	}
 	if c.Sandbox.Local.Dir == "" {
 		return fmt.Errorf("sandbox.local.dir: must not be empty")
+	}
+	if err := c.Sandbox.Deno.validate(); err != nil {
+		return err
 	}
 	d := c.Sandbox.Daytona
 	switch {
@@ -410,4 +416,25 @@ func repoLike(v string) bool {
 	ref, _, _ := strings.Cut(v, "@")
 	n := strings.Count(ref, "/")
 	return (n == 1 || n == 2) && !strings.HasPrefix(ref, "/") && !strings.HasSuffix(ref, "/") && !strings.Contains(ref, "//")
+}
+
+// validate checks the Deno keys that have a fixed shape, whichever provider is selected (a
+// deployment may switch to it later).
+func (d Deno) validate() error {
+	if d.Region != "ord" && d.Region != "ams" {
+		return fmt.Errorf("sandbox.deno.region = %q: must be ord or ams", d.Region)
+	}
+	if d.Token != "" && !strings.HasPrefix(d.Token, "ddo_") && d.Org == "" {
+		return fmt.Errorf("sandbox.deno.org: required with a personal token (one not starting with ddo_); or use an organization token")
+	}
+	if err := checkURL("sandbox.deno.console_url", d.ConsoleURL, []string{"http", "https"}, true); err != nil {
+		return err
+	}
+	if err := checkURL("sandbox.deno.sandbox_url", strings.ReplaceAll(d.SandboxURL, "{region}", d.Region), []string{"http", "https"}, true); err != nil {
+		return err
+	}
+	if d.VolumeCapacity == "" {
+		return fmt.Errorf("sandbox.deno.volume_capacity: must not be empty (e.g. 10GB)")
+	}
+	return nil
 }

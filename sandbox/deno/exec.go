@@ -1,0 +1,431 @@
+package deno
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"path"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/threadbox/threadbox/sandbox"
+)
+
+// live is an open socket to a box's running sandbox, with what we know of its deadline.
+type live struct {
+	id, region string
+	conn       *rpcConn
+
+	mu       sync.Mutex // protects the following
+	deadline time.Time  // zero: unknown (connected, not created, by this process)
+	leases   int
+	stop     chan struct{} // closed when the last lease ends
+}
+
+func (p *Provider) remember(id, region string, conn *rpcConn, deadline time.Time) *live {
+	lv := &live{id: id, region: region, conn: conn, deadline: deadline}
+	p.mu.Lock()
+	old := p.lives[id]
+	p.lives[id] = lv
+	p.mu.Unlock()
+	if old != nil && old.conn != conn {
+		old.conn.close()
+	}
+	return lv
+}
+
+func (p *Provider) forget(id string, lv *live) {
+	p.mu.Lock()
+	if p.lives[id] == lv {
+		delete(p.lives, id)
+	}
+	p.mu.Unlock()
+	lv.conn.close()
+}
+
+// liveFor returns a socket to the box's running sandbox: the one we hold, or a new connection. A
+// closed socket is only a missing session: the console says whether the sandbox is still running
+// (reconnect) or gone (ErrNotRunning while the box has storage, else ErrNotFound).
+func (p *Provider) liveFor(ctx context.Context, h sandbox.Handle) (*live, handleState, error) {
+	st, err := p.decode(h)
+	if err != nil {
+		return nil, st, err
+	}
+	p.mu.Lock()
+	lv := p.lives[h.ID]
+	p.mu.Unlock()
+	if lv != nil && !lv.conn.closed() {
+		return lv, st, nil
+	}
+	if lv != nil {
+		p.forget(h.ID, lv)
+	}
+	b, err := p.find(ctx, h.ID)
+	if err != nil {
+		return nil, st, fmt.Errorf("deno: %s: %w", h.ID, err)
+	}
+	switch {
+	case !b.exists():
+		return nil, st, fmt.Errorf("deno: %s: %w", h.ID, sandbox.ErrNotFound)
+	case b.running == nil:
+		return nil, st, fmt.Errorf("deno: %s: %w", h.ID, sandbox.ErrNotRunning)
+	}
+	hdr := http.Header{}
+	p.auth(hdr)
+	conn, err := p.dialRPC(ctx, "connect", p.host(b.running.Region, "/api/v3/sandbox/"+b.running.ID+"/connect", true), hdr)
+	if statusOf(err) == http.StatusNotFound {
+		return nil, st, fmt.Errorf("deno: %s: its sandbox stopped: %w", h.ID, sandbox.ErrNotRunning)
+	}
+	if err != nil {
+		return nil, st, err
+	}
+	return p.remember(h.ID, b.running.Region, conn, time.Time{}), st, nil
+}
+
+// lease keeps the sandbox alive while a command runs: it extends the deadline whenever less than
+// ExtendMargin is left. The last release stops the extending. This is done here, inside Exec, rather
+// than by a hook the pool calls, because every turn of the Exec-driven runtimes (shell, claude-code)
+// is an Exec, and a command is exactly what must not be cut off; Lease is exported for callers that
+// drive a runtime some other way.
+func (p *Provider) lease(lv *live) (release func()) {
+	lv.mu.Lock()
+	lv.leases++
+	if lv.leases == 1 {
+		lv.stop = make(chan struct{})
+		go p.extender(lv, lv.stop)
+	}
+	lv.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			lv.mu.Lock()
+			defer lv.mu.Unlock()
+			if lv.leases--; lv.leases == 0 {
+				close(lv.stop)
+			}
+		})
+	}
+}
+
+// Lease holds the box's sandbox alive (extending its deadline) until release is called.
+func (p *Provider) Lease(ctx context.Context, h sandbox.Handle) (release func(), err error) {
+	lv, _, err := p.liveFor(ctx, h)
+	if err != nil {
+		return nil, err
+	}
+	return p.lease(lv), nil
+}
+
+func (p *Provider) extender(lv *live, stop chan struct{}) {
+	for {
+		lv.mu.Lock()
+		wait := lv.deadline.Sub(p.clock.Now()) - p.opts.ExtendMargin
+		lv.mu.Unlock()
+		select {
+		case <-stop:
+			return
+		case <-lv.conn.done:
+			return
+		case <-p.clock.After(wait):
+		}
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		if err := p.extend(lv); err != nil {
+			p.log.Warn("extend the sandbox's deadline", zap.String("box", lv.id), zap.Error(err))
+			select { // try again soon, in real time: the clock may be a fake nobody advances
+			case <-stop:
+				return
+			case <-lv.conn.done:
+				return
+			case <-time.After(time.Second):
+			}
+		}
+	}
+}
+
+// extend asks for the full lifetime from now; Deno answers the deadline it granted.
+func (p *Provider) extend(lv *live) error {
+	want := p.clock.Now().Add(Lifetime)
+	var got struct {
+		StopAtMs int64 `json:"stop_at_ms"`
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.opts.RequestTimeout)
+	defer cancel()
+	_, err := p.do(ctx, "extend "+lv.conn.sandboxID, http.MethodPatch, p.host(lv.region, "/api/v3/sandbox/"+lv.conn.sandboxID, false),
+		map[string]int64{"stop_at_ms": want.UnixMilli()}, &got, true, p.opts.RequestTimeout)
+	if err != nil {
+		return err
+	}
+	lv.mu.Lock()
+	lv.deadline = time.UnixMilli(got.StopAtMs)
+	lv.mu.Unlock()
+	return nil
+}
+
+// Sweep pauses every box this process holds that runs no command and has less than PauseMargin of
+// its lifetime left, so that a thread never loses its running sandbox to the deadline while idle. It
+// returns the boxes it paused. (A box whose deadline this process does not know is left alone: if it
+// expires, Start boots its volume again.)
+func (p *Provider) Sweep(ctx context.Context) ([]string, error) {
+	now := p.clock.Now()
+	p.mu.Lock()
+	var due []string
+	for id, lv := range p.lives {
+		lv.mu.Lock()
+		if lv.leases == 0 && !lv.deadline.IsZero() && lv.deadline.Sub(now) < p.opts.PauseMargin {
+			due = append(due, id)
+		}
+		lv.mu.Unlock()
+	}
+	p.mu.Unlock()
+	var errs []error
+	for _, id := range due {
+		if err := p.Stop(ctx, sandbox.Handle{Provider: Name, ID: id, Version: handleVersion}); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return due, errors.Join(errs...)
+}
+
+// markerEnv tags every process an exec starts, so a timeout can kill all of them (as the Docker
+// provider does): Deno's processKill reaches one pid.
+const markerEnv = "THREADBOX_DENO_EXEC"
+
+// killTree kills every process carrying the marker, in rounds, from a process that does not carry it.
+const killTree = `m=$1; n=0
+while :; do
+  set -- $(grep -lszxF "$m" /proc/[0-9]*/environ | sed -e 's,^/proc/,,' -e 's,/environ$,,')
+  [ $# -eq 0 ] && exit 0
+  kill -STOP "$@" 2>/dev/null; kill -KILL "$@" 2>/dev/null
+  n=$((n+1)); [ $n -lt 100 ] || exit 1
+  sleep 0.05
+done`
+
+type spawnResult struct {
+	PID      int  `json:"pid"`
+	StdoutID *int `json:"stdoutStreamId"`
+	StderrID *int `json:"stderrStreamId"`
+}
+
+type waitResult struct {
+	Success bool    `json:"success"`
+	Code    int     `json:"code"`
+	Signal  *string `json:"signal"`
+}
+
+// Exec implements sandbox.Provider: spawn over the socket with piped output, wait for the exit, and on
+// a timeout or a cancelled ctx kill everything the command started.
+func (p *Provider) Exec(ctx context.Context, h sandbox.Handle, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
+	if len(req.Cmd) == 0 {
+		return sandbox.ExecResult{}, fmt.Errorf("%w: empty command", sandbox.ErrInvalidSpec)
+	}
+	lv, st, err := p.liveFor(ctx, h)
+	if err != nil {
+		return sandbox.ExecResult{}, err
+	}
+	defer p.lease(lv)()
+	start := time.Now()
+	marker := markerEnv + "=" + rand.Text()
+	env := maps.Clone(req.Env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	env[markerEnv] = strings.TrimPrefix(marker, markerEnv+"=")
+	dir := req.Dir
+	if dir == "" {
+		dir = st.WorkDir
+	} else if !path.IsAbs(dir) {
+		dir = path.Join(st.WorkDir, dir)
+	}
+	stdout := sandbox.NewCappedWriter(req.Stdout, req.MaxOutput)
+	stderr := sandbox.NewCappedWriter(req.Stderr, req.MaxOutput)
+	params := map[string]any{"command": req.Cmd[0], "args": req.Cmd[1:], "env": env, "cwd": dir, "stdout": "piped", "stderr": "piped"}
+	var pump func()
+	if req.Stdin != nil {
+		id, pf, err := lv.conn.startStream(req.Stdin)
+		if err != nil {
+			return sandbox.ExecResult{}, p.lost(ctx, h, err)
+		}
+		params["stdinStreamId"], pump = id, pf
+	}
+	var sp spawnResult
+	if err := lv.conn.call(ctx, "spawn", params, &sp, pump); err != nil {
+		return sandbox.ExecResult{}, p.lost(ctx, h, fmt.Errorf("deno: spawn: %w", err))
+	}
+	var streams []*inStream
+	if sp.StdoutID != nil {
+		streams = append(streams, lv.conn.claim(*sp.StdoutID, stdout))
+	}
+	if sp.StderrID != nil {
+		streams = append(streams, lv.conn.claim(*sp.StderrID, stderr))
+	}
+	waited := make(chan error, 1)
+	var wr waitResult
+	go func() {
+		waited <- lv.conn.call(context.WithoutCancel(ctx), "processWait", map[string]int{"pid": sp.PID}, &wr, nil)
+	}()
+
+	var timeout <-chan time.Time
+	if req.Timeout > 0 {
+		t := time.NewTimer(req.Timeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	res := sandbox.ExecResult{}
+	select {
+	case err = <-waited:
+	case <-timeout:
+		p.killExec(ctx, lv, sp.PID, marker)
+		err = <-waited
+		res.TimedOut = true
+	case <-ctx.Done():
+		p.killExec(context.WithoutCancel(ctx), lv, sp.PID, marker)
+		return sandbox.ExecResult{}, ctx.Err()
+	}
+	if err != nil {
+		return sandbox.ExecResult{}, p.lost(ctx, h, fmt.Errorf("deno: wait: %w", err))
+	}
+	// The output may still be in flight after the exit; a background child that keeps the pipe open
+	// is not waited for beyond a grace period.
+	grace := time.NewTimer(2 * time.Second)
+	defer grace.Stop()
+	for _, s := range streams {
+		select {
+		case <-s.done:
+		case <-grace.C:
+		}
+	}
+	res.ExitCode, res.Duration = wr.Code, time.Since(start)
+	if res.TimedOut {
+		res.ExitCode = sandbox.ExitTimeout
+	}
+	res.Truncated = stdout.Truncated() || stderr.Truncated()
+	return res, nil
+}
+
+// killExec kills the command (processKill) and everything it started (the marker), bounded.
+func (p *Provider) killExec(ctx context.Context, lv *live, pid int, marker string) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := lv.conn.call(ctx, "processKill", map[string]any{"pid": pid, "signal": "SIGKILL"}, nil, nil); err != nil {
+		p.log.Debug("processKill", zap.Error(err))
+	}
+	if res, err := p.run(ctx, lv, killTree, marker); err != nil || res.code != 0 {
+		p.log.Warn("kill an exec's processes", zap.String("box", lv.id), zap.Int("exit", res.code), zap.Error(err))
+	}
+}
+
+// lost turns a failure on a socket that closed into what the box's state says: not running, not
+// found, or the error itself (the sandbox still runs: only the session was missing).
+func (p *Provider) lost(ctx context.Context, h sandbox.Handle, err error) error {
+	if !errors.Is(err, errConnLost) {
+		return err
+	}
+	b, ferr := p.find(ctx, h.ID)
+	switch {
+	case ferr != nil:
+		return err
+	case !b.exists():
+		return fmt.Errorf("%w: %w", err, sandbox.ErrNotFound)
+	case b.running == nil:
+		return fmt.Errorf("%w: %w", err, sandbox.ErrNotRunning)
+	}
+	return fmt.Errorf("%w: %w", err, sandbox.ErrUnavailable)
+}
+
+type runResult struct {
+	code int
+	out  string
+}
+
+// run runs one of the provider's own scripts (sh -c script sh args…) and returns its exit code and
+// stdout+stderr (bounded).
+func (p *Provider) run(ctx context.Context, lv *live, script string, args ...string) (runResult, error) {
+	var out strings.Builder
+	w := sandbox.NewCappedWriter(&out, 1<<20)
+	var sp spawnResult
+	params := map[string]any{"command": "sh", "args": append([]string{"-c", script, "sh"}, args...), "stdout": "piped", "stderr": "piped"}
+	if err := lv.conn.call(ctx, "spawn", params, &sp, nil); err != nil {
+		return runResult{}, err
+	}
+	var streams []*inStream
+	for _, id := range []*int{sp.StdoutID, sp.StderrID} {
+		if id != nil {
+			streams = append(streams, lv.conn.claim(*id, w))
+		}
+	}
+	var wr waitResult
+	if err := lv.conn.call(ctx, "processWait", map[string]int{"pid": sp.PID}, &wr, nil); err != nil {
+		return runResult{}, err
+	}
+	for _, s := range streams {
+		select {
+		case <-s.done:
+		case <-ctx.Done():
+			return runResult{}, ctx.Err()
+		}
+	}
+	return runResult{code: wr.Code, out: out.String()}, nil
+}
+
+// runOut is run with stdout alone, for scripts whose output is data.
+func (p *Provider) runOut(ctx context.Context, lv *live, max int64, script string, args ...string) (string, string, int, error) {
+	var out, errb strings.Builder
+	ow := sandbox.NewCappedWriter(&out, max)
+	ew := sandbox.NewCappedWriter(&errb, 64<<10)
+	var sp spawnResult
+	params := map[string]any{"command": "sh", "args": append([]string{"-c", script, "sh"}, args...), "stdout": "piped", "stderr": "piped"}
+	if err := lv.conn.call(ctx, "spawn", params, &sp, nil); err != nil {
+		return "", "", 0, err
+	}
+	var streams []*inStream
+	if sp.StdoutID != nil {
+		streams = append(streams, lv.conn.claim(*sp.StdoutID, ow))
+	}
+	if sp.StderrID != nil {
+		streams = append(streams, lv.conn.claim(*sp.StderrID, ew))
+	}
+	var wr waitResult
+	if err := lv.conn.call(ctx, "processWait", map[string]int{"pid": sp.PID}, &wr, nil); err != nil {
+		return "", "", 0, err
+	}
+	for _, s := range streams {
+		select {
+		case <-s.done:
+		case <-ctx.Done():
+			return "", "", 0, ctx.Err()
+		}
+	}
+	if ow.Truncated() {
+		return "", "", 0, fmt.Errorf("deno: script output: more than %d bytes: %w", max, sandbox.ErrTooLarge)
+	}
+	return out.String(), errb.String(), wr.Code, nil
+}
+
+// RunSweeper calls Sweep every interval (by the provider's clock) until ctx ends. Every process runs
+// its own: Sweep touches only the sandboxes this process holds sockets to.
+func (p *Provider) RunSweeper(ctx context.Context, every time.Duration) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.clock.After(every):
+		}
+		paused, err := p.Sweep(ctx)
+		if len(paused) > 0 {
+			p.log.Info("paused idle sandboxes near their deadline", zap.Strings("boxes", paused))
+		}
+		if err != nil && ctx.Err() == nil {
+			p.log.Warn("sweep", zap.Error(err))
+		}
+	}
+}
