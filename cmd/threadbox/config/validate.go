@@ -153,6 +153,8 @@ func (c Config) Validate() error {
 		func() error { return checkURL("discord.api_url", c.Discord.APIURL, []string{"http", "https"}, true) },
 		func() error { return checkURL("git.url", c.Git.URL, []string{"http", "https"}, true) },
 		func() error { return sizeRange("discord.max_file_bytes", c.Discord.MaxFileBytes) },
+		func() error { return intRange("discord.context_messages", c.Discord.ContextMessages, 0, 1000) },
+		func() error { return intRange("discord.context_chars", c.Discord.ContextChars, 1, 200000) },
 		func() error {
 			if c.Discord.PublicKey == "" {
 				return nil
