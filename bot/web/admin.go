@@ -14,28 +14,29 @@ import (
 type sessionJSON struct {
 	ThreadKey string `json:"thread_key"`
 	// ConversationID is set for web threads.
-	ConversationID  string `json:"conversation_id,omitempty"`
-	Platform        string `json:"platform"`
-	Status          string `json:"status"`
-	Provider        string `json:"provider"`
-	SandboxID       string `json:"sandbox_id,omitempty"`
-	Generation      int64  `json:"generation"`
-	Runtime         string `json:"runtime"`
-	ResumeFailCount int    `json:"resume_fail_count"`
-	LastError       string `json:"last_error,omitempty"`
+	ConversationID  string     `json:"conversation_id,omitempty"`
+	Platform        string     `json:"platform"`
+	Status          string     `json:"status"`
+	Provider        string     `json:"provider"`
+	SandboxID       string     `json:"sandbox_id,omitempty"`
+	Generation      int64      `json:"generation"`
+	Runtime         string     `json:"runtime"`
+	ResumeFailCount int        `json:"resume_fail_count"`
+	LastError       string     `json:"last_error,omitempty"`
+	LastActivityAt  *time.Time `json:"last_activity_at,omitempty"`
+	PausedAt        *time.Time `json:"paused_at,omitempty"`
+	ResumedAt       *time.Time `json:"resumed_at,omitempty"`
+	DestroyedAt     *time.Time `json:"destroyed_at,omitempty"`
+	CreatedAt       *time.Time `json:"created_at,omitempty"`
+	UpdatedAt       *time.Time `json:"updated_at,omitempty"`
+
 	// Repo is the thread's repository (host/owner/name), with the branch it started from, its own
 	// branch, and the commit last pushed from it.
-	Repo           string     `json:"repo,omitempty"`
-	BaseBranch     string     `json:"base_branch,omitempty"`
-	WorkBranch     string     `json:"work_branch,omitempty"`
-	PushedCommit   string     `json:"pushed_commit,omitempty"`
-	PushedAt       *time.Time `json:"pushed_at,omitempty"`
-	LastActivityAt *time.Time `json:"last_activity_at,omitempty"`
-	PausedAt       *time.Time `json:"paused_at,omitempty"`
-	ResumedAt      *time.Time `json:"resumed_at,omitempty"`
-	DestroyedAt    *time.Time `json:"destroyed_at,omitempty"`
-	CreatedAt      *time.Time `json:"created_at,omitempty"`
-	UpdatedAt      *time.Time `json:"updated_at,omitempty"`
+	Repo         string     `json:"repo,omitempty"`
+	BaseBranch   string     `json:"base_branch,omitempty"`
+	WorkBranch   string     `json:"work_branch,omitempty"`
+	PushedCommit string     `json:"pushed_commit,omitempty"`
+	PushedAt     *time.Time `json:"pushed_at,omitempty"`
 }
 
 func sessionOf(s bot.SessionView) *sessionJSON {
