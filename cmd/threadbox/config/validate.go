@@ -171,11 +171,11 @@ func (c Config) Validate() error {
 			return checkURL("git.github_api_url", c.Git.GitHubAPIURL, []string{"http", "https"}, true)
 		},
 		func() error {
-			if c.Repos.Default == "" && len(c.Repos.Channels) == 0 {
+			if c.Repos.Default == "" && len(c.Repos.Channels) == 0 && len(c.Repos.Allow) == 0 {
 				return nil
 			}
 			if c.Repos.CacheDir == "" {
-				return fmt.Errorf("repos.cache_dir: required with repos.default or repos.channels")
+				return fmt.Errorf("repos.cache_dir: required with repos.default, repos.channels or repos.allow")
 			}
 			for key, v := range map[string]string{"repos.default": c.Repos.Default} {
 				if v != "" && !repoLike(v) {
