@@ -48,7 +48,7 @@ func TestMentionInAThreadReadsTheThreadBefore(t *testing.T) {
 	require.Equal(t, bot.DiscordThread("G1", th), msg.Thread)
 	require.NotNil(t, msg.Earlier)
 	for _, req := range r.fake.Requests()[before:] {
-		require.NotContains(t, req.Path, "/messages", "nothing read before the turn runs: %s %s", req.Method, req.Path)
+		require.False(t, req.Method == "GET" && strings.HasSuffix(req.Path, "/messages"), "nothing read before the turn runs: %s %s", req.Method, req.Path)
 	}
 
 	em, err := msg.Earlier.Read(t.Context())
