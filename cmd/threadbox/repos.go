@@ -173,8 +173,15 @@ func (w *repoWorkspace) Describe(ctx context.Context, t agentpool.WorkspaceThrea
 	if spec.Branch != "" {
 		line = fmt.Sprintf("Repository: %s (from %s), branch %s", repoName(spec), spec.Branch, repo.ThreadBranch(t.ThreadKey))
 	}
-	// git updates refs atomically, so reading one while a fetch or push runs is safe.
-	if last := w.repos.LastPushed(ctx, spec, t.ThreadKey); last != "" {
+	// git updates refs atomically, so reading one while a fetch or push runs is safe. The cache is
+	// this process's; the record, which another replica may have written, fills in for it.
+	last := w.repos.LastPushed(ctx, spec, t.ThreadKey)
+	if last == "" && w.store != nil {
+		if row, err := w.store.ThreadRepoGet(ctx, t.ThreadKey); err == nil && strings.EqualFold(row.Repo, repoName(spec)) {
+			last = row.PushedCommit
+		}
+	}
+	if len(last) >= 12 {
 		return line + ", last pushed " + last[:12]
 	}
 	return line + ", not pushed yet"

@@ -302,6 +302,9 @@ func TestRepoCommandChoosesThenMovesTheThread(t *testing.T) {
 	row, err = p.store.ThreadRepoGet(t.Context(), thread)
 	require.NoError(t, err)
 	require.Equal(t, p.srv.Head(t, "acme", "lib", branch), row.PushedCommit)
+	require.Equal(t, "Repository: github.com/acme/lib, branch "+branch+", last pushed "+row.PushedCommit[:12],
+		p.restarted(t).Describe(t.Context(), agentpool.WorkspaceThread{ThreadKey: thread, ChannelID: "C1"}),
+		"another process, with a cache of its own, reads the push from the record")
 	res, err = p.move(t, thread, "acme/app", false)
 	require.NoError(t, err)
 	require.True(t, res.Replaced)
@@ -328,12 +331,19 @@ func TestRepoCommandChoosesThenMovesTheThread(t *testing.T) {
 	require.Contains(t, out.Workspace, "restored from its last push")
 
 	// Durable: a workspace built again (a restart) over the same store knows the thread's choice.
+	require.Equal(t, "Repository: github.com/acme/lib, branch "+branch+", not pushed yet",
+		p.restarted(t).Describe(t.Context(), agentpool.WorkspaceThread{ThreadKey: thread, ChannelID: "C1"}),
+		"its cache is new and the record of lib's earlier push went when the thread moved away: the thread is on lib, nothing pushed since")
+}
+
+// restarted is the workspace another process would build over the same store, with a cache of its
+// own and no default.
+func (p repoPool) restarted(t *testing.T) agentpool.WorkspaceDescriber {
+	t.Helper()
 	cfg := config.Default()
 	cfg.Repos.Allow, cfg.Repos.CacheDir = []string{"github.com/acme"}, t.TempDir()
 	cfg.Git.Token, cfg.Git.URL = p.token, p.srv.URL()
 	ws, err := newWorkspace(cfg, p.store, nil)
 	require.NoError(t, err)
-	require.Equal(t, "Repository: github.com/acme/lib, branch "+branch+", not pushed yet",
-		ws.(agentpool.WorkspaceDescriber).Describe(t.Context(), agentpool.WorkspaceThread{ThreadKey: thread, ChannelID: "C1"}),
-		"its cache is new (nothing fetched yet), but the thread is on lib")
+	return ws.(agentpool.WorkspaceDescriber)
 }
