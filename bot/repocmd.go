@@ -64,7 +64,8 @@ func (h *Handler) repo(ctx context.Context, msg Message, r Replier, choice strin
 		})
 		return nil
 	}
-	if refusal := h.control(ctx, msg, CmdRepo); refusal != "" {
+	// Moving replaces the sandbox: a control command, like reset ("… can move it").
+	if refusal := h.control(ctx, msg, "move"); refusal != "" {
 		h.reply(ctx, r, func(context.Context) string { return refusal })
 		return nil
 	}

@@ -1,12 +1,14 @@
 package bot
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/threadbox/threadbox/agentpool"
+	"github.com/threadbox/threadbox/db"
 )
 
 func TestRepoCommandParse(t *testing.T) {
@@ -103,3 +105,26 @@ func TestRepoAloneShowsTheRepository(t *testing.T) {
 }
 
 var _ Mover = (*moveTurns)(nil)
+
+// ownedSession is a Store whose every thread was started by U9.
+type ownedSession struct{ Store }
+
+func (ownedSession) SessionGet(_ context.Context, key string) (db.Session, error) {
+	return db.Session{ThreadKey: key, OwnerUserID: "U9"}, nil
+}
+
+// TestRepoMoveIsTheOwnersCall: with access.owner_only_controls, only the thread's starter moves it;
+// nothing is queued for anyone else.
+func TestRepoMoveIsTheOwnersCall(t *testing.T) {
+	turns := &moveTurns{res: agentpool.MoveResult{Choice: agentpool.Choice{Name: "github.com/acme/lib"}}}
+	h := NewHandler(HandlerConfig{Access: AccessPolicy{OwnerOnlyControls: true}}, turns, ownedSession{}, nil, nil)
+	r := newChatReplier()
+	thread := SlackThread("T", "C", "1.1")
+	require.NoError(t, h.Handle(t.Context(), Message{Thread: thread, User: User{ID: "U1"}, Text: "repo acme/lib", EventID: "e1"}, r))
+	r.waitPost(t, "Only the person who started this thread, or an admin, can move it.")
+	require.Empty(t, turns.reqs)
+	require.NoError(t, h.Handle(t.Context(), Message{Thread: thread, User: User{ID: "U9"}, Text: "repo acme/lib", EventID: "e2"}, r))
+	r.waitPost(t, "This thread will work on github.com/acme/lib")
+	require.Len(t, turns.reqs, 1)
+	require.NoError(t, h.Wait(t.Context()))
+}
