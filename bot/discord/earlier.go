@@ -97,6 +97,9 @@ func (a *Adapter) readEarlier(ctx context.Context, r earlierRef) (bot.EarlierMes
 			if m = earlierKept(m, botID); m == nil {
 				continue
 			}
+			if !r.Whole && mentions(m, botID) {
+				continue // in a channel, a mention of the bot is another thread's request
+			}
 			seen++
 			if len(kept) < a.opts.ContextMessages {
 				kept = append(kept, m)
@@ -171,4 +174,13 @@ func earlierMessage(m *discordgo.Message) bot.EarlierMessage {
 		out.Text = strings.TrimSpace(out.Text + "\n[attached: " + strings.Join(files, ", ") + "]")
 	}
 	return out
+}
+
+func mentions(m *discordgo.Message, userID string) bool {
+	for _, u := range m.Mentions {
+		if u != nil && u.ID == userID {
+			return true
+		}
+	}
+	return false
 }

@@ -88,6 +88,8 @@ func TestMentionInAChannelReadsTheChannelBefore(t *testing.T) {
 	alice, bob := discordfake.Person("21"), discordfake.Person("22")
 	r.fake.GuildChannel("G1", "C2")
 	r.fake.Say("C2", alice, "old chatter")
+	r.fake.Mention("G1", "C2", bob, "another request, answered in a thread of its own")
+	require.Equal(t, "another request, answered in a thread of its own", r.next(t).Text)
 	r.fake.Say("C2", bob, strings.Repeat("a", 300))
 	r.fake.Say("C2", alice, strings.Repeat("b", 300))
 	r.fake.Say("C2", bob, "the newest")
@@ -99,7 +101,7 @@ func TestMentionInAChannelReadsTheChannelBefore(t *testing.T) {
 	em, err := msg.Earlier.Read(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, []string{"user21: " + strings.Repeat("b", 289) + "…", "user22: the newest"}, texts(em))
-	require.Equal(t, 2, em.Omitted)
+	require.Equal(t, 2, em.Omitted, "the other thread's request is not part of this conversation")
 
 	r.fake.DM(alice, "hello")
 	require.Nil(t, r.next(t).Earlier, "a DM has no earlier messages to read")
