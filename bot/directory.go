@@ -43,6 +43,12 @@ type SessionView struct {
 	ResumeFailCount int
 	LastError       string
 
+	// Repo is the thread's repository (host/owner/name; "" for none recorded), BaseBranch the branch
+	// it started from ("" for the default), WorkBranch its own branch, and PushedCommit where that was
+	// last pushed ("" before the first push).
+	Repo, BaseBranch, WorkBranch, PushedCommit string
+	PushedAt                                   time.Time
+
 	LastActivityAt time.Time
 	PausedAt       time.Time
 	ResumedAt      time.Time
@@ -78,6 +84,7 @@ type DirectoryStore interface {
 	SessionGet(ctx context.Context, threadKey string) (db.Session, error)
 	SessionsByStatus(ctx context.Context, status db.SessionStatus, afterThreadKey string, limit int) ([]db.Session, error)
 	TurnTranscript(ctx context.Context, threadKey string, limit db.TranscriptLimit) ([]db.Turn, error)
+	ThreadReposByKeys(ctx context.Context, threadKeys []string) ([]db.ThreadRepo, error)
 }
 
 // Sessions answers whether a thread has a session: Slack counts a follow-up without a mention only
@@ -130,7 +137,31 @@ func (d *Directory) Sessions(ctx context.Context, status SessionStatus) (list []
 	if err != nil {
 		return nil, false, err
 	}
-	return views(all), len(all) >= SessionsListMax, nil
+	list, err = d.withRepos(ctx, views(all))
+	return list, len(all) >= SessionsListMax, err
+}
+
+// withRepos adds each thread's repository, in one query for the whole list.
+func (d *Directory) withRepos(ctx context.Context, list []SessionView) ([]SessionView, error) {
+	keys := make([]string, len(list))
+	for i, s := range list {
+		keys[i] = s.ThreadKey
+	}
+	repos, err := d.store.ThreadReposByKeys(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	byKey := make(map[string]db.ThreadRepo, len(repos))
+	for _, r := range repos {
+		byKey[r.ThreadKey] = r
+	}
+	for i := range list {
+		if r, ok := byKey[list[i].ThreadKey]; ok {
+			list[i].Repo, list[i].BaseBranch, list[i].WorkBranch = r.Repo, r.BaseBranch, r.WorkBranch
+			list[i].PushedCommit, list[i].PushedAt = r.PushedCommit, r.PushedAt
+		}
+	}
+	return list, nil
 }
 
 // statusFilter is the statuses a listing filtered by status covers: all of them for "".

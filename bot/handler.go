@@ -109,6 +109,7 @@ Commands (alone in a message):
 • reset: destroy this thread's sandbox and start fresh
 • retry: run again the message a restart interrupted
 • push: push this thread's branch (threadbox/…) and open or update its pull request
+• repo owner/name[@branch]: choose this thread's repository; later, move the thread to another one (refused while work is not pushed, unless you add --force)
 • admin <command>: operator commands (admins only; "admin help" lists them)
 Files the agent writes to output/display/ are posted here.`
 
@@ -170,6 +171,10 @@ func (h *Handler) Handle(ctx context.Context, msg Message, r Replier) error {
 		return h.retry(ctx, msg, r)
 	case word == CmdPush:
 		return h.push(ctx, msg, r)
+	case strings.HasPrefix(word, CmdRepo):
+		if choice, force, ok := repoCommand(text); ok {
+			return h.repo(ctx, msg, r, choice, force)
+		}
 	case word == CmdAdmin || strings.HasPrefix(word, CmdAdmin+" "):
 		actor, argv, user := msg.User.Qualified(msg.Thread.Platform), strings.Fields(text)[1:], msg.User.ID
 		run := func(ctx context.Context) {

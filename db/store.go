@@ -19,6 +19,7 @@ type Store interface {
 	TurnStore
 	ArtifactStore
 	AuditStore
+	ThreadRepoStore
 	Locker
 
 	// Ping checks that the database answers.

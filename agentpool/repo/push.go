@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -135,4 +136,47 @@ func short(sha string) string {
 		return sha[:12]
 	}
 	return sha
+}
+
+// Unsaved describes what the sandbox's checkout holds that was never pushed, for a user about to
+// move the thread elsewhere: commits on the thread's branch past the last push (or past where the
+// thread started), and uncommitted changes. "" when there is none, or no checkout at all.
+func (r *Repos) Unsaved(ctx context.Context, sb sandbox.Sandbox, threadKey string) (string, error) {
+	if _, err := sb.ReadFile(ctx, ".git/HEAD", 64<<10); errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	} else if err != nil {
+		return "", fmt.Errorf("repo: reading .git/HEAD: %w", err)
+	}
+	branch := ThreadBranch(threadKey)
+	var parts []string
+	// Every local branch counts, not only the thread's: the agent may have committed on another.
+	args := []string{"rev-list", "--count", "--branches"}
+	for _, not := range []string{pushedRef, baseRef} {
+		if out, err := sandboxGit(ctx, sb, "rev-parse", "--verify", "--quiet", not); err == nil {
+			args = append(args, "^"+strings.TrimSpace(out))
+		}
+	}
+	// What the forge had at the checkout (origin's branches) is not the thread's work either.
+	out, err := sandboxGit(ctx, sb, append(args, "--not", "--remotes")...)
+	if err != nil {
+		return "", fmt.Errorf("repo: counting commits not pushed: %w", err)
+	}
+	if n := strings.TrimSpace(out); n != "0" {
+		if n == "1" {
+			parts = append(parts, "1 commit not pushed")
+		} else {
+			parts = append(parts, n+" commits not pushed")
+		}
+	}
+	out, err = sandboxGit(ctx, sb, "status", "--porcelain", "--untracked-files=normal")
+	if err != nil {
+		return "", fmt.Errorf("repo: git status: %w", err)
+	}
+	if lines := strings.Count(strings.TrimSpace(out), "\n") + 1; strings.TrimSpace(out) != "" {
+		parts = append(parts, fmt.Sprintf("uncommitted changes in %d file(s)", lines))
+	}
+	if len(parts) == 0 {
+		return "", nil
+	}
+	return fmt.Sprintf("The sandbox's checkout has %s (branch %s).", strings.Join(parts, " and "), branch), nil
 }

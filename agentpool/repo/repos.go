@@ -120,3 +120,12 @@ func fetchErr(s Spec, err error) error {
 	}
 	return fmt.Errorf("%s: %w: %w", s, ErrFetch, err)
 }
+
+// Fetch brings the repository into the bot's cache (checking the allowlist, that the forge has it,
+// and its branch when s names one), so a thread's choice is checked before anything is recorded.
+func (r *Repos) Fetch(ctx context.Context, s Spec) error {
+	unlock := r.lock(s)
+	defer unlock()
+	_, _, err := r.sync(ctx, s)
+	return err
+}

@@ -67,8 +67,17 @@ var (
 )
 
 // Parse reads owner/name[@branch] or host/owner/name[@branch]; defaultHost fills a missing host.
+// A pasted web address (https://host/owner/name, which chat platforms make of host/owner/name) is
+// read as host/owner/name.
 func Parse(text, defaultHost string) (Spec, error) {
-	text = strings.TrimSuffix(strings.TrimSpace(text), ".git")
+	text = strings.TrimSpace(text)
+	for _, scheme := range []string{"https://", "http://"} {
+		if strings.HasPrefix(strings.ToLower(text), scheme) {
+			text = strings.TrimSuffix(text[len(scheme):], "/")
+			break
+		}
+	}
+	text = strings.TrimSuffix(text, ".git")
 	ref, branch, hasBranch := strings.Cut(text, "@")
 	parts := strings.Split(ref, "/")
 	var s Spec

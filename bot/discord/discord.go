@@ -56,6 +56,11 @@ type Options struct {
 	Handler Handler
 	// Admin runs /threadbox commands; nil answers that admin commands are not configured.
 	Admin Admin
+	// ContextMessages and ContextChars cap the earlier messages (of the thread, or of the channel
+	// for a mention that starts a thread) that the thread's first prompt gets (defaults 20 and
+	// 8000; a negative number turns reading them off).
+	ContextMessages int
+	ContextChars    int
 	// Redis, when set, holds dedupe marks and rate-limit counters shared by every replica.
 	Redis *redis.Client
 	// KeyPrefix prefixes every Redis key (default "threadbox:discord:").
@@ -94,6 +99,8 @@ func (o Options) withDefaults() Options {
 	o.MaxFileBytes = cmp.Or(o.MaxFileBytes, DefaultMaxFileBytes)
 	o.MaxInboundFileBytes = cmp.Or(o.MaxInboundFileBytes, DefaultMaxInboundFileBytes)
 	o.KeyPrefix = cmp.Or(o.KeyPrefix, DefaultKeyPrefix)
+	o.ContextMessages = cmp.Or(o.ContextMessages, DefaultContextMessages)
+	o.ContextChars = cmp.Or(o.ContextChars, DefaultContextChars)
 	o.DedupeTTL = cmp.Or(o.DedupeTTL, DefaultDedupeTTL)
 	o.RateLimit.UserMessages = cmp.Or(o.RateLimit.UserMessages, 30)
 	o.RateLimit.ChannelMessages = cmp.Or(o.RateLimit.ChannelMessages, 120)

@@ -140,6 +140,7 @@ func (a *Adapter) acceptMessage(ctx context.Context, m *discordgo.Message) error
 	msg := bot.Message{
 		Thread: key, ChannelID: r.channel, User: bot.User{ID: m.Author.ID, Name: m.Author.Username},
 		Text: text, Files: files, Notes: notes, EventID: "discord:" + m.ID, Reply: r.dest(),
+		Earlier: a.earlierOf(pl, m),
 	}
 	if err := a.handler.Handle(ctx, msg, r); err != nil {
 		if errors.Is(err, bot.ErrNotAccepted) {

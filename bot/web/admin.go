@@ -29,6 +29,14 @@ type sessionJSON struct {
 	DestroyedAt     *time.Time `json:"destroyed_at,omitempty"`
 	CreatedAt       *time.Time `json:"created_at,omitempty"`
 	UpdatedAt       *time.Time `json:"updated_at,omitempty"`
+
+	// Repo is the thread's repository (host/owner/name), with the branch it started from, its own
+	// branch, and the commit last pushed from it.
+	Repo         string     `json:"repo,omitempty"`
+	BaseBranch   string     `json:"base_branch,omitempty"`
+	WorkBranch   string     `json:"work_branch,omitempty"`
+	PushedCommit string     `json:"pushed_commit,omitempty"`
+	PushedAt     *time.Time `json:"pushed_at,omitempty"`
 }
 
 func sessionOf(s bot.SessionView) *sessionJSON {
@@ -37,7 +45,8 @@ func sessionOf(s bot.SessionView) *sessionJSON {
 		SandboxID: s.SandboxID, Generation: s.Generation, Runtime: s.Runtime, ResumeFailCount: s.ResumeFailCount,
 		LastError: s.LastError, LastActivityAt: timePtr(s.LastActivityAt), PausedAt: timePtr(s.PausedAt),
 		ResumedAt: timePtr(s.ResumedAt), DestroyedAt: timePtr(s.DestroyedAt), CreatedAt: timePtr(s.CreatedAt),
-		UpdatedAt: timePtr(s.UpdatedAt),
+		UpdatedAt: timePtr(s.UpdatedAt), Repo: s.Repo, BaseBranch: s.BaseBranch, WorkBranch: s.WorkBranch,
+		PushedCommit: s.PushedCommit, PushedAt: timePtr(s.PushedAt),
 	}
 	if id, ok := strings.CutPrefix(s.ThreadKey, "web:"); ok {
 		out.ConversationID = id

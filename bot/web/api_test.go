@@ -243,6 +243,20 @@ func TestAdminOps(t *testing.T) {
 	require.Equal(t, key, list.Sessions[0].ThreadKey)
 	require.Equal(t, c.ID, list.Sessions[0].ConversationID)
 	require.Equal(t, "docker", list.Sessions[0].Provider)
+	require.Empty(t, list.Sessions[0].Repo, "no repository recorded")
+
+	// The thread's repository, branch and last pushed commit, as the repo workspace records them.
+	_, err := s.store.ThreadRepoSet(t.Context(), db.ThreadRepo{ThreadKey: key, Repo: "github.com/acme/app", BaseBranch: "dev", WorkBranch: "threadbox/abc"})
+	require.NoError(t, err)
+	pushed, err := s.store.ThreadRepoPushed(t.Context(), key, "github.com/acme/app", "0123456789abcdef")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, do(t, s.ts.Client(), "GET", s.ts.URL+"/api/admin/sessions", nil, nil, &list))
+	require.Len(t, list.Sessions, 1)
+	got := list.Sessions[0]
+	require.Equal(t, []string{"github.com/acme/app", "dev", "threadbox/abc", "0123456789abcdef"}, []string{got.Repo, got.BaseBranch, got.WorkBranch, got.PushedCommit})
+	require.NotNil(t, got.PushedAt)
+	require.True(t, pushed.PushedAt.Equal(*got.PushedAt))
+
 	cli, err := s.admin.Run(context.Background(), "web:local", []string{"sessions"})
 	require.NoError(t, err)
 	require.Contains(t, cli, key, "the CLI lists the same sessions")

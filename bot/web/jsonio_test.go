@@ -32,6 +32,9 @@ func (f failingDirectory) SessionsByStatus(context.Context, db.SessionStatus, st
 func (f failingDirectory) TurnTranscript(context.Context, string, db.TranscriptLimit) ([]db.Turn, error) {
 	return nil, f.err
 }
+func (f failingDirectory) ThreadReposByKeys(context.Context, []string) ([]db.ThreadRepo, error) {
+	return nil, f.err
+}
 
 // TestAPIErrorsShowARefNotTheError: a failure the API did not expect answers with the bot's text for
 // its code, a status that fits, and a ref; the full error is in the log under that ref.

@@ -112,7 +112,7 @@ func (m *Main) mountSlack(ctx context.Context, mux *http.ServeMux, a *app) (func
 	}, nil
 }
 
-// contextMessages maps slack.context_messages to the adapter's option: 0 turns reading the thread
+// contextMessages maps slack.context_messages (and discord.context_messages) to the adapter's option: 0 turns reading the thread
 // off (the adapter reads 0 as "default" and a negative number as off).
 func contextMessages(n int) int {
 	if n == 0 {
@@ -152,6 +152,8 @@ func (m *Main) mountDiscord(ctx context.Context, mux *http.ServeMux, a *app) (fu
 		GuildIDs: cfg.GuildIDs, MaxFileBytes: cfg.MaxFileBytes, Handler: a.handler, Admin: a.admin, Redis: rdb,
 		RateLimit: bot.RateLimit{UserMessages: rl.UserMessages, ChannelMessages: rl.ChannelMessages, Window: rl.Window},
 		Logger:    m.Logger,
+		// 0 turns reading the earlier messages off, as slack.context_messages does.
+		ContextMessages: contextMessages(cfg.ContextMessages), ContextChars: cfg.ContextChars,
 	})
 	if err != nil {
 		return nil, err

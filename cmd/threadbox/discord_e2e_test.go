@@ -144,6 +144,21 @@ func TestServeAnswersDiscord(t *testing.T) {
 		require.Contains(t, r.said(m.ID), "kept", "the second mention ran in the same sandbox")
 	})
 
+	t.Run("a mention in a thread people started reads the thread before it into the first prompt", func(t *testing.T) {
+		u2 := discordfake.Person("1003")
+		th := r.fake.UserThread("C1", u1, "deploys")
+		r.fake.Say(th, u1, "we deploy on fridays")
+		r.fake.Say(th, u2, "no, never on fridays")
+		// The shell runtime leaves the context it was given in .threadbox/history.md.
+		m := r.fake.MentionIn(th, u1, "cat .threadbox/history.md")
+		r.finished(t, th, m.ID)
+		said := r.said(th)
+		require.Contains(t, said, "we deploy on fridays")
+		require.Contains(t, said, "no, never on fridays")
+		require.Contains(t, said, "(I read the 2 earlier messages of this thread before your message.)")
+		require.NotEmpty(t, r.requests(http.MethodGet, "/channels/"+th+"/messages", http.StatusOK), "read through Discord's REST history")
+	})
+
 	t.Run("DMs are answered in the DM and share a sandbox", func(t *testing.T) {
 		u := discordfake.Person("1002")
 		first := r.fake.DM(u, "echo dm > m && echo one")

@@ -18,6 +18,7 @@ import (
 	"github.com/threadbox/threadbox/agentpool/runtime/shell"
 	"github.com/threadbox/threadbox/bot"
 	"github.com/threadbox/threadbox/cmd/threadbox/config"
+	"github.com/threadbox/threadbox/db"
 	"github.com/threadbox/threadbox/db/dbtest"
 	"github.com/threadbox/threadbox/sandbox"
 	"github.com/threadbox/threadbox/sandbox/docker"
@@ -33,6 +34,7 @@ type repoPool struct {
 	srv   *gitserver.Server
 	gh    *githubfake.Server
 	token string
+	store db.Store
 	// userName is the requesting user's name the turns carry.
 	userName string
 }
@@ -61,19 +63,20 @@ func newRepoPool(t *testing.T, mod func(*config.Config)) repoPool {
 	cfg.Repos.Default = "acme/app"
 	cfg.Repos.Allow = []string{"github.com/acme"}
 	cfg.Repos.CacheDir = t.TempDir()
-	gh := githubfake.New(t, token, "acme/app")
+	gh := githubfake.New(t, token, "acme/app", "acme/lib")
 	cfg.Git.Token, cfg.Git.URL, cfg.Git.GitHubAPIURL = token, srv.URL(), gh.URL()
 	if mod != nil {
 		mod(&cfg)
 	}
-	ws, err := newWorkspace(cfg)
+	store := dbtest.OpenSQLite(t)
+	ws, err := newWorkspace(cfg, store, log)
 	require.NoError(t, err)
 	pool, err := agentpool.New(agentpool.Config{Deployment: dep, Image: image,
 		Resources: sandbox.Resources{MemoryMB: 512, CPUs: 1, PIDs: 256, ExecTimeout: 10 * time.Minute},
-	}, agentpool.Deps{Store: dbtest.OpenSQLite(t), Provider: prov, Runtime: shell.New(), Logger: log, Workspace: ws})
+	}, agentpool.Deps{Store: store, Provider: prov, Runtime: shell.New(), Logger: log, Workspace: ws})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pool.Shutdown(context.Background()) })
-	return repoPool{pool: pool, prov: prov, srv: srv, gh: gh, token: token}
+	return repoPool{pool: pool, prov: prov, srv: srv, gh: gh, token: token, store: store}
 }
 
 // turn runs one message on the thread and returns its outcome.
@@ -201,4 +204,146 @@ func TestPushOpensThenUpdatesThePullRequest(t *testing.T) {
 	require.Contains(t, out.Answer, second)
 	require.Contains(t, out.Answer, "# app\nfixed\nmore")
 	require.NotContains(t, out.Answer, "unpushed", "what was not pushed is gone, as the reply said")
+}
+
+// move runs the repo command's move on the pool and waits for its outcome.
+func (p repoPool) move(t *testing.T, thread, choice string, force bool) (agentpool.MoveResult, error) {
+	t.Helper()
+	type outcome struct {
+		res agentpool.MoveResult
+		err error
+	}
+	got := make(chan outcome, 1)
+	require.NoError(t, p.pool.Move(agentpool.MoveRequest{
+		Thread: agentpool.WorkspaceThread{ThreadKey: thread, Platform: "web", ChannelID: "C1", UserID: "u"}, Choice: choice, Force: force,
+	}, func(res agentpool.MoveResult, err error) { got <- outcome{res, err} }))
+	select {
+	case o := <-got:
+		return o.res, o.err
+	case <-time.After(2 * time.Minute):
+		t.Fatal("no move outcome")
+		return agentpool.MoveResult{}, nil
+	}
+}
+
+// TestRepoCommandChoosesThenMovesTheThread: with no default, "repo" before the first turn records
+// the thread's repository (durably: a workspace built again over the same store sees it); later it
+// moves the thread, refusing while commits are not pushed unless forced; bad choices get clear
+// words and change nothing.
+func TestRepoCommandChoosesThenMovesTheThread(t *testing.T) {
+	t.Parallel()
+	p := newRepoPool(t, func(c *config.Config) { c.Repos.Default = "" })
+	p.srv.CreateRepo(t, "acme", "lib", map[string][]byte{"LIB.md": []byte("# lib\n")})
+	const thread = "web:move-thread"
+	branch := repo.ThreadBranch(thread)
+	explain := func(err error) string { return bot.Explain(nil, "repo failed", err).String() }
+
+	// No repository yet: the sandbox starts empty.
+	out := p.turn(t, thread, "C1", "e0", "ls -A | grep -c . || true")
+	require.NoError(t, out.Err)
+	require.Empty(t, out.Workspace)
+	// (A thread with a sandbox but no checkout has nothing to lose: the choice moves it at once.)
+	res, err := p.move(t, thread, "acme/lib", false)
+	require.NoError(t, err)
+	require.Equal(t, "github.com/acme/lib", res.Choice.Name)
+	require.True(t, res.Replaced)
+	row, err := p.store.ThreadRepoGet(t.Context(), thread)
+	require.NoError(t, err)
+	require.Equal(t, "github.com/acme/lib", row.Repo)
+	require.Equal(t, branch, row.WorkBranch)
+
+	out = p.turn(t, thread, "C1", "e1", "cat LIB.md; git rev-parse --abbrev-ref HEAD")
+	require.NoError(t, out.Err)
+	require.Contains(t, out.Answer, "# lib")
+	require.Contains(t, out.Answer, branch)
+	require.Contains(t, out.Workspace, "Checked out github.com/acme/lib")
+
+	// The same choice again changes nothing.
+	res, err = p.move(t, thread, "acme/lib", false)
+	require.NoError(t, err)
+	require.True(t, res.Choice.Same)
+
+	// Bad choices: clear words, nothing recorded, the thread keeps working.
+	p.srv.CreateRepo(t, "acme", "flaky", map[string][]byte{"F.md": []byte("f\n")})
+	p.srv.FailFetches(true)
+	_, err = p.move(t, thread, "acme/flaky", false)
+	p.srv.FailFetches(false)
+	require.ErrorIs(t, err, repo.ErrFetch)
+	require.Contains(t, explain(err), "I could not fetch github.com/acme/flaky from the forge just now")
+	for choice, want := range map[string]string{
+		"other/app":            "github.com/other/app is not on this bot's list of allowed repositories",
+		"acme/nope":            "I could not find github.com/acme/nope",
+		"acme/lib@no-such":     "I could not find github.com/acme/lib (or its branch \"no-such\")",
+		"evil.example/acme/x":  "evil.example/acme/x is not on this bot's list of allowed repositories",
+		"acme/lib@--upload=ls": "That is not a repository I can use",
+	} {
+		_, err := p.move(t, thread, choice, false)
+		require.Error(t, err, choice)
+		require.True(t, strings.HasPrefix(explain(err), want), "%s: %s", choice, explain(err))
+		require.NotContains(t, explain(err), p.token)
+	}
+	row, err = p.store.ThreadRepoGet(t.Context(), thread)
+	require.NoError(t, err)
+	require.Equal(t, "github.com/acme/lib", row.Repo, "no bad choice was recorded")
+
+	// A commit not pushed: the move is refused, and the work is still there.
+	require.NoError(t, p.turn(t, thread, "C1", "e2", "echo x >> LIB.md && git commit -q -am work && echo y > new.txt").Err)
+	res, err = p.move(t, thread, "acme/app", false)
+	require.ErrorIs(t, err, agentpool.ErrUnsaved)
+	require.Equal(t, "The sandbox's checkout has 1 commit not pushed and uncommitted changes in 1 file(s) (branch "+branch+").", res.Lost)
+	out = p.turn(t, thread, "C1", "e3", "git log -1 --format=%s; cat LIB.md")
+	require.NoError(t, out.Err)
+	require.Contains(t, out.Answer, "work\n# lib\nx", "refused: nothing was touched")
+
+	// Pushed (and the stray file removed): the move goes ahead, and the record follows.
+	require.NoError(t, p.turn(t, thread, "C1", "e4", "rm new.txt").Err)
+	_, err = p.pool.Push(t.Context(), thread)
+	require.NoError(t, err)
+	row, err = p.store.ThreadRepoGet(t.Context(), thread)
+	require.NoError(t, err)
+	require.Equal(t, p.srv.Head(t, "acme", "lib", branch), row.PushedCommit)
+	require.Equal(t, "Repository: github.com/acme/lib, branch "+branch+", last pushed "+row.PushedCommit[:12],
+		p.restarted(t).Describe(t.Context(), agentpool.WorkspaceThread{ThreadKey: thread, ChannelID: "C1"}),
+		"another process, with a cache of its own, reads the push from the record")
+	res, err = p.move(t, thread, "acme/app", false)
+	require.NoError(t, err)
+	require.True(t, res.Replaced)
+	require.Equal(t, "github.com/acme/lib", res.Choice.Previous)
+	out = p.turn(t, thread, "C1", "e5", "cat README.md; ls LIB.md 2>&1")
+	require.NoError(t, out.Err)
+	require.Contains(t, out.Answer, "# app")
+	require.Contains(t, out.Answer, "No such file")
+	require.Contains(t, out.Workspace, "Checked out github.com/acme/app")
+	row, err = p.store.ThreadRepoGet(t.Context(), thread)
+	require.NoError(t, err)
+	require.Equal(t, db.ThreadRepo{ThreadKey: thread, Repo: "github.com/acme/app", WorkBranch: branch, CreatedAt: row.CreatedAt, UpdatedAt: row.UpdatedAt}, row,
+		"the push record was of the old repository")
+
+	// Forced: the unpushed commit is dropped, and the reply's words say what.
+	require.NoError(t, p.turn(t, thread, "C1", "e6", "echo z >> README.md && git commit -q -am doomed").Err)
+	res, err = p.move(t, thread, "acme/lib", true)
+	require.NoError(t, err)
+	require.True(t, res.Replaced)
+	require.Contains(t, res.Lost, "1 commit not pushed")
+	out = p.turn(t, thread, "C1", "e7", "git log -1 --format=%s")
+	require.NoError(t, out.Err)
+	require.Contains(t, out.Answer, "work", "back on lib, where the thread's pushed branch is restored")
+	require.Contains(t, out.Workspace, "restored from its last push")
+
+	// Durable: a workspace built again (a restart) over the same store knows the thread's choice.
+	require.Equal(t, "Repository: github.com/acme/lib, branch "+branch+", not pushed yet",
+		p.restarted(t).Describe(t.Context(), agentpool.WorkspaceThread{ThreadKey: thread, ChannelID: "C1"}),
+		"its cache is new and the record of lib's earlier push went when the thread moved away: the thread is on lib, nothing pushed since")
+}
+
+// restarted is the workspace another process would build over the same store, with a cache of its
+// own and no default.
+func (p repoPool) restarted(t *testing.T) agentpool.WorkspaceDescriber {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Repos.Allow, cfg.Repos.CacheDir = []string{"github.com/acme"}, t.TempDir()
+	cfg.Git.Token, cfg.Git.URL = p.token, p.srv.URL()
+	ws, err := newWorkspace(cfg, p.store, nil)
+	require.NoError(t, err)
+	return ws.(agentpool.WorkspaceDescriber)
 }

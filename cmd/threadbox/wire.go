@@ -96,7 +96,7 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 		m.Logger.Info("sandbox.read_only_root does not apply: the runtime keeps its sessions in the home directory, so the root stays writable",
 			zap.String("runtime", a.rt.Name()))
 	}
-	ws, err := newWorkspace(cfg.Config)
+	ws, err := newWorkspace(cfg.Config, st, m.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("repos: %w", err)
 	}

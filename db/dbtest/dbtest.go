@@ -53,6 +53,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"HoldThread", testHoldThread},
 		{"TurnsUndelivered", testTurnsUndelivered},
 		{"TurnUsage", testTurnUsage},
+		{"ThreadRepos", testThreadRepos},
 		{"Artifacts", testArtifacts},
 		{"Audit", testAudit},
 		{"AuditEscapesControlCharacters", testAuditEscapesControlCharacters},

@@ -1,6 +1,6 @@
 // Package gitserver is a git forge for tests: `git http-backend` behind net/http/cgi on loopback,
 // serving bare repositories that need a token (HTTP Basic, any user, the token as password), as
-// GitHub does. It records requests and can be told to refuse pushes.
+// GitHub does. It records requests and can be told to refuse pushes or to fail fetches.
 package gitserver
 
 import (
@@ -26,6 +26,7 @@ type Server struct {
 	// mu protects the following.
 	mu         sync.Mutex
 	rejectPush bool
+	failFetch  bool
 	requests   []string
 	unauthed   int
 }
@@ -53,8 +54,12 @@ func New(t testing.TB, token string) *Server {
 		}
 		s.mu.Lock()
 		s.requests = append(s.requests, r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery)
-		reject := s.rejectPush
+		reject, fail := s.rejectPush, s.failFetch
 		s.mu.Unlock()
+		if fail && (strings.HasSuffix(r.URL.Path, "/git-upload-pack") || r.URL.Query().Get("service") == "git-upload-pack") {
+			http.Error(w, "the forge is having a bad day", http.StatusServiceUnavailable)
+			return
+		}
 		if reject && (strings.HasSuffix(r.URL.Path, "/git-receive-pack") || r.URL.Query().Get("service") == "git-receive-pack") {
 			http.Error(w, "pushes are refused here", http.StatusForbidden)
 			return
@@ -89,6 +94,13 @@ func (s *Server) Path(owner, name string) string { return filepath.Join(s.root, 
 func (s *Server) RejectPushes(on bool) {
 	s.mu.Lock()
 	s.rejectPush = on
+	s.mu.Unlock()
+}
+
+// FailFetches makes upload-pack (clone, fetch) answer 503, as a forge in an outage does.
+func (s *Server) FailFetches(on bool) {
+	s.mu.Lock()
+	s.failFetch = on
 	s.mu.Unlock()
 }
 

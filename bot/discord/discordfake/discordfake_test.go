@@ -282,3 +282,57 @@ func TestHTTPInteractionsAreSignedLikeDiscord(t *testing.T) {
 	require.Len(t, rec.Callbacks, 1, "the deferral in the HTTP answer is the callback")
 	require.NotEmpty(t, rec.OriginalID)
 }
+
+// TestChannelHistoryWithDiscordgo: GET /channels/{id}/messages pages as Discord's does, newest
+// first, with before, after and around, and Discord's errors for a bad limit, two anchors at once
+// and an unknown channel.
+func TestChannelHistoryWithDiscordgo(t *testing.T) {
+	fake := discordfake.New(discordfake.Options{})
+	t.Cleanup(fake.Close)
+	s := session(t, fake)
+	fake.GuildChannel("G", "C")
+	var ids []string
+	for i := range 7 {
+		ids = append(ids, fake.Say("C", discordfake.Person("1"), string(rune('a'+i))).ID)
+	}
+	text := func(ms []*discordgo.Message) string {
+		var b strings.Builder
+		for _, m := range ms {
+			b.WriteString(m.Content)
+		}
+		return b.String()
+	}
+	tests := []struct {
+		name                  string
+		limit                 int
+		before, after, around string
+		want                  string
+	}{
+		{"newest", 3, "", "", "", "gfe"},
+		{"before", 2, ids[4], "", "", "dc"},
+		{"before the first", 5, ids[0], "", "", ""},
+		{"after, still newest first", 2, "", ids[1], "", "dc"},
+		{"around", 3, "", "", ids[3], "edc"},
+		{"all", 100, "", "", "", "gfedcba"},
+	}
+	for _, tc := range tests {
+		got, err := s.ChannelMessages("C", tc.limit, tc.before, tc.after, tc.around)
+		require.NoError(t, err, tc.name)
+		require.Equal(t, tc.want, text(got), tc.name)
+	}
+	_, err := s.ChannelMessages("C", 101, "", "", "")
+	requireRESTCode(t, err, http.StatusBadRequest, 50035)
+	_, err = s.ChannelMessages("C", 10, ids[3], ids[1], "")
+	requireRESTCode(t, err, http.StatusBadRequest, 50035)
+	_, err = s.ChannelMessages("nope", 10, "", "", "")
+	requireRESTCode(t, err, http.StatusNotFound, 10003)
+}
+
+func requireRESTCode(t *testing.T, err error, status, code int) {
+	t.Helper()
+	var re *discordgo.RESTError
+	require.ErrorAs(t, err, &re)
+	require.Equal(t, status, re.Response.StatusCode)
+	require.NotNil(t, re.Message)
+	require.Equal(t, code, re.Message.Code)
+}

@@ -40,6 +40,7 @@ func (s *Server) routes() http.Handler {
 	api("GET /gateway/bot", true, s.getGateway)
 	api("GET /users/@me", true, s.getMe)
 	api("GET /channels/{channel}", true, s.getChannel)
+	api("GET /channels/{channel}/messages", true, s.getMessages)
 	api("POST /channels/{channel}/messages", true, s.postMessage)
 	api("PATCH /channels/{channel}/messages/{message}", true, s.editMessage)
 	api("PUT /channels/{channel}/messages/{message}/reactions/{emoji}/@me", true, s.react(true))

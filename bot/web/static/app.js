@@ -271,7 +271,11 @@
       body.append(el('tr', { 'data-thread': s.thread_key },
         el('td', {}, thread), el('td', { class: `status ${s.status}`, text: s.status }),
         el('td', { text: s.provider }), el('td', { text: String(s.generation) }),
-        el('td', { text: short(s.sandbox_id) }), el('td', { text: fmtTime(s.last_activity_at) }),
+        el('td', { text: short(s.sandbox_id) }),
+        el('td', { class: 'repo', text: s.repo ? s.repo + (s.base_branch ? `@${s.base_branch}` : '') : '' }),
+        el('td', { class: 'branch', text: s.work_branch || '' }),
+        el('td', { class: 'pushed', text: s.pushed_commit ? `${s.pushed_commit.slice(0, 12)} ${fmtTime(s.pushed_at)}` : '' }),
+        el('td', { text: fmtTime(s.last_activity_at) }),
         el('td', { text: fmtTime(s.paused_at) }), el('td', { text: fmtTime(s.destroyed_at) }),
         el('td', { class: 'err', text: s.last_error || '' }), actions));
     }

@@ -342,6 +342,10 @@ type Discord struct {
 	GuildIDs []string `koanf:"guild_ids"`
 	// MaxFileBytes caps uploads into Discord (default 10 MiB).
 	MaxFileBytes int64 `koanf:"max_file_bytes"`
+	// ContextMessages and ContextChars cap the earlier messages of a thread (or of the channel, for
+	// a mention that starts a thread) that the first prompt gets; 0 messages turns it off.
+	ContextMessages int `koanf:"context_messages"`
+	ContextChars    int `koanf:"context_chars"`
 }
 
 // Admin lists who may run admin commands.
@@ -428,7 +432,7 @@ func Default() Config {
 			DMs: true, OwnerOnlyControls: true, RefusalWindow: time.Hour,
 		},
 		Slack:     Slack{MaxFileBytes: 1 << 30, MaxInboundFileBytes: 25 << 20, ContextMessages: 20, ContextChars: 8000},
-		Discord:   Discord{APIURL: "https://discord.com/api/v10", GuildIDs: []string{}, MaxFileBytes: 10 << 20},
+		Discord:   Discord{APIURL: "https://discord.com/api/v10", GuildIDs: []string{}, MaxFileBytes: 10 << 20, ContextMessages: 20, ContextChars: 8000},
 		RateLimit: RateLimit{UserMessages: 30, ChannelMessages: 120, Window: time.Minute},
 		Repos:     Repos{Channels: map[string]string{}, Allow: []string{}, CacheDir: "./data/repos"},
 		Git: Git{Host: "github.com", GitHubAPIURL: "https://api.github.com",

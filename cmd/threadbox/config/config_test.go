@@ -208,15 +208,19 @@ func TestDiscordKeys(t *testing.T) {
 		"THREADBOX_DISCORD_BOT_TOKEN=discord-token-1", "THREADBOX_DISCORD_APPLICATION_ID=42",
 		"THREADBOX_DISCORD_PUBLIC_KEY=" + strings.Repeat("ab", 32), "THREADBOX_DISCORD_API_URL=http://127.0.0.1:1/api/v10",
 		"THREADBOX_DISCORD_GUILD_IDS=1,2", "THREADBOX_DISCORD_MAX_FILE_BYTES=1000",
+		"THREADBOX_DISCORD_CONTEXT_MESSAGES=0", "THREADBOX_DISCORD_CONTEXT_CHARS=500",
 	})
 	require.NoError(t, err)
 	require.Equal(t, Discord{BotToken: "discord-token-1", ApplicationID: "42", PublicKey: strings.Repeat("ab", 32),
-		APIURL: "http://127.0.0.1:1/api/v10", GuildIDs: []string{"1", "2"}, MaxFileBytes: 1000}, got.Discord)
+		APIURL: "http://127.0.0.1:1/api/v10", GuildIDs: []string{"1", "2"}, MaxFileBytes: 1000, ContextChars: 500}, got.Discord)
 	require.Contains(t, got.Secrets(), "discord-token-1")
 	def, err := Load("", nil)
 	require.NoError(t, err)
 	require.Equal(t, "https://discord.com/api/v10", def.Discord.APIURL)
 	require.Equal(t, int64(10<<20), def.Discord.MaxFileBytes)
+	require.Equal(t, []int{20, 8000}, []int{def.Discord.ContextMessages, def.Discord.ContextChars}, "as Slack's")
+	_, err = Load("", []string{"THREADBOX_DISCORD_CONTEXT_MESSAGES=-1"})
+	require.ErrorContains(t, err, "discord.context_messages")
 }
 
 func TestGatewayPricesLoad(t *testing.T) {

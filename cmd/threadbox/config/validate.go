@@ -163,6 +163,8 @@ func (c Config) Validate() error {
 		func() error { return checkURL("discord.api_url", c.Discord.APIURL, []string{"http", "https"}, true) },
 		func() error { return checkURL("git.url", c.Git.URL, []string{"http", "https"}, true) },
 		func() error { return sizeRange("discord.max_file_bytes", c.Discord.MaxFileBytes) },
+		func() error { return intRange("discord.context_messages", c.Discord.ContextMessages, 0, 1000) },
+		func() error { return intRange("discord.context_chars", c.Discord.ContextChars, 1, 200000) },
 		func() error {
 			if c.Discord.PublicKey == "" {
 				return nil
@@ -179,11 +181,11 @@ func (c Config) Validate() error {
 			return checkURL("git.github_api_url", c.Git.GitHubAPIURL, []string{"http", "https"}, true)
 		},
 		func() error {
-			if c.Repos.Default == "" && len(c.Repos.Channels) == 0 {
+			if c.Repos.Default == "" && len(c.Repos.Channels) == 0 && len(c.Repos.Allow) == 0 {
 				return nil
 			}
 			if c.Repos.CacheDir == "" {
-				return fmt.Errorf("repos.cache_dir: required with repos.default or repos.channels")
+				return fmt.Errorf("repos.cache_dir: required with repos.default, repos.channels or repos.allow")
 			}
 			for key, v := range map[string]string{"repos.default": c.Repos.Default} {
 				if v != "" && !repoLike(v) {

@@ -53,6 +53,17 @@ type Session struct {
 	ResetTurnID     int64
 }
 
+type ThreadRepo struct {
+	ThreadKey    string
+	Repo         string
+	BaseBranch   string
+	WorkBranch   string
+	PushedCommit string
+	PushedAt     pgtype.Timestamptz
+	CreatedAt    pgtype.Timestamptz
+	UpdatedAt    pgtype.Timestamptz
+}
+
 type Turn struct {
 	ID              int64
 	ThreadKey       string
