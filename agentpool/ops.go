@@ -167,6 +167,6 @@ func (o Ops) Stats(ctx context.Context) (string, error) {
 		}
 		fmt.Fprintf(&b, "Sessions %s: %s\n", st, n)
 	}
-	fmt.Fprintf(&b, "Provider: %s, runtime: %s", o.Pool.prov.Name(), o.Pool.rt.Name())
+	fmt.Fprintf(&b, "Providers: %s (default %s), runtime: %s", strings.Join(o.Pool.Providers(), ", "), o.Pool.DefaultProvider(), o.Pool.rt.Name())
 	return b.String(), nil
 }

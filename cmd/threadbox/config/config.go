@@ -132,7 +132,11 @@ func (c Config) ChatPlatform() string {
 type Sandbox struct {
 	// Provider is auto, docker, local, daytona or deno. auto picks docker if a daemon answers, else
 	// local (which still needs local.i_understand_no_isolation).
-	Provider  string            `koanf:"provider"`
+	Provider string `koanf:"provider"`
+	// Providers lists the providers this deployment enables (docker, local, daytona, deno); a
+	// thread may pick one with "use <provider>". Empty means just Provider. When set, Provider must
+	// name one of them: it is the default for threads that pick none.
+	Providers []string          `koanf:"providers"`
 	Image     string            `koanf:"image"`
 	Network   string            `koanf:"network"`
 	Resources sandbox.Resources `koanf:"resources"`
@@ -344,6 +348,7 @@ func Default() Config {
 		HTTP:       HTTP{Addr: "127.0.0.1:8080"},
 		Sandbox: Sandbox{
 			Provider:  "auto",
+			Providers: []string{},
 			MaxActive: 20,
 			Image:     "threadbox/sandbox:latest",
 			Network:   string(sandbox.NetworkNone),
