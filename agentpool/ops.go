@@ -116,6 +116,11 @@ func (o Ops) Resume(ctx context.Context, k string) error { return o.Pool.Resume(
 // Destroy implements bot.AdminOps.
 func (o Ops) Destroy(ctx context.Context, k string) error { return o.Pool.Destroy(ctx, k) }
 
+// MoveProvider implements bot.ProviderMover (admin move).
+func (o Ops) MoveProvider(ctx context.Context, k, provider string) (ProviderChange, error) {
+	return o.Pool.MoveProvider(ctx, k, provider)
+}
+
 // Depth implements bot.AdminOps.
 func (o Ops) Depth(k string) int { return o.Pool.Depth(k) }
 
@@ -148,6 +153,9 @@ func (o Ops) Reap(ctx context.Context, dryRun bool) (string, error) {
 		for _, v := range rep.OrphanVolumes {
 			fmt.Fprintf(&b, "\n  %s (thread %q, created %s)", v.Name, v.Labels["threadbox.thread"], v.CreatedAt.Format("2006-01-02 15:04"))
 		}
+	}
+	if len(rep.ListFailed) > 0 {
+		fmt.Fprintf(&b, "\nnot reaped this time, the provider could not be listed: %s", strings.Join(rep.ListFailed, ", "))
 	}
 	return b.String(), nil
 }

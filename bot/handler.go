@@ -105,6 +105,7 @@ Commands (alone in a message):
 • status: the sandbox, its generation, queued turns and the last error
 • stop: cancel the running turn
 • reset: destroy this thread's sandbox and start fresh
+• use <provider>: run this thread's sandbox on another enabled provider (a sandbox it has is replaced, the conversation replayed); "use" alone lists them
 • retry: run again the message a restart interrupted
 • push: push this thread's branch (threadbox/…) and open or update its pull request
 • admin <command>: operator commands (admins only; "admin help" lists them)
@@ -163,6 +164,9 @@ func (h *Handler) Handle(ctx context.Context, msg Message, r Replier) error {
 			}
 			return "Reset: this thread's sandbox is gone; the next message starts a fresh one."
 		})
+		return nil
+	case isUse(word):
+		h.reply(ctx, r, h.use(ctx, msg, text))
 		return nil
 	case word == CmdRetry:
 		return h.retry(ctx, msg, r)
@@ -356,13 +360,28 @@ func (h *Handler) status(ctx context.Context, thread ThreadKey) string {
 	key := thread.String()
 	s, err := h.store.SessionGet(ctx, key)
 	depth := h.turns.Depth(key)
-	if errors.Is(err, db.ErrNotFound) {
-		return fmt.Sprintf("No sandbox yet for this thread. Queued turns: %d.", depth)
+	line := h.providerLine()
+	withLine := func(text string) string {
+		if line == "" {
+			return text
+		}
+		return text + "\n" + line
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, db.ErrNotFound):
+		text := fmt.Sprintf("No sandbox yet for this thread. Queued turns: %d.", depth)
+		if pc, ok := h.turns.(ProviderChooser); ok && line != "" {
+			text = fmt.Sprintf("No sandbox yet for this thread (it will run on %s). Queued turns: %d.", pc.DefaultProvider(), depth)
+		}
+		return withLine(text)
+	case err != nil:
 		return "Status unavailable: " + Explain(h.log, "status failed", err, zap.String("thread", key)).String()
+	case s.Generation == 0 && s.Status == db.SessionDestroyed:
+		// A row made by "use" before the first turn.
+		return withLine(fmt.Sprintf("No sandbox yet for this thread (it will run on %s). Queued turns: %d.", h.threadProvider(s), depth))
 	}
-	return formatSession(s, depth, false)
+	s.Provider = h.threadProvider(s)
+	return withLine(formatSession(s, depth, false))
 }
 
 // FormatSession renders a session for admin inspect, with its last error as recorded: operators see
