@@ -28,7 +28,8 @@ import (
 //	                                            recreates, Outcome.Recreate = RecreateUnusable
 //	handle on another enabled provider than     the thread was moved (use, admin move) and the old sandbox
 //	the session's                               is still there (a destroy that failed, a crash): Destroy
-//	                                            it on its provider, recreate on the session's, history
+//	                                            it on its provider (once, no provider wait; failing, it is
+//	                                            left to the reaper), recreate on the session's, history
 //	                                            replayed, RecreateMoved
 //	Inspect/Start/Stop says ErrNotFound         destroyed; resolve recreates (RecreateGone); pause and
 //	                                            reconcile stop there (the next turn recreates)
@@ -176,11 +177,15 @@ func (l *lifecycle) resolve(ctx context.Context, sess db.Session, note func()) (
 		l.log.Warn("unusable sandbox handle; recreating", zap.String("thread", sess.ThreadKey), zap.Error(herr))
 		return l.recreate(ctx, sess, RecreateUnusable, herr.Error(), note)
 	case h.Provider != l.provs.wanted(sess).Name():
-		// A move whose destroy did not happen: finish it before creating on the new provider.
-		if err := l.withProvider(ctx, note, func() error { return l.provOf(h).Destroy(ctx, h) }); err != nil {
-			return resolved{}, fmt.Errorf("destroy the sandbox on %s, which the thread left: %w", h.Provider, err)
-		}
+		// A move whose destroy did not happen: try it once more, without waiting for a provider
+		// that is down (moving off it may be the point). If it fails, the old sandbox is left to
+		// its provider's reaper: once the new one is saved, no session owns it.
 		why := fmt.Sprintf("moved from %s to %s", h.Provider, l.provs.wanted(sess).Name())
+		if err := l.provOf(h).Destroy(ctx, h); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+			l.log.Warn("destroying the sandbox a moved thread left failed; the reaper will remove it",
+				zap.String("thread", sess.ThreadKey), zap.String("provider", h.Provider), zap.String("sandbox", h.ID), zap.Error(err))
+			why += fmt.Sprintf(" (its sandbox %s there is left to the reaper: %v)", h.ID, err)
+		}
 		return l.recreate(ctx, sess, RecreateMoved, why, note)
 	case l.maxResumeFailures > 0 && sess.ResumeFailCount >= l.maxResumeFailures:
 		// The old sandbox cannot be made to work: free it (idempotent) before replacing it.

@@ -169,7 +169,11 @@ func (l *lifecycle) move(ctx context.Context, cur db.Session, to string) (Provid
 		return ch, nil
 	}
 	ch.From, ch.Moved, ch.OldSandbox = h.Provider, true, h.ID
-	if _, err := l.destroy(ctx, s); err != nil {
+	// No waiting out an outage of the old provider: moving off it may be the point. A failed destroy
+	// leaves the session destroying, for cleanup and the next resolve to finish.
+	now := *l
+	now.providerWait = 0
+	if _, err := now.destroy(ctx, s); err != nil {
 		return ch, fmt.Errorf("destroy the sandbox on %s: %w", h.Provider, err)
 	}
 	return ch, nil
