@@ -175,6 +175,10 @@ func (o Ops) Stats(ctx context.Context) (string, error) {
 		}
 		fmt.Fprintf(&b, "Sessions %s: %s\n", st, n)
 	}
-	fmt.Fprintf(&b, "Providers: %s (default %s), runtime: %s", strings.Join(o.Pool.Providers(), ", "), o.Pool.DefaultProvider(), o.Pool.rt.Name())
+	fmt.Fprintf(&b, "Provider: %s", o.Pool.DefaultProvider())
+	if ps := o.Pool.Providers(); len(ps) > 1 {
+		fmt.Fprintf(&b, " (the default; enabled: %s)", strings.Join(ps, ", "))
+	}
+	fmt.Fprintf(&b, ", runtime: %s", o.Pool.rt.Name())
 	return b.String(), nil
 }
