@@ -132,11 +132,7 @@ func (c Config) ChatPlatform() string {
 type Sandbox struct {
 	// Provider is auto, docker, local, daytona or deno. auto picks docker if a daemon answers, else
 	// local (which still needs local.i_understand_no_isolation).
-	Provider string `koanf:"provider"`
-	// Providers lists the providers this deployment enables (docker, local, daytona, deno); a
-	// thread may pick one with "use <provider>". Empty means just Provider. When set, Provider must
-	// name one of them: it is the default for threads that pick none.
-	Providers []string          `koanf:"providers"`
+	Provider  string            `koanf:"provider"`
 	Image     string            `koanf:"image"`
 	Network   string            `koanf:"network"`
 	Resources sandbox.Resources `koanf:"resources"`
@@ -146,7 +142,11 @@ type Sandbox struct {
 	ReadOnlyRoot bool `koanf:"read_only_root"`
 	// MaxActive caps the live sandboxes of the deployment; past it, new threads wait in line (an idle
 	// sandbox is paused to make room when there is one). 0 means no cap.
-	MaxActive int          `koanf:"max_active"`
+	MaxActive int `koanf:"max_active"`
+	// Providers lists the providers this deployment enables (docker, local, daytona, deno); a
+	// thread may pick one with "use <provider>". Empty means just Provider. When set, Provider must
+	// name one of them: it is the default for threads that pick none.
+	Providers []string     `koanf:"providers"`
 	Docker    DockerConfig `koanf:"docker"`
 	Local     LocalConfig  `koanf:"local"`
 	Daytona   Daytona      `koanf:"daytona"`
@@ -348,13 +348,13 @@ func Default() Config {
 		HTTP:       HTTP{Addr: "127.0.0.1:8080"},
 		Sandbox: Sandbox{
 			Provider:  "auto",
-			Providers: []string{},
 			MaxActive: 20,
 			Image:     "threadbox/sandbox:latest",
 			Network:   string(sandbox.NetworkNone),
 			Resources: sandbox.DefaultResources(),
 			Env:       sandbox.EnvPolicy{Passthrough: []string{}, Set: map[string]string{}, Blocked: []string{}},
 			Local:     LocalConfig{Dir: "./data/sandboxes"},
+			Providers: []string{},
 			Daytona:   Daytona{APIURL: "https://app.daytona.io/api", AutoStopMinutes: 30, AutoDeleteMinutes: -1},
 			// Where the runtime allows it (see ReadOnlyRootApplies).
 			ReadOnlyRoot: true,
