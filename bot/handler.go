@@ -360,28 +360,13 @@ func (h *Handler) status(ctx context.Context, thread ThreadKey) string {
 	key := thread.String()
 	s, err := h.store.SessionGet(ctx, key)
 	depth := h.turns.Depth(key)
-	line := h.providerLine()
-	withLine := func(text string) string {
-		if line == "" {
-			return text
-		}
-		return text + "\n" + line
+	if errors.Is(err, db.ErrNotFound) {
+		return fmt.Sprintf("No sandbox yet for this thread. Queued turns: %d.", depth)
 	}
-	switch {
-	case errors.Is(err, db.ErrNotFound):
-		text := fmt.Sprintf("No sandbox yet for this thread. Queued turns: %d.", depth)
-		if pc, ok := h.turns.(ProviderChooser); ok && line != "" {
-			text = fmt.Sprintf("No sandbox yet for this thread (it will run on %s). Queued turns: %d.", pc.DefaultProvider(), depth)
-		}
-		return withLine(text)
-	case err != nil:
+	if err != nil {
 		return "Status unavailable: " + Explain(h.log, "status failed", err, zap.String("thread", key)).String()
-	case s.Generation == 0 && s.Status == db.SessionDestroyed:
-		// A row made by "use" before the first turn.
-		return withLine(fmt.Sprintf("No sandbox yet for this thread (it will run on %s). Queued turns: %d.", h.threadProvider(s), depth))
 	}
-	s.Provider = h.threadProvider(s)
-	return withLine(formatSession(s, depth, false))
+	return formatSession(s, depth, false)
 }
 
 // FormatSession renders a session for admin inspect, with its last error as recorded: operators see

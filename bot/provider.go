@@ -92,24 +92,18 @@ func enabledProvidersText(enabled []string, def string) string {
 	return "Enabled providers: " + strings.Join(names, ", ") + "."
 }
 
-// providerLine is status's line about the thread's provider, when the deployment has a choice.
-func (h *Handler) providerLine() string {
+// withProvider adds status's line about the thread's provider, when the deployment has a choice.
+func (h *Handler) withProvider(ctx context.Context, msg Message, status string) string {
 	pc, ok := h.turns.(ProviderChooser)
 	if !ok || len(pc.Providers()) < 2 {
-		return ""
+		return status
 	}
-	return enabledProvidersText(pc.Providers(), pc.DefaultProvider()) + " Switch with \"use <provider>\"."
-}
-
-// threadProvider is the provider a session's thread uses (an empty column: the default).
-func (h *Handler) threadProvider(s db.Session) string {
-	if s.Provider != "" {
-		return s.Provider
+	name := pc.DefaultProvider()
+	if s, err := h.store.SessionGet(ctx, msg.Thread.String()); err == nil && s.Provider != "" {
+		name = s.Provider
 	}
-	if pc, ok := h.turns.(ProviderChooser); ok {
-		return pc.DefaultProvider()
-	}
-	return ""
+	return fmt.Sprintf("%s\nThis thread runs on %s. %s Switch with \"use <provider>\".", status, name,
+		enabledProvidersText(pc.Providers(), pc.DefaultProvider()))
 }
 
 // move is admin move <thread> <provider>.

@@ -41,17 +41,18 @@ func TestUseProviderReplies(t *testing.T) {
 		say("U", "use", "Enabled providers"))
 	require.Equal(t, `There is no sandbox provider "kvm" here. Enabled providers: docker (default), daytona.`,
 		say("U", "use kvm", "no sandbox provider"))
-	require.Contains(t, say("U", "status", "No sandbox yet"), "(it will run on docker)")
+	require.Contains(t, say("U", "status", "No sandbox yet"),
+		"\nThis thread runs on docker. Enabled providers: docker (default), daytona. Switch with \"use <provider>\".")
 
 	// Before the first turn: the choice only.
 	require.Equal(t, "This thread will run on daytona.", say("U", "Use Daytona", "daytona"))
-	require.Contains(t, say("U", "status", "No sandbox yet"), "(it will run on daytona)")
+	require.Contains(t, say("U", "status", "Sandbox:"), "\nThis thread runs on daytona.")
 	say("U", "build it", "echo: build it")
 	s, err := st.SessionGet(t.Context(), thread.String())
 	require.NoError(t, err)
 	require.Equal(t, "daytona", s.Provider)
 	require.Equal(t, 1, day.Len())
-	require.Contains(t, say("U", "status", "Sandbox:"), "(daytona ")
+	require.Contains(t, say("U", "status", "Sandbox: active"), "(daytona ")
 
 	// Later: a move, said so.
 	require.Equal(t, "Moved this thread from daytona to docker: its sandbox on daytona was destroyed (with any files in it), "+
