@@ -11,9 +11,12 @@ import (
 
 // onThread runs f on the thread's queue, after the turns queued before it, holding the thread's
 // store lock: admin actions never race a turn, in this process or another.
+//
+// Called from a job already on that thread's queue (an admin command written in the thread it names,
+// through Do), it runs f at once: queueing behind itself would wait forever.
 func (p *Pool) onThread(ctx context.Context, threadKey string, f func(ctx context.Context, cur db.Session) error) error {
 	done := make(chan error, 1)
-	_, err := p.q.add(threadKey, 0, func(qctx context.Context) {
+	job := func(qctx context.Context) {
 		// The job runs under the caller's deadline, but a pool shutdown cancels it too.
 		jctx, cancel := context.WithCancel(ctx)
 		defer cancel()
@@ -31,7 +34,12 @@ func (p *Pool) onThread(ctx context.Context, threadKey string, f func(ctx contex
 			return
 		}
 		done <- f(jctx, cur)
-	}, func(reason error) { done <- reason })
+	}
+	if runningOn(ctx, threadKey) {
+		job(ctx)
+		return <-done
+	}
+	_, err := p.q.add(threadKey, 0, job, func(reason error) { done <- reason })
 	if err != nil {
 		return err
 	}

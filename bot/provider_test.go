@@ -33,8 +33,8 @@ func TestUseProviderReplies(t *testing.T) {
 		return r.waitPost(t, want)
 	}
 	say := func(user, text, want string) string { t.Helper(); return sayIn(thread, user, text, want) }
-	// Admin commands run on the queue of the thread they are written in: an admin acts on a thread
-	// from another one (the admin's own).
+	// Admin commands run on the queue of the thread they are written in; one naming that very thread
+	// must not wait behind itself.
 	adminThread := SlackThread("T", "C", "9.9")
 
 	require.Equal(t, `Write "use <provider>" to pick where this thread's sandbox runs. Enabled providers: docker (default), daytona.`,
@@ -64,7 +64,7 @@ func TestUseProviderReplies(t *testing.T) {
 	key := thread.String()
 	require.Contains(t, sayIn(adminThread, "U", "admin move "+key+" daytona", "Sorry"), "admin.users")
 	require.Equal(t, key+": This thread now runs on daytona: the next message starts a sandbox there with the conversation so far replayed.",
-		sayIn(adminThread, "ADMIN", "admin move "+key+" daytona", "now runs on daytona"))
+		say("ADMIN", "admin move "+key+" daytona", "now runs on daytona"))
 	require.Contains(t, sayIn(adminThread, "ADMIN", "admin move "+key+" kvm", "move failed"), `no sandbox provider "kvm" here; enabled: docker, daytona`)
 	entries, err := st.AuditList(t.Context(), db.AuditQuery{})
 	require.NoError(t, err)
