@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 
 	"go.uber.org/zap"
 
@@ -23,10 +22,9 @@ const gatewayKey = "threadbox-gateway"
 
 // newGateway builds the model gateway when an AI runtime runs on Docker and gateway.enabled is on;
 // nil otherwise (the runtime then gets the key itself).
-func (m *Main) newGateway(st db.Store, provs []sandbox.Provider) (*gateway.Gateway, error) {
+func (m *Main) newGateway(st db.Store, prov sandbox.Provider) (*gateway.Gateway, error) {
 	cfg := m.Config.Gateway
-	onDocker := slices.ContainsFunc(provs, func(p sandbox.Provider) bool { return p.Name() == docker.Name })
-	if !cfg.Enabled || m.runtimeName() == "shell" || !onDocker {
+	if !cfg.Enabled || m.runtimeName() == "shell" || prov.Name() != docker.Name {
 		return nil, nil
 	}
 	secret, err := m.runtimeSecret()

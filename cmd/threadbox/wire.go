@@ -25,8 +25,9 @@ import (
 // app is everything serve (and the admin CLI) runs on, built explicitly: no init registration.
 type app struct {
 	store db.Store
-	// prov is the default sandbox provider; provs every enabled one, the default first.
-	prov    sandbox.Provider
+	// provs are the enabled sandbox providers (sandbox.providers), the default first. There is no
+	// single provider field any more: wrappers that serve Docker sandboxes only (the gateway) go
+	// through wrapDocker.
 	provs   []sandbox.Provider
 	rt      runtime.Runtime
 	pool    *agentpool.Pool
@@ -63,7 +64,7 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 	if a.provs, a.warning, err = m.newProviders(ctx); err != nil {
 		return nil, err
 	}
-	gw, err := m.newGateway(st, a.provs)
+	gw, err := m.newGateway(st, a.dockerOrDefault())
 	if err != nil {
 		return nil, err
 	}
@@ -72,14 +73,9 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 	}
 	if gw != nil {
 		// The gateway serves Docker sandboxes only (a bind-mounted socket).
-		for i, p := range a.provs {
-			if p.Name() == docker.Name {
-				a.provs[i] = gw.Provider(p)
-			}
-		}
+		a.wrapDocker(gw.Provider)
 		a.rt = gw.Runtime(a.rt)
 	}
-	a.prov = a.provs[0]
 	env, blocked, err := cfg.Sandbox.Env.Resolve(func(k string) (string, bool) {
 		v := m.getenv(k)
 		return v, v != ""
@@ -108,7 +104,7 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 		// disk_mb on the work directory, and memory kills named as such: no provider here caps volumes.
 		EnforceLimits: true,
 		SystemPrompt:  prompts.System(prompts.SystemData{WorkDir: sandbox.DefaultWorkDir}),
-	}, agentpool.Deps{Store: st, Provider: a.prov, Providers: a.provs[1:], Runtime: a.rt, Logger: m.Logger,
+	}, agentpool.Deps{Store: st, Provider: a.provs[0], Providers: a.provs[1:], Runtime: a.rt, Logger: m.Logger,
 		// The handler is built below; turns are restored only once serve has registered the adapters.
 		Restore:   func(ctx context.Context, t db.Turn) (agentpool.Request, error) { return a.handler.Restore(ctx, t) },
 		Workspace: ws,
@@ -123,7 +119,7 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 		Interval:       cfg.Lifecycle.LoopInterval,
 		ReconcileGrace: cfg.Lifecycle.ReconcileGrace,
 	}, agentpool.MaintainerDeps{
-		Store: st, Provider: a.prov, Providers: a.provs[1:], Deployment: cfg.Deployment, Logger: m.Logger,
+		Store: st, Provider: a.provs[0], Providers: a.provs[1:], Deployment: cfg.Deployment, Logger: m.Logger,
 		OnStuck: func(_ context.Context, t db.Turn) { a.pool.CancelTurn(t.ThreadKey, t.ID, agentpool.ErrStuck) },
 		Recover: a.pool.RecoverPass,
 		Metrics: a.metrics,
@@ -139,6 +135,27 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 	}, Metrics: a.metrics}, a.pool, st, a.admin, m.Logger)
 	a.dir = bot.NewDirectory(st)
 	return a, nil
+}
+
+// dockerOrDefault is the enabled Docker provider, else the default one: what a Docker-only feature
+// (the gateway, egress) checks and wraps.
+func (a *app) dockerOrDefault() sandbox.Provider {
+	for _, p := range a.provs {
+		if p.Name() == docker.Name {
+			return p
+		}
+	}
+	return a.provs[0]
+}
+
+// wrapDocker replaces the enabled Docker provider, if any, with wrap(it): the gateway (and any other
+// wrapper that serves Docker sandboxes only) leaves the other providers as they are.
+func (a *app) wrapDocker(wrap func(sandbox.Provider) sandbox.Provider) {
+	for i, p := range a.provs {
+		if p.Name() == docker.Name {
+			a.provs[i] = wrap(p)
+		}
+	}
 }
 
 // newProviders builds every enabled sandbox provider (sandbox.providers), the default
