@@ -85,7 +85,7 @@ func (p *Pool) view(ctx context.Context, threadKey string) (SandboxView, sandbox
 	if err != nil || h.IsZero() || sess.Status == db.SessionDestroyed {
 		return v, h, nil
 	}
-	info, err := p.prov.Inspect(ctx, h)
+	info, err := p.life.provOf(h).Inspect(ctx, h)
 	switch {
 	case errors.Is(err, sandbox.ErrNotFound):
 		v.State = StateMissing
@@ -118,7 +118,7 @@ func (p *Pool) RuntimeLog(ctx context.Context, threadKey string, lines int) (Run
 	}
 	var b strings.Builder
 	// tail of a log not written yet (the server never launched) says so on stderr: keep it.
-	res, err := sandbox.Bind(p.prov, h).Exec(ctx, sandbox.ExecRequest{
+	res, err := sandbox.Bind(p.life.provOf(h), h).Exec(ctx, sandbox.ExecRequest{
 		Cmd: []string{"tail", "-n", strconv.Itoa(lines), "--", out.Path}, Stdout: &b, Stderr: &b,
 		Timeout: inspectExec, MaxOutput: MaxLogBytes,
 	})
@@ -136,7 +136,7 @@ func (p *Pool) SandboxUsage(ctx context.Context, threadKey string) (SandboxUsage
 	if err != nil || !v.Running() {
 		return out, err
 	}
-	if sr, ok := sandbox.As[sandbox.StatsReader](p.prov); ok {
+	if sr, ok := sandbox.As[sandbox.StatsReader](p.life.provOf(h)); ok {
 		st, err := sr.Stats(ctx, h)
 		if err != nil {
 			return out, classify(ESANDBOX, "read sandbox stats", err)
@@ -144,7 +144,7 @@ func (p *Pool) SandboxUsage(ctx context.Context, threadKey string) (SandboxUsage
 		out.HasStats, out.Stats = true, st
 	}
 	var b strings.Builder
-	res, err := sandbox.Bind(p.prov, h).Exec(ctx, sandbox.ExecRequest{
+	res, err := sandbox.Bind(p.life.provOf(h), h).Exec(ctx, sandbox.ExecRequest{
 		Cmd: []string{"du", "-sk", "."}, Stdout: &b, Timeout: inspectExec, MaxOutput: 4 << 10,
 	})
 	if err == nil && res.ExitCode == 0 {
@@ -164,13 +164,13 @@ func (p *Pool) Attach(ctx context.Context, threadKey string) (Attach, error) {
 	if err != nil || v.State == StateNone || v.State == StateMissing {
 		return out, err
 	}
-	at, ok := sandbox.As[sandbox.Attacher](p.prov)
+	at, ok := sandbox.As[sandbox.Attacher](p.life.provOf(h))
 	if !ok {
 		return out, nil
 	}
 	shell := "bash"
 	if v.Running() {
-		res, err := sandbox.Bind(p.prov, h).Exec(ctx, sandbox.ExecRequest{
+		res, err := sandbox.Bind(p.life.provOf(h), h).Exec(ctx, sandbox.ExecRequest{
 			Cmd: []string{"/bin/sh", "-c", "command -v bash"}, Timeout: inspectExec,
 		})
 		if err == nil && res.ExitCode != 0 {

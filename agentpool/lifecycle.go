@@ -23,9 +23,14 @@ import (
 //	------------------------------------------  ---------------------------------------------------------
 //	no row, row destroyed                       create (generation + 1) → active; history replayed
 //	empty handle (never created, or cleared)    the session has no sandbox: destroyed; resolve creates
-//	handle undecodable / of another provider    destroyed ("unusable handle"); the old sandbox, if any, is
-//	                                            left to the reaper (no live session owns it); resolve
+//	handle undecodable / of a provider not      destroyed ("unusable handle"); the old sandbox, if any, is
+//	enabled here                                left to the reaper (no live session owns it); resolve
 //	                                            recreates, Outcome.Recreate = RecreateUnusable
+//	handle on another enabled provider than     the thread was moved (use, admin move) and the old sandbox
+//	the session's                               is still there (a destroy that failed, a crash): Destroy
+//	                                            it on its provider (once, no provider wait; failing, it is
+//	                                            left to the reaper), recreate on the session's, history
+//	                                            replayed, RecreateMoved
 //	Inspect/Start/Stop says ErrNotFound         destroyed; resolve recreates (RecreateGone); pause and
 //	                                            reconcile stop there (the next turn recreates)
 //	Inspect says failed                         Destroy it, destroyed; resolve recreates (RecreateFailed)
@@ -55,7 +60,9 @@ import (
 // sandbox of the same thread; such a write fails with db.ErrConflict.
 type lifecycle struct {
 	store db.Store
-	prov  sandbox.Provider
+	// provs are the enabled providers: a sandbox is acted on through its handle's provider, and
+	// created on the session's (providers.go).
+	provs *providerSet
 	log   *zap.Logger
 	// spec is the sandbox a session gets; nil where nothing may create one (the maintainer).
 	spec func(db.Session) sandbox.Spec
@@ -78,6 +85,8 @@ const (
 	RecreateResumeFailed RecreateReason = "resume_failed"
 	// RecreateUnusable: its stored handle could not be used (another provider configured since).
 	RecreateUnusable RecreateReason = "unusable"
+	// RecreateMoved: the thread was moved to another provider, and its old sandbox was still there.
+	RecreateMoved RecreateReason = "moved"
 )
 
 // liveStatuses are every status a sandbox may be found in while it (maybe) exists.
@@ -142,9 +151,18 @@ func settleCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 }
 
-// handle is the session's sandbox handle, through the one codec.
+// handle is the session's sandbox handle, through the one codec: one of a provider not enabled here
+// is sandbox.ErrBadHandle.
 func (l *lifecycle) handle(s db.Session) (sandbox.Handle, error) {
-	return sandbox.DecodeHandle(s.Handle, l.prov.Name())
+	return sandbox.DecodeHandleAmong(s.Handle, l.provs.names)
+}
+
+// provOf is the provider a (decoded, non-zero) handle's sandbox lives on.
+func (l *lifecycle) provOf(h sandbox.Handle) sandbox.Provider {
+	if p, ok := l.provs.get(h.Provider); ok {
+		return p
+	}
+	return l.provs.def // not reached: handle refuses a provider not enabled
 }
 
 // resolve brings the session's sandbox to running: create, resume or recreate it as the table above
@@ -158,16 +176,29 @@ func (l *lifecycle) resolve(ctx context.Context, sess db.Session, note func()) (
 	case herr != nil:
 		l.log.Warn("unusable sandbox handle; recreating", zap.String("thread", sess.ThreadKey), zap.Error(herr))
 		return l.recreate(ctx, sess, RecreateUnusable, herr.Error(), note)
+	case h.Provider != l.provs.wanted(sess).Name():
+		// A move whose destroy did not happen: try it once more, without waiting for a provider
+		// that is down (moving off it may be the point). If it fails, the old sandbox is left to
+		// its provider's reaper: once the new one is saved, no session owns it.
+		why := fmt.Sprintf("moved from %s to %s", h.Provider, l.provs.wanted(sess).Name())
+		if err := l.provOf(h).Destroy(ctx, h); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+			l.log.Warn("destroying the sandbox a moved thread left failed; the reaper will remove it",
+				zap.String("thread", sess.ThreadKey), zap.String("provider", h.Provider), zap.String("sandbox", h.ID), zap.Error(err))
+			why += fmt.Sprintf(" (its sandbox %s there is left to the reaper: %v)", h.ID, err)
+		}
+		return l.recreate(ctx, sess, RecreateMoved, why, note)
 	case l.maxResumeFailures > 0 && sess.ResumeFailCount >= l.maxResumeFailures:
 		// The old sandbox cannot be made to work: free it (idempotent) before replacing it.
-		if err := l.withProvider(ctx, note, func() error { return l.prov.Destroy(ctx, h) }); err != nil {
+		prov := l.provOf(h)
+		if err := l.withProvider(ctx, note, func() error { return prov.Destroy(ctx, h) }); err != nil {
 			return resolved{}, fmt.Errorf("destroy a sandbox that failed to resume: %w", err)
 		}
 		why := fmt.Sprintf("resume failed %d times", sess.ResumeFailCount)
 		return l.recreate(ctx, sess, RecreateResumeFailed, why, note)
 	}
+	prov := l.provOf(h)
 	var info sandbox.Info
-	err := l.withProvider(ctx, note, func() (err error) { info, err = l.prov.Inspect(ctx, h); return err })
+	err := l.withProvider(ctx, note, func() (err error) { info, err = prov.Inspect(ctx, h); return err })
 	switch {
 	case errors.Is(err, sandbox.ErrNotFound):
 		return l.recreate(ctx, sess, RecreateGone, "sandbox gone", note)
@@ -178,7 +209,7 @@ func (l *lifecycle) resolve(ctx context.Context, sess db.Session, note func()) (
 	case sandbox.StateStopped, sandbox.StateArchived, sandbox.StateStarting:
 		return l.resume(ctx, sess, h, note)
 	case sandbox.StateFailed:
-		if err := l.withProvider(ctx, note, func() error { return l.prov.Destroy(ctx, h) }); err != nil {
+		if err := l.withProvider(ctx, note, func() error { return prov.Destroy(ctx, h) }); err != nil {
 			return resolved{}, fmt.Errorf("destroy failed sandbox: %w", err)
 		}
 		return l.recreate(ctx, sess, RecreateFailed, "sandbox failed", note)
@@ -187,7 +218,7 @@ func (l *lifecycle) resolve(ctx context.Context, sess db.Session, note func()) (
 	if err != nil {
 		return resolved{}, err
 	}
-	return resolved{sess: sess, sb: sandbox.Bind(l.prov, h)}, nil
+	return resolved{sess: sess, sb: sandbox.Bind(prov, h)}, nil
 }
 
 // recreate marks the old sandbox destroyed and creates a new one.
@@ -229,16 +260,18 @@ func (l *lifecycle) markActive(ctx context.Context, sess db.Session) (db.Session
 	return s, nil
 }
 
-// create makes a new sandbox (generation + 1) and saves its handle. The agent session id is cleared:
-// it belonged to the old sandbox.
+// create makes a new sandbox (generation + 1) on the session's provider and saves its handle. The
+// agent session id is cleared: it belonged to the old sandbox. The provider column is set to the
+// provider used, so a session whose choice is no longer enabled records where it went.
 func (l *lifecycle) create(ctx context.Context, sess db.Session, note func()) (resolved, error) {
 	if l.spec == nil {
 		return resolved{}, errors.New("agentpool: this component does not create sandboxes")
 	}
-	none := ""
+	prov := l.provs.wanted(sess)
+	none, name := "", prov.Name()
 	s, err := l.store.SessionTransition(ctx, sess.ThreadKey, db.Transition{
 		From: allStatuses, To: db.SessionCreating, BumpGeneration: true, IfGeneration: gen(sess),
-		Patch: db.SessionPatch{AgentSessionID: &none},
+		Patch: db.SessionPatch{AgentSessionID: &none, Provider: &name},
 	})
 	if err != nil {
 		return resolved{}, fmt.Errorf("begin sandbox create: %w", err)
@@ -246,12 +279,12 @@ func (l *lifecycle) create(ctx context.Context, sess db.Session, note func()) (r
 	sess = s
 	spec := l.spec(sess)
 	var h sandbox.Handle
-	err = l.withProvider(ctx, note, func() (err error) { h, err = l.prov.Create(ctx, spec); return err })
+	err = l.withProvider(ctx, note, func() (err error) { h, err = prov.Create(ctx, spec); return err })
 	if err != nil && errors.Is(err, sandbox.ErrNoEffect) && !errors.Is(err, sandbox.ErrInvalidSpec) &&
 		!errors.Is(err, sandbox.ErrUnavailable) && ctx.Err() == nil {
 		// The provider surely did nothing (database/sql's ErrBadConn rule): one blind retry is safe.
 		if waitCtx(ctx, createRetryDelay) == nil {
-			h, err = l.prov.Create(ctx, spec)
+			h, err = prov.Create(ctx, spec)
 		}
 	}
 	if err != nil {
@@ -278,8 +311,8 @@ func (l *lifecycle) create(ctx context.Context, sess db.Session, note func()) (r
 		return resolved{}, fmt.Errorf("save sandbox handle: %w", err)
 	}
 	l.log.Info("sandbox created", zap.String("thread", s.ThreadKey), zap.String("sandbox", h.ID),
-		zap.Int64("generation", s.Generation))
-	return resolved{sess: s, sb: sandbox.Bind(l.prov, h), created: true}, nil
+		zap.String("provider", name), zap.Int64("generation", s.Generation))
+	return resolved{sess: s, sb: sandbox.Bind(prov, h), created: true}, nil
 }
 
 // resume starts a stopped sandbox: its filesystem, and so the thread's work, is kept.
@@ -288,7 +321,8 @@ func (l *lifecycle) resume(ctx context.Context, sess db.Session, h sandbox.Handl
 	if err != nil {
 		return resolved{}, err
 	}
-	err = l.withProvider(ctx, note, func() error { return l.prov.Start(ctx, h) })
+	prov := l.provOf(h)
+	err = l.withProvider(ctx, note, func() error { return prov.Start(ctx, h) })
 	switch {
 	case errors.Is(err, sandbox.ErrNotFound):
 		return l.recreate(ctx, s, RecreateGone, "sandbox gone while resuming", note)
@@ -310,7 +344,7 @@ func (l *lifecycle) resume(ctx context.Context, sess db.Session, h sandbox.Handl
 		return resolved{}, fmt.Errorf("finish resume: %w", err)
 	}
 	l.log.Info("sandbox resumed", zap.String("thread", s.ThreadKey), zap.String("sandbox", h.ID))
-	return resolved{sess: s, sb: sandbox.Bind(l.prov, h), resumed: true}, nil
+	return resolved{sess: s, sb: sandbox.Bind(prov, h), resumed: true}, nil
 }
 
 // healthy records that the runtime answered in the session's running sandbox. Only now is a resume
@@ -365,7 +399,7 @@ func (l *lifecycle) runtimeFailed(ctx context.Context, sess db.Session, h sandbo
 	l.fail(ctx, sess, db.SessionActive, msg, true)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	if err := l.prov.Stop(sctx, h); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+	if err := l.provOf(h).Stop(sctx, h); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 		l.log.Warn("stopping a sandbox whose runtime failed", zap.String("thread", sess.ThreadKey), zap.Error(err))
 	}
 }
@@ -383,7 +417,7 @@ func (l *lifecycle) pause(ctx context.Context, cur db.Session) (db.Session, erro
 	}
 	h, err := l.handle(s)
 	if err == nil && !h.IsZero() {
-		err = l.withProvider(ctx, nil, func() error { return l.prov.Stop(ctx, h) })
+		err = l.withProvider(ctx, nil, func() error { return l.provOf(h).Stop(ctx, h) })
 	}
 	sctx, cancel := settleCtx(ctx)
 	defer cancel()
@@ -415,7 +449,7 @@ func (l *lifecycle) destroy(ctx context.Context, cur db.Session) (db.Session, er
 	}
 	h, herr := l.handle(s)
 	if herr == nil && !h.IsZero() {
-		err = l.withProvider(ctx, nil, func() error { return l.prov.Destroy(ctx, h) })
+		err = l.withProvider(ctx, nil, func() error { return l.provOf(h).Destroy(ctx, h) })
 		if errors.Is(err, sandbox.ErrNotFound) {
 			err = nil // idempotent, also for a provider that reports it anyway
 		}
@@ -458,7 +492,7 @@ func (l *lifecycle) reconcile(ctx context.Context, cur db.Session) (db.Session, 
 		}
 		return l.markDestroyed(ctx, cur, why)
 	}
-	info, err := l.prov.Inspect(ctx, h)
+	info, err := l.provOf(h).Inspect(ctx, h)
 	switch {
 	case errors.Is(err, sandbox.ErrNotFound):
 		return l.markDestroyed(ctx, cur, "reconcile: sandbox gone")

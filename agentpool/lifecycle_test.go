@@ -21,8 +21,10 @@ import (
 // Each lifecycle transition alone, on a real store and the fake provider.
 
 func newTestLifecycle(t testing.TB, st db.Store, prov sandbox.Provider) *lifecycle {
+	provs, err := newProviderSet(prov, nil)
+	require.NoError(t, err)
 	return &lifecycle{
-		store: st, prov: prov, log: zaptest.NewLogger(t), maxResumeFailures: DefaultMaxResumeFailures,
+		store: st, provs: provs, log: zaptest.NewLogger(t), maxResumeFailures: DefaultMaxResumeFailures,
 		spec: func(s db.Session) sandbox.Spec {
 			return sandbox.Spec{Image: "img", Labels: sandbox.Labels{Deployment: "dep", Thread: s.ThreadKey, Generation: s.Generation}}
 		},

@@ -96,8 +96,11 @@ func (c MaintainerConfig) validate() error {
 
 // MaintainerDeps are the Maintainer's collaborators.
 type MaintainerDeps struct {
-	Store    db.Store
-	Provider sandbox.Provider
+	Store db.Store
+	// Provider is the default provider and Providers the further enabled ones, as in Deps: the loops
+	// and the reaper cover all of them, and one that is down does not stop the others' passes.
+	Provider  sandbox.Provider
+	Providers []sandbox.Provider
 	// Deployment is this deployment's label value (sandbox.LabelDeployment). Required: the reaper
 	// only ever considers sandboxes carrying it.
 	Deployment string
@@ -122,7 +125,7 @@ type MaintainerDeps struct {
 type Maintainer struct {
 	cfg        MaintainerConfig
 	store      db.Store
-	prov       sandbox.Provider
+	provs      *providerSet
 	deployment string
 	log        *zap.Logger
 	now        func() time.Time
@@ -154,10 +157,14 @@ func NewMaintainer(cfg MaintainerConfig, deps MaintainerDeps) (*Maintainer, erro
 	case deps.Deployment == "":
 		return nil, errors.New("agentpool: maintainer: Deployment is required (the reaper only touches its own deployment's sandboxes)")
 	}
+	provs, err := newProviderSet(deps.Provider, deps.Providers)
+	if err != nil {
+		return nil, fmt.Errorf("agentpool: maintainer: %w", err)
+	}
 	m := &Maintainer{
 		cfg:        cfg,
 		store:      deps.Store,
-		prov:       deps.Provider,
+		provs:      provs,
 		deployment: deps.Deployment,
 		log:        cmp.Or(deps.Logger, zap.NewNop()).Named("maintainer"),
 		now:        deps.Now,
@@ -169,7 +176,7 @@ func NewMaintainer(cfg MaintainerConfig, deps MaintainerDeps) (*Maintainer, erro
 	if m.now == nil {
 		m.now = time.Now
 	}
-	m.life = &lifecycle{store: m.store, prov: m.prov, log: m.log}
+	m.life = &lifecycle{store: m.store, provs: m.provs, log: m.log}
 	return m, nil
 }
 

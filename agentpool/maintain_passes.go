@@ -114,15 +114,16 @@ func (m *Maintainer) withThread(ctx context.Context, threadKey string, f func(cu
 // nobody else can be working on them.
 func (m *Maintainer) IdlePass(ctx context.Context) (PassReport, error) {
 	var rep PassReport
+	g := m.newGuard(passIdle)
 	err := drainBatches(ctx, m.cfg.BatchSize, &rep, sessionThreadKey, m.byStatus(db.SessionPausing),
-		func(ctx context.Context, s db.Session) (itemOutcome, error) {
+		g.wrap(func(ctx context.Context, s db.Session) (itemOutcome, error) {
 			return m.withThread(ctx, s.ThreadKey, func(cur db.Session) (itemOutcome, error) {
 				if cur.Status != db.SessionPausing {
 					return outSkipped, nil
 				}
 				return m.settled(m.life.pause(ctx, cur))
 			})
-		})
+		}))
 	if err != nil {
 		return rep, fmt.Errorf("agentpool: idle-pause: %w", err)
 	}
@@ -132,7 +133,7 @@ func (m *Maintainer) IdlePass(ctx context.Context) (PassReport, error) {
 		func(ctx context.Context) ([]db.Session, error) {
 			return m.store.SessionsIdle(ctx, cutoff, m.cfg.BatchSize)
 		},
-		func(ctx context.Context, s db.Session) (itemOutcome, error) {
+		g.wrap(func(ctx context.Context, s db.Session) (itemOutcome, error) {
 			return m.withThread(ctx, s.ThreadKey, func(cur db.Session) (itemOutcome, error) {
 				// A turn may have run between the query and the lock.
 				if cur.Status != db.SessionActive || !cur.LastActivityAt.Before(cutoff) {
@@ -140,7 +141,7 @@ func (m *Maintainer) IdlePass(ctx context.Context) (PassReport, error) {
 				}
 				return m.settled(m.life.pause(ctx, cur))
 			})
-		})
+		}))
 	if err != nil {
 		return rep, fmt.Errorf("agentpool: idle-pause: %w", err)
 	}
@@ -168,15 +169,16 @@ func (m *Maintainer) settled(_ db.Session, err error) (itemOutcome, error) {
 // ignores destroyed sessions, and the resolver overwrites both when it creates the next sandbox.
 func (m *Maintainer) CleanupPass(ctx context.Context) (PassReport, error) {
 	var rep PassReport
+	g := m.newGuard(passCleanup)
 	err := drainBatches(ctx, m.cfg.BatchSize, &rep, sessionThreadKey, m.byStatus(db.SessionDestroying),
-		func(ctx context.Context, s db.Session) (itemOutcome, error) {
+		g.wrap(func(ctx context.Context, s db.Session) (itemOutcome, error) {
 			return m.withThread(ctx, s.ThreadKey, func(cur db.Session) (itemOutcome, error) {
 				if cur.Status != db.SessionDestroying {
 					return outSkipped, nil
 				}
 				return m.settled(m.life.destroy(ctx, cur))
 			})
-		})
+		}))
 	if err != nil {
 		return rep, fmt.Errorf("agentpool: cleanup: %w", err)
 	}
@@ -186,7 +188,7 @@ func (m *Maintainer) CleanupPass(ctx context.Context) (PassReport, error) {
 		func(ctx context.Context) ([]db.Session, error) {
 			return m.store.SessionsPausedExpired(ctx, cutoff, m.cfg.BatchSize)
 		},
-		func(ctx context.Context, s db.Session) (itemOutcome, error) {
+		g.wrap(func(ctx context.Context, s db.Session) (itemOutcome, error) {
 			return m.withThread(ctx, s.ThreadKey, func(cur db.Session) (itemOutcome, error) {
 				// A turn may have resumed it between the query and the lock.
 				if cur.Status != db.SessionPaused || !cur.PausedAt.Before(cutoff) {
@@ -194,7 +196,7 @@ func (m *Maintainer) CleanupPass(ctx context.Context) (PassReport, error) {
 				}
 				return m.settled(m.life.destroy(ctx, cur))
 			})
-		})
+		}))
 	if err != nil {
 		return rep, fmt.Errorf("agentpool: cleanup: %w", err)
 	}
@@ -208,12 +210,13 @@ func (m *Maintainer) CleanupPass(ctx context.Context) (PassReport, error) {
 // sandbox is stopped and they are paused (the next turn resumes). So nothing is left running.
 func (m *Maintainer) ReconcilePass(ctx context.Context) (PassReport, error) {
 	var rep PassReport
+	g := m.newGuard(passReconcile)
 	cutoff := m.now().Add(-m.cfg.ReconcileGrace)
 	err := drainBatches(ctx, m.cfg.BatchSize, &rep, sessionThreadKey,
 		func(ctx context.Context) ([]db.Session, error) {
 			return m.store.SessionsUnsettled(ctx, cutoff, m.cfg.BatchSize)
 		},
-		func(ctx context.Context, s db.Session) (itemOutcome, error) {
+		g.wrap(func(ctx context.Context, s db.Session) (itemOutcome, error) {
 			return m.withThread(ctx, s.ThreadKey, func(cur db.Session) (itemOutcome, error) {
 				// A turn may have settled it between the query and the lock.
 				if cur.Generation != s.Generation || !cur.UpdatedAt.Before(cutoff) {
@@ -226,7 +229,7 @@ func (m *Maintainer) ReconcilePass(ctx context.Context) (PassReport, error) {
 				}
 				return out, err
 			})
-		})
+		}))
 	if err != nil {
 		return rep, fmt.Errorf("agentpool: reconcile: %w", err)
 	}
@@ -247,9 +250,12 @@ type ReapReport struct {
 	// leaves. VolumesRemoved is how many were removed (zero in a dry run).
 	OrphanVolumes  []sandbox.Volume
 	VolumesRemoved int
-	// Failed counts orphans whose Destroy (or volume removal) failed; Errors holds the first few.
+	// Failed counts orphans whose Destroy (or volume removal) failed, and providers that could not be
+	// listed; Errors holds the first few.
 	Failed int
 	Errors []error
+	// ListFailed names the providers that could not be listed in this pass (down, or erring).
+	ListFailed []string
 }
 
 func (r ReapReport) passReport() PassReport {
@@ -269,7 +275,11 @@ func (r *ReapReport) fail(err error) {
 
 // ReapPass destroys (or, with dryRun, only reports) the sandboxes of this deployment that no live
 // session owns, once they are older than ReapGrace: the leftovers of creates that failed half-way,
-// of turns cancelled mid-create, of sessions whose row was lost.
+// of turns cancelled mid-create, of sessions whose row was lost, of moves whose destroy failed.
+//
+// It covers every enabled provider, one after the other. A provider that cannot list (down, or
+// answering errors) is counted as a failure in the report (Failed, Errors, ListFailed) and the others
+// are still reaped; the pass as a whole fails only when no provider could be listed.
 //
 // It never touches a sandbox that does not carry this deployment's label: the provider is asked for
 // this deployment only, and each listed sandbox's labels are checked again, so a provider that
@@ -277,17 +287,44 @@ func (r *ReapReport) fail(err error) {
 // the provider does not report is kept.
 func (m *Maintainer) ReapPass(ctx context.Context, dryRun bool) (ReapReport, error) {
 	rep := ReapReport{DryRun: dryRun}
-	infos, err := m.prov.List(ctx, map[string]string{sandbox.LabelDeployment: m.deployment})
-	if err != nil {
-		return rep, fmt.Errorf("agentpool: reaper: list sandboxes: %w", err)
+	var listErrs []error
+	for _, prov := range m.provs.all() {
+		err := m.reapProvider(ctx, prov, &rep)
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			return rep, fmt.Errorf("agentpool: reaper: %w", ctx.Err())
+		default:
+			err = fmt.Errorf("provider %s: %w", prov.Name(), err)
+			listErrs = append(listErrs, err)
+			rep.ListFailed = append(rep.ListFailed, prov.Name())
+			rep.fail(err)
+			m.met.ProviderDown(prov.Name(), passReaper)
+			m.log.Named(passReaper).Warn("provider failed; the other providers are still reaped",
+				zap.String("provider", prov.Name()), zap.Error(err))
+		}
 	}
-	rep.Listed = len(infos)
+	if len(listErrs) == len(m.provs.names) {
+		return rep, fmt.Errorf("agentpool: reaper: %w", errors.Join(listErrs...))
+	}
+	return rep, nil
+}
+
+// reapProvider reaps one provider's orphans into rep. An error means the provider could not be
+// listed (or the store read failed); destroy failures are counted in rep.
+func (m *Maintainer) reapProvider(ctx context.Context, prov sandbox.Provider, rep *ReapReport) error {
+	infos, err := prov.List(ctx, map[string]string{sandbox.LabelDeployment: m.deployment})
+	if err != nil {
+		return fmt.Errorf("list sandboxes: %w", err)
+	}
+	rep.Listed += len(infos)
+	orphansBefore := len(rep.Orphans)
 	cutoff := m.now().Add(-m.cfg.ReapGrace)
 	old := make([]sandbox.Info, 0, len(infos))
 	for _, info := range infos {
 		switch {
 		case info.Labels[sandbox.LabelDeployment] != m.deployment:
-			m.log.Named(passReaper).Warn("provider listed a sandbox of another deployment; ignored",
+			m.log.Named(passReaper).Warn("provider listed a sandbox of another deployment; ignored", zap.String("provider", prov.Name()),
 				zap.String("sandbox", info.Handle.ID), zap.String("deployment", info.Labels[sandbox.LabelDeployment]))
 		case info.Handle.ID == "", info.CreatedAt.IsZero(), !info.CreatedAt.Before(cutoff):
 			// Too young (its session may not have saved the handle yet), or of unknown age.
@@ -303,11 +340,13 @@ func (m *Maintainer) ReapPass(ctx context.Context, dryRun bool) (ReapReport, err
 		}
 		sessions, err := m.store.SessionsBySandboxIDs(ctx, ids)
 		if err != nil {
-			return rep, fmt.Errorf("agentpool: reaper: %w", err)
+			return err
 		}
 		owned := make(map[string]bool, len(sessions))
 		for _, s := range sessions {
-			if s.Status != db.SessionDestroyed {
+			// Owned only by a live session whose handle is on this provider: ids of two providers
+			// may look alike.
+			if h, herr := m.life.handle(s); s.Status != db.SessionDestroyed && (herr != nil || h.Provider == prov.Name()) {
 				owned[s.SandboxID] = true
 			}
 		}
@@ -316,27 +355,24 @@ func (m *Maintainer) ReapPass(ctx context.Context, dryRun bool) (ReapReport, err
 				continue
 			}
 			rep.Orphans = append(rep.Orphans, info)
-			if dryRun {
+			if rep.DryRun {
 				continue
 			}
-			if err := m.prov.Destroy(ctx, info.Handle); err != nil {
+			if err := prov.Destroy(ctx, info.Handle); err != nil {
 				if ctx.Err() != nil {
-					return rep, fmt.Errorf("agentpool: reaper: %w", ctx.Err())
+					return ctx.Err()
 				}
-				rep.fail(fmt.Errorf("destroy orphan %s: %w", info.Handle.ID, err))
+				rep.fail(fmt.Errorf("destroy orphan %s on %s: %w", info.Handle.ID, prov.Name(), err))
 				continue
 			}
 			rep.Destroyed++
-			m.log.Named(passReaper).Info("destroyed orphan sandbox", zap.String("sandbox", info.Handle.ID),
+			m.log.Named(passReaper).Info("destroyed orphan sandbox", zap.String("provider", prov.Name()), zap.String("sandbox", info.Handle.ID),
 				zap.String("thread", info.Labels[sandbox.LabelThread]), zap.Time("created", info.CreatedAt))
 		}
 	}
 	// The reaper's view, for /metrics: every sandbox of the deployment, and those no session owns.
-	m.met.Sandboxes(m.prov.Name(), rep.Listed, len(rep.Orphans))
-	if err := m.reapVolumes(ctx, &rep); err != nil {
-		return rep, fmt.Errorf("agentpool: reaper: %w", err)
-	}
-	return rep, nil
+	m.met.Sandboxes(prov.Name(), len(infos), len(rep.Orphans)-orphansBefore)
+	return m.reapVolumes(ctx, prov, rep)
 }
 
 // reapVolumes removes this deployment's labelled volumes that no sandbox mounts, once older than
@@ -345,8 +381,8 @@ func (m *Maintainer) ReapPass(ctx context.Context, dryRun bool) (ReapReport, err
 // our back (docker rm -f), and a recreate gave the thread a new one. The grace covers the window in
 // Create between the volume and its container. The provider refuses a volume in use, so one mounted
 // meanwhile is kept.
-func (m *Maintainer) reapVolumes(ctx context.Context, rep *ReapReport) error {
-	vr, ok := sandbox.As[sandbox.VolumeReaper](m.prov)
+func (m *Maintainer) reapVolumes(ctx context.Context, prov sandbox.Provider, rep *ReapReport) error {
+	vr, ok := sandbox.As[sandbox.VolumeReaper](prov)
 	if !ok {
 		return nil
 	}

@@ -31,6 +31,9 @@ type Metrics interface {
 	// Sandboxes is the reaper's view of the provider: how many sandboxes of this deployment exist,
 	// and how many of them no live session owns (past the reap grace).
 	Sandboxes(provider string, live, unowned int)
+	// ProviderDown counts a maintenance pass in which a provider was unavailable (it could not list,
+	// or answered sandbox.ErrUnavailable): the pass went on with the other providers.
+	ProviderDown(provider, pass string)
 }
 
 // Turn outcomes (Metrics.TurnFinished).
@@ -98,6 +101,9 @@ func (NopMetrics) Leading(bool) {}
 
 // Sandboxes implements Metrics.
 func (NopMetrics) Sandboxes(string, int, int) {}
+
+// ProviderDown implements Metrics.
+func (NopMetrics) ProviderDown(string, string) {}
 
 // Seed 004's structured log events, by name: the log message is the event name, and every one carries
 // the thread, the sandbox generation, the provider and the turn id (turnFields).

@@ -58,6 +58,9 @@ func (m *recordingMetrics) Pass(name string, _ PassReport, _ time.Duration, err 
 }
 func (m *recordingMetrics) Leading(leader bool)                 { m.add(fmt.Sprint("leading.", leader)) }
 func (m *recordingMetrics) Sandboxes(provider string, _, _ int) { m.add("sandboxes." + provider) }
+func (m *recordingMetrics) ProviderDown(provider, pass string) {
+	m.add("provider_down." + provider + "." + pass)
+}
 
 // TestSeedLogEventsAndMetrics drives each of seed 004's situations through a pool on the fake provider
 // and checks the named log events (with thread, generation, provider and turn id) and the counters.

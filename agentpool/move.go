@@ -132,7 +132,7 @@ func (p *Pool) unsaved(ctx context.Context, wc WorkspaceChooser, cur db.Session,
 	if err != nil || h.IsZero() {
 		return "", nil // an unusable handle names no sandbox to ask
 	}
-	info, err := p.prov.Inspect(ctx, h)
+	info, err := p.life.provOf(h).Inspect(ctx, h)
 	switch {
 	case errors.Is(err, sandbox.ErrNotFound):
 		return "", nil

@@ -11,9 +11,12 @@ import (
 
 // onThread runs f on the thread's queue, after the turns queued before it, holding the thread's
 // store lock: admin actions never race a turn, in this process or another.
+//
+// Called from a job already on that thread's queue (an admin command written in the thread it names,
+// through Do), it runs f at once: queueing behind itself would wait forever.
 func (p *Pool) onThread(ctx context.Context, threadKey string, f func(ctx context.Context, cur db.Session) error) error {
 	done := make(chan error, 1)
-	_, err := p.q.add(threadKey, 0, func(qctx context.Context) {
+	job := func(qctx context.Context) {
 		// The job runs under the caller's deadline, but a pool shutdown cancels it too.
 		jctx, cancel := context.WithCancel(ctx)
 		defer cancel()
@@ -31,7 +34,12 @@ func (p *Pool) onThread(ctx context.Context, threadKey string, f func(ctx contex
 			return
 		}
 		done <- f(jctx, cur)
-	}, func(reason error) { done <- reason })
+	}
+	if runningOn(ctx, threadKey) {
+		job(ctx)
+		return <-done
+	}
+	_, err := p.q.add(threadKey, 0, job, func(reason error) { done <- reason })
 	if err != nil {
 		return err
 	}
@@ -116,6 +124,11 @@ func (o Ops) Resume(ctx context.Context, k string) error { return o.Pool.Resume(
 // Destroy implements bot.AdminOps.
 func (o Ops) Destroy(ctx context.Context, k string) error { return o.Pool.Destroy(ctx, k) }
 
+// MoveProvider implements bot.ProviderMover (admin move).
+func (o Ops) MoveProvider(ctx context.Context, k, provider string) (ProviderChange, error) {
+	return o.Pool.MoveProvider(ctx, k, provider)
+}
+
 // Depth implements bot.AdminOps.
 func (o Ops) Depth(k string) int { return o.Pool.Depth(k) }
 
@@ -149,6 +162,9 @@ func (o Ops) Reap(ctx context.Context, dryRun bool) (string, error) {
 			fmt.Fprintf(&b, "\n  %s (thread %q, created %s)", v.Name, v.Labels["threadbox.thread"], v.CreatedAt.Format("2006-01-02 15:04"))
 		}
 	}
+	if len(rep.ListFailed) > 0 {
+		fmt.Fprintf(&b, "\nnot reaped this time, the provider could not be listed: %s", strings.Join(rep.ListFailed, ", "))
+	}
 	return b.String(), nil
 }
 
@@ -167,6 +183,10 @@ func (o Ops) Stats(ctx context.Context) (string, error) {
 		}
 		fmt.Fprintf(&b, "Sessions %s: %s\n", st, n)
 	}
-	fmt.Fprintf(&b, "Provider: %s, runtime: %s", o.Pool.prov.Name(), o.Pool.rt.Name())
+	fmt.Fprintf(&b, "Provider: %s", o.Pool.DefaultProvider())
+	if ps := o.Pool.Providers(); len(ps) > 1 {
+		fmt.Fprintf(&b, " (the default; enabled: %s)", strings.Join(ps, ", "))
+	}
+	fmt.Fprintf(&b, ", runtime: %s", o.Pool.rt.Name())
 	return b.String(), nil
 }

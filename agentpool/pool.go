@@ -97,10 +97,15 @@ func (c Config) validate() error {
 
 // Deps are the pool's collaborators.
 type Deps struct {
-	Store    db.Store
+	Store db.Store
+	// Provider is the default sandbox provider (sandbox.provider): new threads, and threads whose
+	// recorded provider is empty or no longer enabled, get their sandboxes there.
 	Provider sandbox.Provider
-	Runtime  runtime.Runtime
-	Logger   *zap.Logger
+	// Providers are the further providers the deployment enables (sandbox.providers); a thread may
+	// choose one (UseProvider). It may list Provider again. Names must be unique.
+	Providers []sandbox.Provider
+	Runtime   runtime.Runtime
+	Logger    *zap.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// Instance names this process in the turns it owns (default: random). Another process takes over
@@ -119,7 +124,8 @@ type Deps struct {
 type Pool struct {
 	cfg   Config
 	store db.Store
-	prov  sandbox.Provider
+	// provs are the enabled sandbox providers, the default among them.
+	provs *providerSet
 	rt    runtime.Runtime
 	log   *zap.Logger
 	now   func() time.Time
@@ -160,9 +166,13 @@ func New(cfg Config, deps Deps) (*Pool, error) {
 	if deps.Store == nil || deps.Provider == nil || deps.Runtime == nil {
 		return nil, errors.New("agentpool: Store, Provider and Runtime are required")
 	}
+	provs, err := newProviderSet(deps.Provider, deps.Providers)
+	if err != nil {
+		return nil, err
+	}
 	base, stop := context.WithCancel(context.Background())
 	p := &Pool{
-		cfg: cfg, store: deps.Store, prov: deps.Provider, rt: deps.Runtime,
+		cfg: cfg, store: deps.Store, provs: provs, rt: deps.Runtime,
 		log: cmp.Or(deps.Logger, zap.NewNop()).Named("agentpool"), now: deps.Now,
 		stop: stop, q: newQueues(base), instance: deps.Instance, restore: deps.Restore, ws: deps.Workspace,
 	}
@@ -180,7 +190,7 @@ func New(cfg Config, deps Deps) (*Pool, error) {
 		p.met = NopMetrics{}
 	}
 	p.life = &lifecycle{
-		store: p.store, prov: p.prov, log: p.log, spec: p.spec,
+		store: p.store, provs: p.provs, log: p.log, spec: p.spec,
 		maxResumeFailures: cfg.MaxResumeFailures, providerWait: cfg.ProviderWait,
 	}
 	return p, nil

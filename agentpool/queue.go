@@ -68,6 +68,15 @@ func (q *queues) add(key string, id int64, run func(context.Context), drop func(
 	return ahead, nil
 }
 
+// onQueueKey marks a job's context with the key whose queue runs it (see onThread).
+type onQueueKey struct{}
+
+// runningOn reports whether ctx is that of a job on key's queue.
+func runningOn(ctx context.Context, key string) bool {
+	k, ok := ctx.Value(onQueueKey{}).(string)
+	return ok && k == key
+}
+
 // drain runs key's jobs in order and exits when none are left.
 func (q *queues) drain(key string, kq *keyQueue) {
 	for {
@@ -86,7 +95,7 @@ func (q *queues) drain(key string, kq *keyQueue) {
 		j := kq.pending[0]
 		kq.pending[0] = nil
 		kq.pending = kq.pending[1:]
-		ctx, cancel := context.WithCancelCause(q.base)
+		ctx, cancel := context.WithCancelCause(context.WithValue(q.base, onQueueKey{}, key))
 		j.cancel = cancel
 		kq.running = j
 		q.mu.Unlock()

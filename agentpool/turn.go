@@ -101,7 +101,7 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 	out := Outcome{TurnID: turnID}
 	sess, _, err := p.store.SessionCreate(ctx, db.NewSession{
 		ThreadKey: req.ThreadKey, Platform: req.Platform, ChannelID: req.ChannelID,
-		OwnerUserID: req.UserID, Provider: p.prov.Name(), Runtime: p.rt.Name(),
+		OwnerUserID: req.UserID, Provider: p.provs.def.Name(), Runtime: p.rt.Name(),
 	})
 	if err != nil {
 		out.Err = classify(EINTERNAL, "load session", err)
@@ -115,7 +115,8 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 		filesInGen     int64 = -1
 		lastRecoverErr error
 	)
-	prov := p.prov.Name()
+	// prov names the provider in logs and metrics: the one the thread's sandbox is (to be) on.
+	prov := p.provs.wanted(sess).Name()
 	fields := func(extra ...zap.Field) []zap.Field {
 		return append(turnFields(req.ThreadKey, sess.Generation, prov, turnID), extra...)
 	}
@@ -143,6 +144,7 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 			return out
 		}
 		sess = r.sess
+		prov = r.sb.Handle().Provider
 		kind, event := r.outcome()
 		p.met.Resolve(prov, kind, took)
 		p.log.Info(event, fields(zap.String("outcome", kind), zap.String("reason", string(r.recreate)),
@@ -280,7 +282,7 @@ func (p *Pool) finishAnswer(ctx context.Context, r resolved, res runtime.Result,
 // turnID names the turn in the log (0 for an admin resume).
 func (p *Pool) ensureRuntime(ctx context.Context, r resolved, turnID int64) error {
 	var err error
-	prov := p.prov.Name()
+	prov := r.sb.Handle().Provider
 	for attempt := range 2 {
 		ectx, cancel := context.WithTimeout(ctx, p.cfg.EnsureTimeout)
 		err = p.rt.Ensure(ectx, r.sb)

@@ -97,6 +97,7 @@ const AdminHelp = `admin commands:
   pause <thread>          stop the thread's sandbox, keeping its files
   resume <thread>         start it again
   destroy <thread>        destroy the thread's sandbox (its history is kept)
+  move <thread> <provider> run the thread on another enabled provider (its sandbox is replaced, history replayed)
   reap [--dry-run]        destroy this deployment's sandboxes that no session owns
   drain                   stop taking new turns and let running ones finish
   stats                   pool and session counts, model use today, and the numbers behind /metrics
@@ -216,6 +217,8 @@ func (a *Admin) dispatch(ctx context.Context, cmd string, argv []string) (string
 			return "", err
 		}
 		return fmt.Sprintf("%s: %s done", key, cmd), nil
+	case "move":
+		return a.move(ctx, args)
 	case "reap":
 		dry := slices.Contains(args, "--dry-run")
 		return a.ops.Reap(ctx, dry)

@@ -55,6 +55,7 @@ func (s *pgStore) SessionTransition(ctx context.Context, threadKey string, t Tra
 	r, err := s.q.SessionTransition(ctx, s.dbtx, pgsqlc.SessionTransitionParams{
 		ToStatus:        string(t.To),
 		Handle:          p.Handle,
+		Provider:        pgText(p.Provider),
 		SandboxID:       pgText(p.SandboxID),
 		BumpGeneration:  t.BumpGeneration,
 		Generation:      pgInt8(p.Generation),
@@ -94,6 +95,7 @@ func (s *pgStore) SessionUpdate(ctx context.Context, threadKey string, p Session
 	}
 	r, err := s.q.SessionUpdate(ctx, s.dbtx, pgsqlc.SessionUpdateParams{
 		Handle:         p.Handle,
+		Provider:       pgText(p.Provider),
 		SandboxID:      pgText(p.SandboxID),
 		Generation:     pgInt8(p.Generation),
 		AgentSessionID: pgText(p.AgentSessionID),

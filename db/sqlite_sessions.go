@@ -57,6 +57,7 @@ func (s *sqliteStore) SessionTransition(ctx context.Context, threadKey string, t
 	r, err := s.q.SessionTransition(ctx, s.dbtx, sqlitesqlc.SessionTransitionParams{
 		ToStatus:        string(t.To),
 		Handle:          sqliteJSON(p.Handle),
+		Provider:        sqliteText(p.Provider),
 		SandboxID:       sqliteText(p.SandboxID),
 		BumpGeneration:  boolInt(t.BumpGeneration),
 		Generation:      sqliteInt(p.Generation),
@@ -91,6 +92,7 @@ func (s *sqliteStore) SessionUpdate(ctx context.Context, threadKey string, p Ses
 	}
 	r, err := s.q.SessionUpdate(ctx, s.dbtx, sqlitesqlc.SessionUpdateParams{
 		Handle:         sqliteJSON(p.Handle),
+		Provider:       sqliteText(p.Provider),
 		SandboxID:      sqliteText(p.SandboxID),
 		Generation:     sqliteInt(p.Generation),
 		AgentSessionID: sqliteText(p.AgentSessionID),

@@ -105,7 +105,10 @@ type NewSession struct {
 // SessionPatch lists optional changes to a session. A nil field leaves the column as it is; a pointer
 // to the zero value clears it (for example LastError: ptr("")).
 type SessionPatch struct {
-	Handle         json.RawMessage
+	Handle json.RawMessage
+	// Provider is the sandbox provider the thread's next sandbox is created on (a thread's choice,
+	// or the one its sandbox was created on).
+	Provider       *string
 	SandboxID      *string
 	Generation     *int64
 	AgentSessionID *string

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // ErrBadHandle: a stored handle cannot be used by this process: it does not decode, or it names
@@ -43,4 +44,27 @@ func DecodeHandle(raw json.RawMessage, provider string) (Handle, error) {
 		return h, fmt.Errorf("%w: it belongs to provider %q, this process runs %q", ErrBadHandle, h.Provider, provider)
 	}
 	return h, nil
+}
+
+// DecodeHandleAmong is DecodeHandle for a process that runs several providers: the handle may belong
+// to any of the named ones (the deployment's enabled providers). One naming a provider not among
+// them is ErrBadHandle, with the decoded handle, as in DecodeHandle.
+func DecodeHandleAmong(raw json.RawMessage, providers []string) (Handle, error) {
+	var h Handle
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return h, nil
+	}
+	if err := json.Unmarshal(raw, &h); err != nil {
+		return Handle{}, fmt.Errorf("%w: %w", ErrBadHandle, err)
+	}
+	if h.IsZero() {
+		return Handle{}, nil
+	}
+	for _, p := range providers {
+		if h.Provider == p {
+			return h, nil
+		}
+	}
+	return h, fmt.Errorf("%w: it belongs to provider %q, which this process does not run (it runs %s)",
+		ErrBadHandle, h.Provider, strings.Join(providers, ", "))
 }

@@ -30,6 +30,7 @@ func commands() []*discordgo.ApplicationCommand {
 		{Name: "status", Description: "This thread's sandbox, its queue and the last error"},
 		{Name: "stop", Description: "Cancel this thread's running turn"},
 		{Name: "reset", Description: "Destroy this thread's sandbox and start fresh"},
+		{Name: "use", Description: "Run this thread's sandbox on another enabled provider", Options: text("provider", "docker, daytona, …")},
 		{Name: "threadbox", Description: "Operator commands (admins only)", Options: text("command", `an admin command, e.g. "sessions"`)},
 	}
 }
@@ -189,13 +190,16 @@ func (a *Adapter) acceptInteraction(ctx context.Context, in *discordgo.Interacti
 	switch data.Name {
 	case "threadbox":
 		return a.adminCommand(ctx, in, user, opt("command"), respond)
-	case "ask", "status", "stop", "reset":
+	case "ask", "status", "stop", "reset", "use":
 	default:
 		return respond(ctx, ephemeralReply("Unknown command."))
 	}
 	text := data.Name
-	if data.Name == "ask" {
+	switch data.Name {
+	case "ask":
 		text = opt("prompt")
+	case "use":
+		text = "use " + strings.Join(strings.Fields(opt("provider")), " ")
 	}
 	err := a.takeCommand(ctx, in, user, data.Name, text, respond)
 	if err != nil {
@@ -204,7 +208,7 @@ func (a *Adapter) acceptInteraction(ctx context.Context, in *discordgo.Interacti
 	return err
 }
 
-// takeCommand hands /ask, /status, /stop or /reset to the bot and defers the interaction.
+// takeCommand hands /ask, /status, /stop, /reset or /use to the bot and defers the interaction.
 func (a *Adapter) takeCommand(ctx context.Context, in *discordgo.Interaction, user *discordgo.User, name, text string, respond responder) error {
 	pl, err := a.locate(ctx, in.GuildID, in.ChannelID)
 	if err != nil {

@@ -90,12 +90,14 @@ type adminJSON struct {
 	DryRun bool   `json:"dry_run"`
 	// Lines is logs' n.
 	Lines int `json:"lines"`
+	// Provider is move's target provider.
+	Provider string `json:"provider"`
 }
 
 // adminCommands says which commands the API runs, and whether each needs a thread.
 var adminCommands = map[string]bool{
 	"help": false, "sessions": false, "stats": false, "reap": false, "drain": false,
-	"inspect": true, "pause": true, "resume": true, "destroy": true, "logs": true, "attach": true,
+	"inspect": true, "pause": true, "resume": true, "destroy": true, "logs": true, "attach": true, "move": true,
 }
 
 // adminCommand is POST /api/admin/{command}: bot.Admin.Run as the caller, audited there.
@@ -103,7 +105,7 @@ func (s *Server) adminCommand(w http.ResponseWriter, r *http.Request) {
 	cmd := r.PathValue("command")
 	needsThread, known := adminCommands[cmd]
 	if !known {
-		writeError(w, http.StatusNotFound, "unknown admin command "+cmd+": use help, sessions, inspect, pause, resume, destroy, reap, drain, stats, logs or attach")
+		writeError(w, http.StatusNotFound, "unknown admin command "+cmd+": use help, sessions, inspect, pause, resume, destroy, move, reap, drain, stats, logs or attach")
 		return
 	}
 	var req adminJSON
@@ -125,6 +127,13 @@ func (s *Server) adminCommand(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		argv = append(argv, req.Thread)
+		if cmd == "move" {
+			if req.Provider == "" {
+				writeError(w, http.StatusBadRequest, "move needs {\"thread\": \"<thread key>\", \"provider\": \"<provider>\"}")
+				return
+			}
+			argv = append(argv, req.Provider)
+		}
 		if cmd == "logs" && req.Lines > 0 {
 			argv = append(argv, strconv.Itoa(req.Lines))
 		}

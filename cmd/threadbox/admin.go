@@ -68,6 +68,8 @@ func (m *Main) adminOverHTTP(ctx context.Context, args []string) error {
 			body["status"] = strings.TrimPrefix(a, "--status=")
 		case body["thread"] == nil:
 			body["thread"] = a
+		case cmd == "move" && body["provider"] == nil:
+			body["provider"] = a
 		case cmd == "logs":
 			n, err := strconv.Atoi(a)
 			if err != nil {

@@ -72,3 +72,31 @@ func TestDaytonaIsWired(t *testing.T) {
 	require.NoError(t, p.Destroy(t.Context(), h))
 	require.Empty(t, f.Violations())
 }
+
+// TestProvidersAreWired: sandbox.providers builds every enabled provider, the default first, and
+// doctor checks each of them.
+func TestProvidersAreWired(t *testing.T) {
+	f := daytonafake.New(t, daytonafake.Options{Backend: sandboxfake.New(), Snapshots: []string{"tb-snapshot"}})
+	env := baseEnv(t, "THREADBOX_SANDBOX_PROVIDER=local", "THREADBOX_SANDBOX_PROVIDERS=local,daytona",
+		"THREADBOX_SANDBOX_LOCAL_I_UNDERSTAND_NO_ISOLATION=true", "THREADBOX_SANDBOX_LOCAL_DIR="+t.TempDir(),
+		"THREADBOX_SANDBOX_DAYTONA_API_URL="+f.APIURL(), "THREADBOX_SANDBOX_DAYTONA_API_KEY="+daytonafake.APIKey,
+		"THREADBOX_SANDBOX_DAYTONA_SNAPSHOT=tb-snapshot")
+	var stdout, stderr bytes.Buffer
+	m := NewMain(&stdout, &stderr, env)
+	require.NoError(t, m.ParseFlags([]string{"doctor"}))
+	t.Cleanup(func() { require.NoError(t, m.Close()) })
+	provs, warning, err := m.newProviders(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, noIsolationWarning, warning, "the local provider's warning is kept")
+	names := make([]string, len(provs))
+	for i, p := range provs {
+		names[i] = p.Name()
+	}
+	require.Equal(t, []string{"local", "daytona"}, names)
+
+	out, _, _ := runMain(t, env, "doctor")
+	require.NotEmpty(t, findLine(out, "ok      providers: enabled: local, daytona (default local)"), out)
+	require.NotEmpty(t, findLine(out, "ok      sandbox: local provider"), out)
+	require.NotEmpty(t, findLine(out, "ok      daytona: API at "+f.APIURL()), out)
+	require.Empty(t, f.Violations())
+}

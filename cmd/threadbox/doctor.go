@@ -67,21 +67,31 @@ func (m *Main) runDoctor(ctx context.Context) error {
 func (m *Main) doctorChecks() []check {
 	cfg := m.Config
 	var checks []check
-	switch cfg.Sandbox.Provider {
-	case "docker", "auto":
-		checks = append(checks, check{name: "docker", run: m.checkDocker})
-	case "daytona":
-		checks = append(checks, check{name: "daytona", run: m.checkDaytona})
-	case "deno":
-		checks = append(checks, check{name: "deno", run: m.checkDeno})
-	case "local":
-		checks = append(checks, check{name: "sandbox", run: func(context.Context) (string, *problem) {
-			if err := m.localAllowed(); err != nil {
-				return "", &problem{what: "serve will refuse to start: " + oneLine(err),
-					fix: "start Docker and set sandbox.provider docker, or remove the chat platform and keep http.addr on loopback"}
-			}
-			return "local provider: NO ISOLATION, agent commands run as host processes", nil
+	// Every enabled provider (sandbox.providers), the default first: a thread may pick any of them.
+	enabled := cfg.Sandbox.EnabledProviders()
+	if len(enabled) > 1 {
+		checks = append(checks, check{name: "providers", run: func(context.Context) (string, *problem) {
+			return fmt.Sprintf("enabled: %s (default %s); threads pick one with \"use <provider>\"",
+				strings.Join(enabled, ", "), enabled[0]), nil
 		}})
+	}
+	for _, name := range enabled {
+		switch name {
+		case "docker", "auto":
+			checks = append(checks, check{name: "docker", run: m.checkDocker})
+		case "daytona":
+			checks = append(checks, check{name: "daytona", run: m.checkDaytona})
+		case "deno":
+			checks = append(checks, check{name: "deno", run: m.checkDeno})
+		case "local":
+			checks = append(checks, check{name: "sandbox", run: func(context.Context) (string, *problem) {
+				if err := m.localAllowed(); err != nil {
+					return "", &problem{what: "serve will refuse to start: " + oneLine(err),
+						fix: "start Docker and set sandbox.provider docker, or remove the chat platform and keep http.addr on loopback"}
+				}
+				return "local provider: NO ISOLATION, agent commands run as host processes", nil
+			}})
+		}
 	}
 	checks = append(checks, check{name: "runtime", run: m.checkRuntime})
 	checks = append(checks, check{name: "database", run: m.checkDatabase})

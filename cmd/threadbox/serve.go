@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,7 +39,7 @@ func (m *Main) runServe(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	log.Info("ready", zap.String("provider", a.prov.Name()), zap.String("runtime", a.rt.Name()),
+	log.Info("ready", zap.String("provider", a.provs[0].Name()), zap.Strings("providers", a.pool.Providers()), zap.String("runtime", a.rt.Name()),
 		zap.String("database", config.RedactURL(m.Config.Database.URL)), zap.String("deployment", m.Config.Deployment))
 
 	mux := http.NewServeMux()
@@ -46,7 +47,13 @@ func (m *Main) runServe(ctx context.Context) error {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.Handle("GET /metrics", metricsHandler(m.Config.HTTP.Token, a.metrics.Handler()))
-	ready := readyHandler(a.store, a.pool, func(ctx context.Context) string { return providerStatus(ctx, a.prov, log) }, log)
+	ready := readyHandler(a.store, a.pool, func(ctx context.Context) string {
+		st := make([]string, len(a.provs))
+		for i, p := range a.provs {
+			st[i] = providerStatus(ctx, p, log)
+		}
+		return strings.Join(st, "; ")
+	}, log)
 	mux.Handle("GET /readyz", ready)
 	// The public webhooks get their own listener when http.public_addr is set, so the web chat and
 	// the admin API can stay on loopback; the health checks answer on both.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -24,8 +25,11 @@ import (
 
 // app is everything serve (and the admin CLI) runs on, built explicitly: no init registration.
 type app struct {
-	store   db.Store
-	prov    sandbox.Provider
+	store db.Store
+	// provs are the enabled sandbox providers (sandbox.providers), the default first. There is no
+	// single provider field any more: wrappers that serve Docker sandboxes only (the gateway) go
+	// through wrapDocker.
+	provs   []sandbox.Provider
 	rt      runtime.Runtime
 	pool    *agentpool.Pool
 	maint   *agentpool.Maintainer
@@ -58,27 +62,29 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 			return nil, fmt.Errorf("migrate on start (set database.auto_migrate: false to skip): %w", err)
 		}
 	}
-	if a.prov, a.warning, err = m.newProvider(ctx); err != nil {
+	if a.provs, a.warning, err = m.newProviders(ctx); err != nil {
 		return nil, err
 	}
-	gw, err := m.newGateway(st, a.prov)
+	gw, err := m.newGateway(st, a.dockerOrDefault())
 	if err != nil {
 		return nil, err
 	}
 	if a.rt, err = m.newRuntime(gw); err != nil {
 		return nil, err
 	}
-	eg, err := m.newEgress(a.prov, a.metrics)
+	eg, err := m.newEgress(a.dockerOrDefault(), a.metrics)
 	if err != nil {
 		return nil, err
 	}
 	if eg != nil {
 		// Inside the gateway's wrapper: the gateway makes its forwarder the sandbox's main process,
 		// and egress adds its relay to that process.
-		a.prov = eg.Provider(a.prov)
+		a.wrapDocker(eg.Provider)
 	}
 	if gw != nil {
-		a.prov, a.rt = gw.Provider(a.prov), gw.Runtime(a.rt)
+		// The gateway serves Docker sandboxes only (a bind-mounted socket).
+		a.wrapDocker(gw.Provider)
+		a.rt = gw.Runtime(a.rt)
 	}
 	env, blocked, err := cfg.Sandbox.Env.Resolve(func(k string) (string, bool) {
 		v := m.getenv(k)
@@ -108,7 +114,7 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 		// disk_mb on the work directory, and memory kills named as such: no provider here caps volumes.
 		EnforceLimits: true,
 		SystemPrompt:  prompts.System(prompts.SystemData{WorkDir: sandbox.DefaultWorkDir}),
-	}, agentpool.Deps{Store: st, Provider: a.prov, Runtime: a.rt, Logger: m.Logger,
+	}, agentpool.Deps{Store: st, Provider: a.provs[0], Providers: a.provs[1:], Runtime: a.rt, Logger: m.Logger,
 		// The handler is built below; turns are restored only once serve has registered the adapters.
 		Restore:   func(ctx context.Context, t db.Turn) (agentpool.Request, error) { return a.handler.Restore(ctx, t) },
 		Workspace: ws,
@@ -123,7 +129,7 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 		Interval:       cfg.Lifecycle.LoopInterval,
 		ReconcileGrace: cfg.Lifecycle.ReconcileGrace,
 	}, agentpool.MaintainerDeps{
-		Store: st, Provider: a.prov, Deployment: cfg.Deployment, Logger: m.Logger,
+		Store: st, Provider: a.provs[0], Providers: a.provs[1:], Deployment: cfg.Deployment, Logger: m.Logger,
 		OnStuck: func(_ context.Context, t db.Turn) { a.pool.CancelTurn(t.ThreadKey, t.ID, agentpool.ErrStuck) },
 		Recover: a.pool.RecoverPass,
 		Metrics: a.metrics,
@@ -146,13 +152,62 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 	return a, nil
 }
 
-// newProvider builds the configured sandbox provider ("auto": Docker if a daemon answers).
+// dockerOrDefault is the enabled Docker provider, else the default one: what a Docker-only feature
+// (the gateway, egress) checks and wraps.
+func (a *app) dockerOrDefault() sandbox.Provider {
+	for _, p := range a.provs {
+		if p.Name() == docker.Name {
+			return p
+		}
+	}
+	return a.provs[0]
+}
+
+// wrapDocker replaces the enabled Docker provider, if any, with wrap(it): the gateway (and any other
+// wrapper that serves Docker sandboxes only) leaves the other providers as they are.
+func (a *app) wrapDocker(wrap func(sandbox.Provider) sandbox.Provider) {
+	for i, p := range a.provs {
+		if p.Name() == docker.Name {
+			a.provs[i] = wrap(p)
+		}
+	}
+}
+
+// newProviders builds every enabled sandbox provider (sandbox.providers), the default
+// (sandbox.provider; "auto": Docker if a daemon answers) first. A provider is registered here, by
+// name: a new one gets a case in buildProvider and a name in config.Providers.
+func (m *Main) newProviders(ctx context.Context) ([]sandbox.Provider, string, error) {
+	def, warning, err := m.newProvider(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	out := []sandbox.Provider{def}
+	for _, name := range m.Config.Sandbox.EnabledProviders()[1:] {
+		if name == def.Name() {
+			continue
+		}
+		p, w, err := m.buildProvider(ctx, name)
+		if err != nil {
+			return nil, "", fmt.Errorf("sandbox.providers %s: %w", name, err)
+		}
+		warning = cmp.Or(warning, w)
+		out = append(out, p)
+	}
+	return out, warning, nil
+}
+
+// newProvider builds the default sandbox provider ("auto": Docker if a daemon answers).
 func (m *Main) newProvider(ctx context.Context) (sandbox.Provider, string, error) {
-	cfg := m.Config
 	name, err := m.chooseProvider(ctx)
 	if err != nil {
 		return nil, "", err
 	}
+	return m.buildProvider(ctx, name)
+}
+
+// buildProvider builds one provider by name, with the warning to show if its setup is unsafe.
+func (m *Main) buildProvider(ctx context.Context, name string) (sandbox.Provider, string, error) {
+	cfg := m.Config
 	switch name {
 	case "docker":
 		p, err := docker.New(ctx, docker.Options{Host: cfg.Sandbox.Docker.Host, Deployment: cfg.Deployment, Logger: m.Logger})

@@ -89,12 +89,14 @@ func testSessionTransitions(t *testing.T, newStore NewStore) {
 				From: []db.SessionStatus{db.SessionCreating}, To: db.SessionActive, BumpGeneration: true,
 				Patch: db.SessionPatch{
 					Handle: []byte(`{"provider":"docker","id":"c1"}`), SandboxID: ptr("c1"), AgentSessionID: ptr("a1"),
+					Provider: ptr("docker"),
 				},
 			},
 			check: func(t *testing.T, before, after db.Session) {
 				require.JSONEq(t, `{"provider":"docker","id":"c1"}`, string(after.Handle))
 				require.Equal(t, "c1", after.SandboxID)
 				require.Equal(t, "a1", after.AgentSessionID)
+				require.Equal(t, "docker", after.Provider)
 				require.Equal(t, before.Generation+1, after.Generation)
 				require.Equal(t, at, after.LastActivityAt)
 				require.True(t, after.ResumedAt.IsZero(), "not resumed: it was creating")
@@ -284,6 +286,7 @@ func testSessionUpdate(t *testing.T, newStore NewStore) {
 	health := start.Add(30 * time.Second)
 	after, err := s.SessionUpdate(ctx, "k", db.SessionPatch{
 		Handle:         []byte(`{"provider": "docker", "id": "c2", "state": {"n": 1}}`),
+		Provider:       ptr("daytona"),
 		SandboxID:      ptr("c2"),
 		Generation:     ptr(int64(3)),
 		AgentSessionID: ptr("agent-2"),
@@ -294,6 +297,7 @@ func testSessionUpdate(t *testing.T, newStore NewStore) {
 	require.NoError(t, err)
 	require.JSONEq(t, `{"provider":"docker","id":"c2","state":{"n":1}}`, string(after.Handle))
 	require.Equal(t, "c2", after.SandboxID)
+	require.Equal(t, "daytona", after.Provider)
 	require.Equal(t, int64(3), after.Generation)
 	require.Equal(t, "agent-2", after.AgentSessionID)
 	require.Equal(t, "built the thing", after.HandoffNote)

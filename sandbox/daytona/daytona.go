@@ -265,7 +265,10 @@ func errorMessage(body []byte) string {
 }
 
 // call runs one idempotent API request, retrying 429 and 5xx answers and transport failures with
-// backoff until ctx ends or the attempts run out. Each attempt is bounded by RequestTimeout.
+// backoff until ctx ends or the attempts run out. Each attempt is bounded by RequestTimeout. When the
+// attempts run out on such failures, the error wraps sandbox.ErrUnavailable: the service is down or
+// not serving, which says nothing about the sandbox (callers wait, and a maintenance pass goes on
+// with the deployment's other providers).
 func (p *Provider) call(ctx context.Context, op string, send func(ctx context.Context) (*http.Response, error), out any) error {
 	b := newBackoff(100*time.Millisecond, 2, 5*time.Second)
 	var err error
@@ -280,7 +283,7 @@ func (p *Provider) call(ctx context.Context, op string, send func(ctx context.Co
 			return err
 		}
 	}
-	return err
+	return fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
 }
 
 // once sends one request under RequestTimeout and decodes its answer.

@@ -42,13 +42,17 @@ type Provider struct {
 	fail  map[string][]error // method → errors to return, in order
 	calls map[string]int
 	now   func() time.Time
+	name  string
 }
 
 var _ sandbox.Provider = (*Provider)(nil)
 
-// New returns an empty fake.
-func New() *Provider {
-	return &Provider{boxes: map[string]*Box{}, fail: map[string][]error{}, calls: map[string]int{}, now: time.Now}
+// New returns an empty fake, named "fake".
+func New() *Provider { return NewNamed("fake") }
+
+// NewNamed returns an empty fake under another name, so that a test can enable several providers.
+func NewNamed(name string) *Provider {
+	return &Provider{boxes: map[string]*Box{}, fail: map[string][]error{}, calls: map[string]int{}, now: time.Now, name: name}
 }
 
 // SetClock makes Create stamp boxes with now() (for reaper tests).
@@ -130,7 +134,7 @@ func (p *Provider) boxLocked(method string, h sandbox.Handle) (*Box, error) {
 }
 
 // Name implements sandbox.Provider.
-func (p *Provider) Name() string { return "fake" }
+func (p *Provider) Name() string { return p.name }
 
 // Capabilities implements sandbox.Provider.
 func (p *Provider) Capabilities() sandbox.Capabilities {
@@ -151,7 +155,7 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Handl
 	p.seq++
 	id := fmt.Sprintf("fake-%d", p.seq)
 	p.boxes[id] = &Box{ID: id, Spec: spec, State: sandbox.StateRunning, Files: map[string][]byte{}, Created: p.now()}
-	return sandbox.Handle{Provider: "fake", ID: id, Version: 1}, nil
+	return sandbox.Handle{Provider: p.name, ID: id, Version: 1}, nil
 }
 
 // Inspect implements sandbox.Provider.
@@ -167,7 +171,7 @@ func (p *Provider) Inspect(ctx context.Context, h sandbox.Handle) (sandbox.Info,
 
 func (p *Provider) infoLocked(b *Box) sandbox.Info {
 	return sandbox.Info{
-		Handle: sandbox.Handle{Provider: "fake", ID: b.ID, Version: 1}, State: b.State,
+		Handle: sandbox.Handle{Provider: p.name, ID: b.ID, Version: 1}, State: b.State,
 		Labels: b.Spec.Labels.Map(), Image: b.Spec.Image, CreatedAt: b.Created,
 		Resources: b.Spec.Resources, User: b.Spec.User, Network: b.Spec.Network,
 	}

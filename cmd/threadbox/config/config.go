@@ -145,7 +145,11 @@ type Sandbox struct {
 	ReadOnlyRoot bool `koanf:"read_only_root"`
 	// MaxActive caps the live sandboxes of the deployment; past it, new threads wait in line (an idle
 	// sandbox is paused to make room when there is one). 0 means no cap.
-	MaxActive int          `koanf:"max_active"`
+	MaxActive int `koanf:"max_active"`
+	// Providers lists the providers this deployment enables (docker, local, daytona, deno); a
+	// thread may pick one with "use <provider>". Empty means just Provider. When set, Provider must
+	// name one of them: it is the default for threads that pick none.
+	Providers []string     `koanf:"providers"`
 	Docker    DockerConfig `koanf:"docker"`
 	Local     LocalConfig  `koanf:"local"`
 	Daytona   Daytona      `koanf:"daytona"`
@@ -397,6 +401,7 @@ func Default() Config {
 			Resources: sandbox.DefaultResources(),
 			Env:       sandbox.EnvPolicy{Passthrough: []string{}, Set: map[string]string{}, Blocked: []string{}},
 			Local:     LocalConfig{Dir: "./data/sandboxes"},
+			Providers: []string{},
 			Daytona:   Daytona{APIURL: "https://app.daytona.io/api", AutoStopMinutes: 30, AutoDeleteMinutes: -1},
 			Deno: Deno{ConsoleURL: "https://console.deno.com", SandboxURL: "https://{region}.sandbox-api.deno.net",
 				Region: "ord", VolumeCapacity: "10GB"},

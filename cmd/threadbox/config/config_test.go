@@ -95,6 +95,12 @@ func TestBadConfigNamesTheKey(t *testing.T) {
 		{name: "http addr", env: []string{"THREADBOX_HTTP_ADDR=8080"}, wantKey: "http.addr", wantMsg: "host:port"},
 		{name: "local needs acknowledgement", env: []string{"THREADBOX_SANDBOX_PROVIDER=local"}, wantKey: "sandbox.local.i_understand_no_isolation", wantMsg: "no isolation"},
 		{name: "daytona needs key", env: []string{"THREADBOX_SANDBOX_PROVIDER=daytona"}, wantKey: "sandbox.daytona.api_key", wantMsg: "required"},
+		{name: "enabled daytona needs key", env: []string{"THREADBOX_SANDBOX_PROVIDER=docker", "THREADBOX_SANDBOX_PROVIDERS=docker,daytona"}, wantKey: "sandbox.daytona.api_key", wantMsg: "required"},
+		{name: "unknown enabled provider", env: []string{"THREADBOX_SANDBOX_PROVIDER=docker", "THREADBOX_SANDBOX_PROVIDERS=docker,kvm"}, wantKey: "sandbox.providers", wantMsg: `unknown provider "kvm"; allowed: docker, local, daytona, deno`},
+		{name: "default not enabled", file: "sandbox:\n  provider: daytona\n  providers: [docker]\n  daytona:\n    api_key: k\n", wantKey: "sandbox.provider", wantMsg: "must be one of sandbox.providers (docker)"},
+		{name: "auto with a list", env: []string{"THREADBOX_SANDBOX_PROVIDERS=docker,daytona"}, wantKey: "sandbox.provider", wantMsg: `"auto": must be one of sandbox.providers`},
+		{name: "auto listed", env: []string{"THREADBOX_SANDBOX_PROVIDER=docker", "THREADBOX_SANDBOX_PROVIDERS=docker,auto"}, wantKey: "sandbox.providers", wantMsg: "auto cannot be listed"},
+		{name: "listed twice", env: []string{"THREADBOX_SANDBOX_PROVIDER=docker", "THREADBOX_SANDBOX_PROVIDERS=docker,docker"}, wantKey: "sandbox.providers", wantMsg: "listed twice"},
 		{name: "daytona auto-stop is a safety net", env: []string{"THREADBOX_SANDBOX_DAYTONA_AUTO_STOP_MINUTES=0"}, wantKey: "sandbox.daytona.auto_stop_minutes", wantMsg: "at least 1"},
 		{name: "daytona auto-delete", file: "sandbox:\n  daytona:\n    auto_delete_minutes: -5\n", wantKey: "sandbox.daytona.auto_delete_minutes", wantMsg: "-1 (never)"},
 		{name: "daytona api url", env: []string{"THREADBOX_SANDBOX_DAYTONA_API_URL=ftp://x"}, wantKey: "sandbox.daytona.api_url", wantMsg: "http"},
@@ -124,6 +130,24 @@ func TestBadConfigNamesTheKey(t *testing.T) {
 			require.NotContains(t, err.Error(), "hunter22", "errors must not echo passwords")
 		})
 	}
+}
+
+// TestProvidersList: sandbox.providers from a file or the comma-separated environment variable; the
+// default comes first among the enabled providers, and an empty list enables just sandbox.provider.
+func TestProvidersList(t *testing.T) {
+	l, err := Load("", []string{"THREADBOX_SANDBOX_PROVIDER=daytona", "THREADBOX_SANDBOX_PROVIDERS=docker,daytona",
+		"THREADBOX_SANDBOX_DAYTONA_API_KEY=k"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"docker", "daytona"}, l.Sandbox.Providers)
+	require.Equal(t, []string{"daytona", "docker"}, l.Sandbox.EnabledProviders())
+
+	l, err = Load(writeFile(t, "sandbox:\n  provider: docker\n  providers: [docker, local]\n  local:\n    i_understand_no_isolation: true\n"), nil)
+	require.NoError(t, err)
+	require.Equal(t, []string{"docker", "local"}, l.Sandbox.EnabledProviders())
+
+	l, err = Load("", []string{"THREADBOX_SANDBOX_PROVIDER=docker"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"docker"}, l.Sandbox.EnabledProviders())
 }
 
 func TestMissingFile(t *testing.T) {

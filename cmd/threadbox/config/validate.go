@@ -250,23 +250,69 @@ func (c Config) validateDatabase() error {
 	return fmt.Errorf("database.url = %q: must start with sqlite: or postgres://", RedactURL(u))
 }
 
+// EnabledProviders is sandbox.providers as the deployment runs it: the list given, or just
+// sandbox.provider (which may be auto, resolved at start). The default comes first.
+func (s Sandbox) EnabledProviders() []string {
+	if len(s.Providers) == 0 {
+		return []string{s.Provider}
+	}
+	out := []string{s.Provider}
+	for _, p := range s.Providers {
+		if p != s.Provider {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// validateProviders checks sandbox.providers against sandbox.provider.
+func (c Config) validateProviders() error {
+	ps := c.Sandbox.Providers
+	if len(ps) == 0 {
+		return nil
+	}
+	concrete := Providers[1:] // every provider but auto
+	seen := map[string]bool{}
+	for _, p := range ps {
+		switch {
+		case p == "auto":
+			return fmt.Errorf("sandbox.providers: auto cannot be listed; name the providers (%s)", strings.Join(concrete, ", "))
+		case !slices.Contains(concrete, p):
+			return fmt.Errorf("sandbox.providers: unknown provider %q; allowed: %s", p, strings.Join(concrete, ", "))
+		case seen[p]:
+			return fmt.Errorf("sandbox.providers: %q is listed twice", p)
+		}
+		seen[p] = true
+	}
+	if !seen[c.Sandbox.Provider] {
+		return fmt.Errorf("sandbox.provider = %q: must be one of sandbox.providers (%s), as the default for threads that choose none",
+			c.Sandbox.Provider, strings.Join(ps, ", "))
+	}
+	return nil
+}
+
 func (c Config) validateProvider() error {
-	switch c.Sandbox.Provider {
-	case "daytona":
-		if c.Sandbox.Daytona.APIKey == "" {
-			return fmt.Errorf("sandbox.daytona.api_key: required when sandbox.provider is daytona")
-		}
-	case "deno":
-		if c.Sandbox.Deno.Token == "" {
-			return fmt.Errorf("sandbox.deno.token: required when sandbox.provider is deno")
-		}
-		if c.Sandbox.Deno.BaseSnapshot == "" {
-			return fmt.Errorf("sandbox.deno.base_snapshot: required when sandbox.provider is deno (the snapshot new threads start from)")
-		}
-	case "local":
-		if !c.Sandbox.Local.IUnderstandNoIsolation {
-			return fmt.Errorf("sandbox.local.i_understand_no_isolation: must be true to use sandbox.provider local, " +
-				"which runs agent commands as host processes with no isolation")
+	if err := c.validateProviders(); err != nil {
+		return err
+	}
+	for _, p := range c.Sandbox.EnabledProviders() {
+		switch p {
+		case "daytona":
+			if c.Sandbox.Daytona.APIKey == "" {
+				return fmt.Errorf("sandbox.daytona.api_key: required when daytona is enabled (sandbox.provider or sandbox.providers)")
+			}
+		case "deno":
+			if c.Sandbox.Deno.Token == "" {
+				return fmt.Errorf("sandbox.deno.token: required when deno is enabled (sandbox.provider or sandbox.providers)")
+			}
+			if c.Sandbox.Deno.BaseSnapshot == "" {
+				return fmt.Errorf("sandbox.deno.base_snapshot: required when deno is enabled (the snapshot new threads start from)")
+			}
+		case "local":
+			if !c.Sandbox.Local.IUnderstandNoIsolation {
+				return fmt.Errorf("sandbox.local.i_understand_no_isolation: must be true to use the local provider, " +
+					"which runs agent commands as host processes with no isolation")
+			}
 		}
 	}
 	if c.Sandbox.Local.Dir == "" {

@@ -50,6 +50,7 @@ type Metrics struct {
 	passItems      *prometheus.CounterVec
 	leader         prometheus.Gauge
 	sandboxesLive  *prometheus.GaugeVec
+	providerDown   *prometheus.CounterVec
 	sandboxesOrph  *prometheus.GaugeVec
 	chatReceived   *prometheus.CounterVec
 	chatDeduped    *prometheus.CounterVec
@@ -102,6 +103,8 @@ func New(store SessionCounter) *Metrics {
 		Help: "1 while this process holds the maintenance loops' leader lease."})
 	m.sandboxesLive = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "sandboxes_live",
 		Help: "Sandboxes of this deployment the provider listed at the leader's last reaper pass."}, []string{"provider"})
+	m.providerDown = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "provider_down_total",
+		Help: "Maintenance passes in which a sandbox provider was unavailable; the pass went on with the other providers."}, []string{"provider", "pass"})
 	m.sandboxesOrph = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "sandboxes_unowned",
 		Help: "Sandboxes no live session owns, past the reap grace, at the leader's last reaper pass."}, []string{"provider"})
 	m.chatReceived = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "chat_events_received_total",
@@ -117,7 +120,7 @@ func New(store SessionCounter) *Metrics {
 	for _, c := range []prometheus.Collector{
 		m.turnsQueued, m.turnsInFlight, m.turnsStarted, m.turnsFinished, m.queueWait, m.turnDuration,
 		m.resolves, m.resolveLatency, m.promptRetries, m.healthRetries, m.restarts,
-		m.passes, m.passDuration, m.passItems, m.leader, m.sandboxesLive, m.sandboxesOrph,
+		m.passes, m.passDuration, m.passItems, m.leader, m.sandboxesLive, m.sandboxesOrph, m.providerDown,
 		m.chatReceived, m.chatDeduped, m.chatRefused, m.chatAcks, m.chatUploads,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	} {
@@ -198,6 +201,11 @@ func (m *Metrics) Leading(leader bool) {
 func (m *Metrics) Sandboxes(provider string, live, unowned int) {
 	m.sandboxesLive.WithLabelValues(provider).Set(float64(live))
 	m.sandboxesOrph.WithLabelValues(provider).Set(float64(unowned))
+}
+
+// ProviderDown implements agentpool.Metrics.
+func (m *Metrics) ProviderDown(provider, pass string) {
+	m.providerDown.WithLabelValues(provider, pass).Inc()
 }
 
 // ChatEvent implements bot.ChatMetrics.

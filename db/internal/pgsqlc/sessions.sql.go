@@ -406,31 +406,33 @@ const sessionTransition = `-- name: SessionTransition :one
 UPDATE sessions SET
     status            = $1::text,
     handle            = COALESCE($2::jsonb, handle),
-    sandbox_id        = COALESCE($3::text, sandbox_id),
-    generation        = CASE WHEN $4::boolean THEN generation + 1
-                             ELSE COALESCE($5::bigint, generation) END,
-    agent_session_id  = COALESCE($6::text, agent_session_id),
-    last_error        = COALESCE($7::text, last_error),
-    handoff_note      = COALESCE($8::text, handoff_note),
-    reset_turn_id     = COALESCE($9::bigint, reset_turn_id),
-    last_health_ok_at = COALESCE($10::timestamptz, last_health_ok_at),
-    resume_fail_count = CASE $11::text WHEN 'increment' THEN resume_fail_count + 1
+    provider          = COALESCE($3::text, provider),
+    sandbox_id        = COALESCE($4::text, sandbox_id),
+    generation        = CASE WHEN $5::boolean THEN generation + 1
+                             ELSE COALESCE($6::bigint, generation) END,
+    agent_session_id  = COALESCE($7::text, agent_session_id),
+    last_error        = COALESCE($8::text, last_error),
+    handoff_note      = COALESCE($9::text, handoff_note),
+    reset_turn_id     = COALESCE($10::bigint, reset_turn_id),
+    last_health_ok_at = COALESCE($11::timestamptz, last_health_ok_at),
+    resume_fail_count = CASE $12::text WHEN 'increment' THEN resume_fail_count + 1
                                                 WHEN 'reset' THEN 0
                                                 ELSE resume_fail_count END,
-    paused_at         = CASE WHEN $1::text = 'paused' THEN $12::timestamptz ELSE paused_at END,
-    resumed_at        = CASE WHEN $1::text = 'active' AND status = 'resuming' THEN $12::timestamptz
+    paused_at         = CASE WHEN $1::text = 'paused' THEN $13::timestamptz ELSE paused_at END,
+    resumed_at        = CASE WHEN $1::text = 'active' AND status = 'resuming' THEN $13::timestamptz
                              ELSE resumed_at END,
-    destroyed_at      = CASE WHEN $1::text = 'destroyed' THEN $12::timestamptz ELSE destroyed_at END,
-    last_activity_at  = CASE WHEN $1::text = 'active' THEN $12::timestamptz ELSE last_activity_at END,
-    updated_at        = $12::timestamptz
-WHERE thread_key = $13 AND status = ANY($14::text[])
-  AND (NOT $15::boolean OR generation = $16::bigint)
+    destroyed_at      = CASE WHEN $1::text = 'destroyed' THEN $13::timestamptz ELSE destroyed_at END,
+    last_activity_at  = CASE WHEN $1::text = 'active' THEN $13::timestamptz ELSE last_activity_at END,
+    updated_at        = $13::timestamptz
+WHERE thread_key = $14 AND status = ANY($15::text[])
+  AND (NOT $16::boolean OR generation = $17::bigint)
 RETURNING thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at, reset_turn_id
 `
 
 type SessionTransitionParams struct {
 	ToStatus        string
 	Handle          []byte
+	Provider        pgtype.Text
 	SandboxID       pgtype.Text
 	BumpGeneration  bool
 	Generation      pgtype.Int8
@@ -453,6 +455,7 @@ func (q *Queries) SessionTransition(ctx context.Context, db DBTX, arg SessionTra
 	row := db.QueryRow(ctx, sessionTransition,
 		arg.ToStatus,
 		arg.Handle,
+		arg.Provider,
 		arg.SandboxID,
 		arg.BumpGeneration,
 		arg.Generation,
@@ -499,20 +502,22 @@ func (q *Queries) SessionTransition(ctx context.Context, db DBTX, arg SessionTra
 const sessionUpdate = `-- name: SessionUpdate :one
 UPDATE sessions SET
     handle            = COALESCE($1::jsonb, handle),
-    sandbox_id        = COALESCE($2::text, sandbox_id),
-    generation        = COALESCE($3::bigint, generation),
-    agent_session_id  = COALESCE($4::text, agent_session_id),
-    last_error        = COALESCE($5::text, last_error),
-    handoff_note      = COALESCE($6::text, handoff_note),
-    reset_turn_id     = COALESCE($7::bigint, reset_turn_id),
-    last_health_ok_at = COALESCE($8::timestamptz, last_health_ok_at),
-    updated_at        = $9::timestamptz
-WHERE thread_key = $10
+    provider          = COALESCE($2::text, provider),
+    sandbox_id        = COALESCE($3::text, sandbox_id),
+    generation        = COALESCE($4::bigint, generation),
+    agent_session_id  = COALESCE($5::text, agent_session_id),
+    last_error        = COALESCE($6::text, last_error),
+    handoff_note      = COALESCE($7::text, handoff_note),
+    reset_turn_id     = COALESCE($8::bigint, reset_turn_id),
+    last_health_ok_at = COALESCE($9::timestamptz, last_health_ok_at),
+    updated_at        = $10::timestamptz
+WHERE thread_key = $11
 RETURNING thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at, reset_turn_id
 `
 
 type SessionUpdateParams struct {
 	Handle         []byte
+	Provider       pgtype.Text
 	SandboxID      pgtype.Text
 	Generation     pgtype.Int8
 	AgentSessionID pgtype.Text
@@ -527,6 +532,7 @@ type SessionUpdateParams struct {
 func (q *Queries) SessionUpdate(ctx context.Context, db DBTX, arg SessionUpdateParams) (Session, error) {
 	row := db.QueryRow(ctx, sessionUpdate,
 		arg.Handle,
+		arg.Provider,
 		arg.SandboxID,
 		arg.Generation,
 		arg.AgentSessionID,

@@ -1,0 +1,129 @@
+package bot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/threadbox/threadbox/agentpool"
+	"github.com/threadbox/threadbox/db"
+)
+
+// CmdUse picks the thread's sandbox provider: "use <provider>" alone in a message.
+const CmdUse = "use"
+
+// ProviderChooser is an optional capability of the handler's Turns (*agentpool.Pool has it): the
+// deployment's providers (sandbox.providers) and a thread's choice among them.
+type ProviderChooser interface {
+	Providers() []string
+	DefaultProvider() string
+	UseProvider(ctx context.Context, t agentpool.WorkspaceThread, name string) (agentpool.ProviderChange, error)
+}
+
+// ProviderMover is an optional capability of AdminOps (agentpool.Ops has it): admin move.
+type ProviderMover interface {
+	MoveProvider(ctx context.Context, threadKey, name string) (agentpool.ProviderChange, error)
+}
+
+// isUse reports whether text is the use command: "use" alone, or with one word.
+func isUse(word string) bool {
+	f := strings.Fields(word)
+	return len(f) >= 1 && len(f) <= 2 && f[0] == CmdUse
+}
+
+// use runs "use <provider>" off the adapter's call; the pool orders it among the thread's turns.
+func (h *Handler) use(ctx context.Context, msg Message, text string) func(ctx context.Context) string {
+	return func(ctx context.Context) string {
+		pc, ok := h.turns.(ProviderChooser)
+		if !ok {
+			return "This bot runs one sandbox provider; there is nothing to choose."
+		}
+		f := strings.Fields(text)
+		if len(f) < 2 {
+			return "Write \"use <provider>\" to pick where this thread's sandbox runs. " + enabledProvidersText(pc.Providers(), pc.DefaultProvider())
+		}
+		name := strings.ToLower(f[1])
+		if refusal := h.control(ctx, msg, CmdUse); refusal != "" {
+			return refusal
+		}
+		key := msg.Thread.String()
+		ch, err := pc.UseProvider(ctx, agentpool.WorkspaceThread{ThreadKey: key, Platform: msg.Thread.Platform,
+			ChannelID: msg.ChannelID, UserID: msg.User.ID, UserName: msg.User.Name}, name)
+		var unknown *agentpool.UnknownProviderError
+		switch {
+		case errors.As(err, &unknown):
+			return fmt.Sprintf("There is no sandbox provider %q here. %s", name, enabledProvidersText(unknown.Enabled, pc.DefaultProvider()))
+		case err != nil && ch.Moved:
+			return fmt.Sprintf("This thread now runs on %s, but its sandbox on %s could not be destroyed yet: %s. It is retried; the next message starts on %s with the conversation so far replayed.",
+				ch.To, ch.From, Explain(h.log, "use: destroying the old sandbox failed", err, zap.String("thread", key)), ch.To)
+		case err != nil:
+			return "Switching providers failed: " + Explain(h.log, "use failed", err, zap.String("thread", key)).String()
+		}
+		return ProviderChangeText(ch)
+	}
+}
+
+// ProviderChangeText says what a provider choice did, for "use" and "admin move".
+func ProviderChangeText(ch agentpool.ProviderChange) string {
+	switch {
+	case ch.Unchanged:
+		return fmt.Sprintf("This thread already runs on %s.", ch.To)
+	case ch.Moved:
+		return fmt.Sprintf("Moved this thread from %s to %s: its sandbox on %s was destroyed (with any files in it), and the next message starts a new one on %s with the conversation so far replayed.",
+			ch.From, ch.To, ch.From, ch.To)
+	case ch.Replay:
+		return fmt.Sprintf("This thread now runs on %s: the next message starts a sandbox there with the conversation so far replayed.", ch.To)
+	}
+	return fmt.Sprintf("This thread will run on %s.", ch.To)
+}
+
+// enabledProvidersText lists the providers a thread may pick.
+func enabledProvidersText(enabled []string, def string) string {
+	names := make([]string, len(enabled))
+	for i, n := range enabled {
+		names[i] = n
+		if n == def {
+			names[i] += " (default)"
+		}
+	}
+	return "Enabled providers: " + strings.Join(names, ", ") + "."
+}
+
+// withProvider adds status's line about the thread's provider, when the deployment has a choice.
+func (h *Handler) withProvider(ctx context.Context, msg Message, status string) string {
+	pc, ok := h.turns.(ProviderChooser)
+	if !ok || len(pc.Providers()) < 2 {
+		return status
+	}
+	name := pc.DefaultProvider()
+	if s, err := h.store.SessionGet(ctx, msg.Thread.String()); err == nil && s.Provider != "" {
+		name = s.Provider
+	}
+	return fmt.Sprintf("%s\nThis thread runs on %s. %s Switch with \"use <provider>\".", status, name,
+		enabledProvidersText(pc.Providers(), pc.DefaultProvider()))
+}
+
+// move is admin move <thread> <provider>.
+func (a *Admin) move(ctx context.Context, args []string) (string, error) {
+	if len(args) != 2 {
+		return "", badRequest("usage: move <thread> <provider>")
+	}
+	mv, ok := a.ops.(ProviderMover)
+	if !ok {
+		return "", badRequest("move: this bot runs one sandbox provider")
+	}
+	ch, err := mv.MoveProvider(ctx, args[0], strings.ToLower(args[1]))
+	var unknown *agentpool.UnknownProviderError
+	switch {
+	case errors.As(err, &unknown):
+		return "", badRequest("move: no sandbox provider %q here; enabled: %s", unknown.Name, strings.Join(unknown.Enabled, ", "))
+	case errors.Is(err, db.ErrNotFound):
+		return "", badRequest("move: no session for thread %s", args[0])
+	case err != nil:
+		return "", err
+	}
+	return args[0] + ": " + ProviderChangeText(ch), nil
+}
