@@ -20,6 +20,10 @@ import (
 type pgStore struct {
 	pool     *pgxpool.Pool
 	lockPool *pgxpool.Pool
+	// intakePool is TurnInsert's own: a message's ack never waits behind the queries of running
+	// turns for a connection (pg_intake.go).
+	intakePool *pgxpool.Pool
+	intake     *pgIntake
 	// dbtx is what the queries run on: the pool, or a recorder around it in tests.
 	dbtx pgsqlc.DBTX
 	q    *pgsqlc.Queries
@@ -54,6 +58,9 @@ func openPostgres(ctx context.Context, url string, o options) (*pgStore, error) 
 		cfg.ConnConfig.RuntimeParams["application_name"] = "threadbox"
 	}
 	lockCfg := cfg.Copy()
+	intakeCfg := cfg.Copy()
+	intakeCfg.MaxConns, intakeCfg.MinConns = intakeConns, 0
+	intakeCfg.ConnConfig.RuntimeParams["application_name"] += "-intake"
 	lockCfg.MaxConns = o.lockConns
 	lockCfg.MinConns = 0
 	lockCfg.ConnConfig.RuntimeParams["application_name"] += "-locks"
@@ -84,14 +91,23 @@ func openPostgres(ctx context.Context, url string, o options) (*pgStore, error) 
 		return nil, fmt.Errorf("database.url: cannot connect to postgres at %s: %w", where, err)
 	}
 
-	s := &pgStore{
-		pool:     pool,
-		lockPool: lockPool,
-		dbtx:     pool,
-		q:        pgsqlc.New(),
-		now:      o.now,
-		holds:    make(map[*pgHold]struct{}),
+	intakePool, err := pgxpool.NewWithConfig(ctx, intakeCfg)
+	if err != nil {
+		lockPool.Close()
+		pool.Close()
+		return nil, fmt.Errorf("database.url: cannot connect to postgres at %s: %w", where, err)
 	}
+
+	s := &pgStore{
+		pool:       pool,
+		lockPool:   lockPool,
+		intakePool: intakePool,
+		dbtx:       pool,
+		q:          pgsqlc.New(),
+		now:        o.now,
+		holds:      make(map[*pgHold]struct{}),
+	}
+	s.intake = newPGIntake(s, intakePool, intakeConns)
 	s.closed, s.markClose = context.WithCancel(context.Background())
 	if o.lockNamespace != nil {
 		s.ns = *o.lockNamespace
@@ -160,6 +176,7 @@ func (s *pgStore) Close() error {
 }
 
 func (s *pgStore) closePools() {
+	s.intakePool.Close()
 	s.lockPool.Close()
 	s.pool.Close()
 }
