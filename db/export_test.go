@@ -179,3 +179,9 @@ func IntakeWaiting(s Store) int {
 
 // IntakeConns is how many batches the Postgres intake commits at once.
 const IntakeConns = intakeConns
+
+// PoolSizes is the Postgres store's most connections for queries, for the intake and for locks.
+func PoolSizes(s Store) (query, intake, locks int32) {
+	ps := s.(*pgStore)
+	return ps.pool.Config().MaxConns, ps.intakePool.Config().MaxConns, ps.lockPool.Config().MaxConns
+}

@@ -189,3 +189,16 @@ func TestPostgresIntakeCancelledBeforeBatch(t *testing.T) {
 	require.NoError(t, (<-kept).err)
 	require.Zero(t, r.rows("gone"))
 }
+
+// TestPostgresPoolSizes: without pool_max_conns the query pool has at least 8 connections (pgx alone
+// gives 4 on a small host), pool_max_conns is obeyed, and the intake and lock pools are apart.
+func TestPostgresPoolSizes(t *testing.T) {
+	t.Parallel()
+	q, in, locks := db.PoolSizes(dbtest.OpenPostgres(t, db.WithLockConns(5)))
+	require.GreaterOrEqual(t, q, int32(8))
+	require.Equal(t, int32(db.IntakeConns), in)
+	require.Equal(t, int32(5), locks)
+
+	q, _, _ = db.PoolSizes(dbtest.OpenURL(t, dbtest.PostgresSchemaURL(t)+"&pool_max_conns=3", db.WithMigrate()))
+	require.Equal(t, int32(3), q)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -50,6 +51,11 @@ func openPostgres(ctx context.Context, url string, o options) (*pgStore, error) 
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		// Without this a black-holed host stalls Open for the kernel's TCP timeout (minutes).
 		cfg.ConnConfig.ConnectTimeout = 10 * time.Second
+	}
+	if !strings.Contains(url, "pool_max_conns") {
+		// pgx's default is max(4, CPUs): on a small host, four connections for every running turn's
+		// queries and the loops' (message intake has its own, pg_intake.go).
+		cfg.MaxConns = max(cfg.MaxConns, defaultQueryConns)
 	}
 	where := fmt.Sprintf("%s:%d/%s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
 
@@ -117,6 +123,9 @@ func openPostgres(ctx context.Context, url string, o options) (*pgStore, error) 
 	}
 	return s, nil
 }
+
+// defaultQueryConns is the least size of the query pool when database.url sets no pool_max_conns.
+const defaultQueryConns = 8
 
 func (s *pgStore) clock() time.Time { return dbTime(s.now()) }
 
