@@ -49,8 +49,11 @@ const NoteReadingThread = "reading the thread…"
 // prompt. A thread is past its first turn once any turn of it finished with an answer (a reset does
 // not make it first again: "start fresh" means without the old conversation). Failing to read it
 // never fails the turn: the note says so and the prompt goes without it.
-func (p *Pool) chatContext(ctx context.Context, req Request, emit func(runtime.Event)) (string, ContextNote) {
-	if req.Context == nil {
+func (p *Pool) chatContext(ctx context.Context, req Request, sess db.Session, emit func(runtime.Event)) (string, ContextNote) {
+	if req.Context == nil || sess.HandoffNote != "" {
+		// The hand-off note is written when a turn finishes with an answer (and cleared by a reset,
+		// which the turns' own record still shows): with one, this is no first turn, and a warm
+		// turn needs no query to know it.
 		return "", ContextNote{}
 	}
 	log := p.log.With(zap.String("thread", req.ThreadKey))

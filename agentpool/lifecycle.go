@@ -347,10 +347,22 @@ func (l *lifecycle) resume(ctx context.Context, sess db.Session, h sandbox.Handl
 	return resolved{sess: s, sb: sandbox.Bind(prov, h), resumed: true}, nil
 }
 
+// healthRecordEvery is how often a warm thread's runtime health is written down (healthy).
+const healthRecordEvery = time.Minute
+
 // healthy records that the runtime answered in the session's running sandbox. Only now is a resume
 // complete, so only now is the failed-resume count reset: a sandbox that starts but whose runtime
 // never comes up keeps counting towards a recreate.
+//
+// A warm turn, whose session is active with nothing to reset and was recorded healthy less than
+// healthRecordEvery ago, writes nothing: the write (a commit) would sit between the message and its
+// prompt on every turn only to move a timestamp that nothing decides on. The turn holds the thread's
+// lock and read the session under it, so there is no newer generation to fence against.
 func (l *lifecycle) healthy(ctx context.Context, sess db.Session, at time.Time) error {
+	if since := at.Sub(sess.LastHealthOKAt); sess.Status == db.SessionActive && sess.ResumeFailCount == 0 &&
+		!sess.LastHealthOKAt.IsZero() && since >= 0 && since < healthRecordEvery {
+		return nil
+	}
 	_, err := l.store.SessionTransition(ctx, sess.ThreadKey, db.Transition{
 		From: []db.SessionStatus{db.SessionActive}, To: db.SessionActive, IfGeneration: gen(sess),
 		Patch: db.SessionPatch{LastHealthOKAt: &at}, ResumeFail: db.ResumeFailReset,

@@ -472,3 +472,32 @@ func TestTurnWaitsOutProviderOutage(t *testing.T) {
 		require.Equal(t, []string{NoteWaitingForProvider}, notes)
 	})
 }
+
+// TestLifecycleHealthyWarm: a warm turn's health check writes nothing when the session was recorded
+// healthy less than healthRecordEvery ago with nothing to reset; an older record, or a failed-resume
+// count to reset, is written.
+func TestLifecycleHealthyWarm(t *testing.T) {
+	ctx := context.Background()
+	st, prov := newSQLiteStore(t), sandboxfake.New()
+	l := newTestLifecycle(t, st, prov)
+	sessionWith(t, st, prov, "web:h", db.SessionActive, boxRunning)
+	t0 := time.Now().UTC().Truncate(time.Second)
+
+	require.NoError(t, l.healthy(ctx, sessionStatus(t, st, "web:h"), t0)) // never recorded: written
+	recorded := sessionStatus(t, st, "web:h")
+	require.True(t, recorded.LastHealthOKAt.Equal(t0))
+
+	require.NoError(t, l.healthy(ctx, recorded, t0.Add(healthRecordEvery/2)))
+	require.Equal(t, recorded, sessionStatus(t, st, "web:h"), "a recent record is not written again")
+
+	later := t0.Add(healthRecordEvery)
+	require.NoError(t, l.healthy(ctx, recorded, later))
+	require.True(t, sessionStatus(t, st, "web:h").LastHealthOKAt.Equal(later), "an old record is refreshed")
+
+	_, err := st.SessionTransition(ctx, "web:h", db.Transition{From: []db.SessionStatus{db.SessionActive}, To: db.SessionActive, ResumeFail: db.ResumeFailIncrement})
+	require.NoError(t, err)
+	failing := sessionStatus(t, st, "web:h")
+	require.Equal(t, 1, int(failing.ResumeFailCount))
+	require.NoError(t, l.healthy(ctx, failing, later.Add(time.Second)))
+	require.Zero(t, sessionStatus(t, st, "web:h").ResumeFailCount, "a failed-resume count is reset at once")
+}

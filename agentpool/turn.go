@@ -107,7 +107,7 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 		out.Err = classify(EINTERNAL, "load session", err)
 		return out
 	}
-	chat, note := p.chatContext(ctx, req, w.emitter().emit)
+	chat, note := p.chatContext(ctx, req, sess, w.emitter().emit)
 	out.Context = note
 	var (
 		res            runtime.Result

@@ -37,6 +37,11 @@
 // LockThread serializes work on one thread across processes; TryLeader picks the one process that
 // runs the background loops.
 //
+// On Postgres, TurnInsert is group-committed (pg_intake.go): inserts that arrive while one commits
+// go together in the next statement and commit, on two connections of their own, and each caller
+// returns once its row is committed. The query pool has at least 8 connections unless the URL sets
+// pool_max_conns.
+//
 // On Postgres, LockThread takes a session-level pg_advisory_lock on a connection of its own, from a
 // pool kept apart from the query pool (WithLockConns, default 32), so lock holders can never starve
 // the queries they go on to run. The connection is held until unlock. The key is the 64-bit FNV-1a

@@ -168,3 +168,20 @@ func LockConnSetting(ctx context.Context, s Store, name string) (string, error) 
 	err := s.(*pgStore).lockPool.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&v)
 	return v, err
 }
+
+// IntakeWaiting is how many TurnInserts wait for a batch of the Postgres intake (none taken yet).
+func IntakeWaiting(s Store) int {
+	in := s.(*pgStore).intake
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return len(in.waiting)
+}
+
+// IntakeConns is how many batches the Postgres intake commits at once.
+const IntakeConns = intakeConns
+
+// PoolSizes is the Postgres store's most connections for queries, for the intake and for locks.
+func PoolSizes(s Store) (query, intake, locks int32) {
+	ps := s.(*pgStore)
+	return ps.pool.Config().MaxConns, ps.intakePool.Config().MaxConns, ps.lockPool.Config().MaxConns
+}

@@ -24,6 +24,11 @@ func (s *pgStore) SessionCreate(ctx context.Context, ns NewSession) (Session, bo
 	if err != nil {
 		return Session{}, false, err
 	}
+	// Most calls find the session (every turn after a thread's first): read first, so that they
+	// cost one query and no write.
+	if sess, err := s.SessionGet(ctx, ns.ThreadKey); err == nil || !errors.Is(err, ErrNotFound) {
+		return sess, false, err
+	}
 	r, err := s.q.SessionInsert(ctx, s.dbtx, pgsqlc.SessionInsertParams{
 		ThreadKey:   ns.ThreadKey,
 		Platform:    ns.Platform,

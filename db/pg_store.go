@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,6 +21,10 @@ import (
 type pgStore struct {
 	pool     *pgxpool.Pool
 	lockPool *pgxpool.Pool
+	// intakePool is TurnInsert's own: a message's ack never waits behind the queries of running
+	// turns for a connection (pg_intake.go).
+	intakePool *pgxpool.Pool
+	intake     *pgIntake
 	// dbtx is what the queries run on: the pool, or a recorder around it in tests.
 	dbtx pgsqlc.DBTX
 	q    *pgsqlc.Queries
@@ -47,6 +52,11 @@ func openPostgres(ctx context.Context, url string, o options) (*pgStore, error) 
 		// Without this a black-holed host stalls Open for the kernel's TCP timeout (minutes).
 		cfg.ConnConfig.ConnectTimeout = 10 * time.Second
 	}
+	if !strings.Contains(url, "pool_max_conns") {
+		// pgx's default is max(4, CPUs): on a small host, four connections for every running turn's
+		// queries and the loops' (message intake has its own, pg_intake.go).
+		cfg.MaxConns = max(cfg.MaxConns, defaultQueryConns)
+	}
 	where := fmt.Sprintf("%s:%d/%s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
 
 	// application_name tells the two pools apart in pg_stat_activity.
@@ -54,6 +64,9 @@ func openPostgres(ctx context.Context, url string, o options) (*pgStore, error) 
 		cfg.ConnConfig.RuntimeParams["application_name"] = "threadbox"
 	}
 	lockCfg := cfg.Copy()
+	intakeCfg := cfg.Copy()
+	intakeCfg.MaxConns, intakeCfg.MinConns = intakeConns, 0
+	intakeCfg.ConnConfig.RuntimeParams["application_name"] += "-intake"
 	lockCfg.MaxConns = o.lockConns
 	lockCfg.MinConns = 0
 	lockCfg.ConnConfig.RuntimeParams["application_name"] += "-locks"
@@ -84,14 +97,23 @@ func openPostgres(ctx context.Context, url string, o options) (*pgStore, error) 
 		return nil, fmt.Errorf("database.url: cannot connect to postgres at %s: %w", where, err)
 	}
 
-	s := &pgStore{
-		pool:     pool,
-		lockPool: lockPool,
-		dbtx:     pool,
-		q:        pgsqlc.New(),
-		now:      o.now,
-		holds:    make(map[*pgHold]struct{}),
+	intakePool, err := pgxpool.NewWithConfig(ctx, intakeCfg)
+	if err != nil {
+		lockPool.Close()
+		pool.Close()
+		return nil, fmt.Errorf("database.url: cannot connect to postgres at %s: %w", where, err)
 	}
+
+	s := &pgStore{
+		pool:       pool,
+		lockPool:   lockPool,
+		intakePool: intakePool,
+		dbtx:       pool,
+		q:          pgsqlc.New(),
+		now:        o.now,
+		holds:      make(map[*pgHold]struct{}),
+	}
+	s.intake = newPGIntake(s, intakePool, intakeConns)
 	s.closed, s.markClose = context.WithCancel(context.Background())
 	if o.lockNamespace != nil {
 		s.ns = *o.lockNamespace
@@ -101,6 +123,9 @@ func openPostgres(ctx context.Context, url string, o options) (*pgStore, error) 
 	}
 	return s, nil
 }
+
+// defaultQueryConns is the least size of the query pool when database.url sets no pool_max_conns.
+const defaultQueryConns = 8
 
 func (s *pgStore) clock() time.Time { return dbTime(s.now()) }
 
@@ -160,6 +185,7 @@ func (s *pgStore) Close() error {
 }
 
 func (s *pgStore) closePools() {
+	s.intakePool.Close()
 	s.lockPool.Close()
 	s.pool.Close()
 }

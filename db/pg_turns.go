@@ -11,26 +11,12 @@ import (
 	"github.com/threadbox/threadbox/db/internal/pgsqlc"
 )
 
+// TurnInsert goes through the intake, which commits concurrent inserts together (pg_intake.go).
 func (s *pgStore) TurnInsert(ctx context.Context, t NewTurn) (Turn, error) {
 	if err := t.check(); err != nil {
 		return Turn{}, err
 	}
-	r, err := s.q.TurnInsert(ctx, s.dbtx, pgsqlc.TurnInsertParams{
-		ThreadKey:       t.ThreadKey,
-		PlatformEventID: t.PlatformEventID,
-		UserID:          t.UserID,
-		Prompt:          t.Prompt,
-		Now:             pgTime(s.clock()),
-		Delivery:        t.Delivery,
-		Owner:           t.Owner,
-	})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Turn{}, fmt.Errorf("db: insert turn for event %s: %w", t.PlatformEventID, ErrDuplicate)
-	}
-	if err != nil {
-		return Turn{}, pgErr("insert turn", err)
-	}
-	return fromPGTurn(r), nil
+	return s.intake.insert(ctx, t)
 }
 
 func (s *pgStore) TurnGet(ctx context.Context, id int64) (Turn, error) {

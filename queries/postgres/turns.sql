@@ -5,6 +5,27 @@ VALUES (@thread_key, @platform_event_id, @user_id, @prompt, 'queued', @now::time
 ON CONFLICT (platform_event_id) DO NOTHING
 RETURNING *;
 
+-- name: TurnInsertMany :many
+-- Group commit (db/pg_intake.go): many turns in one statement, one round trip and one commit. Rows
+-- are inserted in the order given; a duplicate event id is skipped, as in TurnInsert. PostgreSQL only:
+-- SQLite has a single writer on a local file and gains nothing from it.
+INSERT INTO turns (thread_key, platform_event_id, user_id, prompt, status, created_at, delivery, owner)
+SELECT t.thread_key, t.platform_event_id, t.user_id, t.prompt, 'queued', t.created_at, t.delivery, t.owner
+FROM (
+    -- Set-returning functions in one select list advance together, element by element.
+    SELECT unnest(@thread_keys::text[]) AS thread_key,
+           unnest(@platform_event_ids::text[]) AS platform_event_id,
+           unnest(@user_ids::text[]) AS user_id,
+           unnest(@prompts::text[]) AS prompt,
+           unnest(@created_ats::timestamptz[]) AS created_at,
+           unnest(@deliveries::jsonb[]) AS delivery,
+           unnest(@owners::text[]) AS owner,
+           generate_series(1, cardinality(@owners::text[])) AS ord
+) AS t
+ORDER BY t.ord
+ON CONFLICT (platform_event_id) DO NOTHING
+RETURNING *;
+
 -- name: TurnGet :one
 SELECT * FROM turns WHERE id = @id;
 
