@@ -57,6 +57,9 @@ func TestIgnoresOwnAndBotMessages(t *testing.T) {
 	root := hs.fake.Mention("C1", "U1", "first")
 	hs.deliver(t, root)
 	h.next(t)
+	// The first event makes the adapter learn its own user id off the ack path; wait for that, so
+	// the bot's message below without bot_id is known by its user id (what this test checks).
+	require.NoError(t, hs.ad.Check(t.Context()))
 	waitFake(t, hs.fake, "the answer", func() bool { return len(hs.fake.BotMessages("C1")) == 1 })
 	answer := hs.fake.BotMessages("C1")[0]
 	hs.deliver(t, hs.fake.BotEcho(answer))
