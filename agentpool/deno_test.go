@@ -39,7 +39,8 @@ func newDenoFixture(t *testing.T, clock ...*denofake.Clock) denoFixture {
 func newDenoFixtureWith(t *testing.T, maxRunning int, clock ...*denofake.Clock) denoFixture {
 	t.Helper()
 	fo := denofake.Options{Backend: dockertest.New(t, docker.Options{}), Image: dockertest.Image(), Snapshots: []string{denoBase}, MaxRunning: maxRunning}
-	po := deno.Options{Logger: zaptest.NewLogger(t)}
+	// BaseSnapshot serves pools whose image is not a snapshot (one deployment with Docker as well).
+	po := deno.Options{Logger: zaptest.NewLogger(t), BaseSnapshot: denoBase}
 	if len(clock) > 0 {
 		fo.Clock, po.Clock = clock[0], clock[0]
 	}

@@ -29,6 +29,8 @@ type multiRig struct {
 	day   sandbox.Provider
 	fake  *daytonafake.Fake
 	rt    *scriptRuntime
+	// more are further enabled providers, after Daytona.
+	more []sandbox.Provider
 }
 
 func newMultiRig(t *testing.T, st db.Store, clock *dbtest.Clock) *multiRig {
@@ -71,7 +73,7 @@ func (r *multiRig) pool(t *testing.T) *Pool {
 	t.Helper()
 	p, err := New(Config{Deployment: r.dep, Image: maintTestImage,
 		Resources: sandbox.Resources{MemoryMB: 512, CPUs: 0.5, PIDs: 64, ExecTimeout: time.Minute},
-	}, Deps{Store: r.st, Provider: r.dock, Providers: []sandbox.Provider{r.day}, Runtime: r.rt, Logger: zaptest.NewLogger(t)})
+	}, Deps{Store: r.st, Provider: r.dock, Providers: append([]sandbox.Provider{r.day}, r.more...), Runtime: r.rt, Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.Shutdown(context.Background()) })
 	return p

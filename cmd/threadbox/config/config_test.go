@@ -97,6 +97,8 @@ func TestBadConfigNamesTheKey(t *testing.T) {
 		{name: "daytona needs key", env: []string{"THREADBOX_SANDBOX_PROVIDER=daytona"}, wantKey: "sandbox.daytona.api_key", wantMsg: "required"},
 		{name: "enabled daytona needs key", env: []string{"THREADBOX_SANDBOX_PROVIDER=docker", "THREADBOX_SANDBOX_PROVIDERS=docker,daytona"}, wantKey: "sandbox.daytona.api_key", wantMsg: "required"},
 		{name: "unknown enabled provider", env: []string{"THREADBOX_SANDBOX_PROVIDER=docker", "THREADBOX_SANDBOX_PROVIDERS=docker,kvm"}, wantKey: "sandbox.providers", wantMsg: `unknown provider "kvm"; allowed: docker, local, daytona, deno`},
+		{name: "enabled deno needs token", env: []string{"THREADBOX_SANDBOX_PROVIDER=docker", "THREADBOX_SANDBOX_PROVIDERS=docker,deno", "THREADBOX_SANDBOX_DENO_BASE_SNAPSHOT=tb-base"}, wantKey: "sandbox.deno.token", wantMsg: "required"},
+		{name: "enabled deno needs base snapshot", env: []string{"THREADBOX_SANDBOX_PROVIDER=docker", "THREADBOX_SANDBOX_PROVIDERS=docker,daytona,deno", "THREADBOX_SANDBOX_DAYTONA_API_KEY=k", "THREADBOX_SANDBOX_DENO_TOKEN=ddo_x"}, wantKey: "sandbox.deno.base_snapshot", wantMsg: "required"},
 		{name: "default not enabled", file: "sandbox:\n  provider: daytona\n  providers: [docker]\n  daytona:\n    api_key: k\n", wantKey: "sandbox.provider", wantMsg: "must be one of sandbox.providers (docker)"},
 		{name: "auto with a list", env: []string{"THREADBOX_SANDBOX_PROVIDERS=docker,daytona"}, wantKey: "sandbox.provider", wantMsg: `"auto": must be one of sandbox.providers`},
 		{name: "auto listed", env: []string{"THREADBOX_SANDBOX_PROVIDER=docker", "THREADBOX_SANDBOX_PROVIDERS=docker,auto"}, wantKey: "sandbox.providers", wantMsg: "auto cannot be listed"},
@@ -144,6 +146,12 @@ func TestProvidersList(t *testing.T) {
 	l, err = Load(writeFile(t, "sandbox:\n  provider: docker\n  providers: [docker, local]\n  local:\n    i_understand_no_isolation: true\n"), nil)
 	require.NoError(t, err)
 	require.Equal(t, []string{"docker", "local"}, l.Sandbox.EnabledProviders())
+
+	// Deno beside Docker and Daytona in one deployment (issue 14).
+	l, err = Load("", []string{"THREADBOX_SANDBOX_PROVIDER=docker", "THREADBOX_SANDBOX_PROVIDERS=docker,daytona,deno",
+		"THREADBOX_SANDBOX_DAYTONA_API_KEY=k", "THREADBOX_SANDBOX_DENO_TOKEN=ddo_x", "THREADBOX_SANDBOX_DENO_BASE_SNAPSHOT=tb-base"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"docker", "daytona", "deno"}, l.Sandbox.EnabledProviders())
 
 	l, err = Load("", []string{"THREADBOX_SANDBOX_PROVIDER=docker"})
 	require.NoError(t, err)
