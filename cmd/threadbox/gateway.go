@@ -60,6 +60,9 @@ func (m *Main) newGateway(st db.Store, prov sandbox.Provider) (*gateway.Gateway,
 			"which reach the model gateway over the network; set it to the https URL at which they reach this bot's %s/ "+
 			"(e.g. https://bot.example.com%s)", m.runtimeName(), strings.Join(clouds, " and "), gateway.PublicPath, gateway.PublicPath)
 	}
+	if w := m.cloudNetworkWarning(); w != "" {
+		m.Logger.Warn(w)
+	}
 	secret, err := m.runtimeSecret()
 	if err != nil {
 		return nil, err
@@ -108,6 +111,19 @@ func (m *Main) newGateway(st db.Store, prov sandbox.Provider) (*gateway.Gateway,
 		zap.String("anthropic_url", cfg.AnthropicURL), zap.String("openai_url", cfg.OpenAIURL), zap.String("socket_dir", dir),
 		zap.String("public_url", cfg.PublicURL), zap.Strings("cloud_providers", clouds))
 	return g, nil
+}
+
+// cloudNetworkWarning is non-empty when cloud sandboxes of an AI runtime could not reach
+// gateway.public_url: Daytona blocks all traffic and Deno allows no host unless sandbox.network is
+// full, and neither provider is given a per-host allowlist for the gateway yet.
+func (m *Main) cloudNetworkWarning() string {
+	clouds := m.gatewayClouds()
+	if len(clouds) == 0 || !m.Config.Gateway.Enabled || m.runtimeName() == "shell" || m.sandboxNetwork() == sandbox.NetworkFull {
+		return ""
+	}
+	return fmt.Sprintf("%s sandboxes reach the model gateway at gateway.public_url over their own network, which sandbox.network %s "+
+		"closes (no per-host allowlist for them yet): their AI turns will fail to reach the model until sandbox.network is full",
+		strings.Join(clouds, " and "), m.networkMode())
 }
 
 // serveClouds registers the enabled cloud providers with the gateway: their sandboxes' runtimes are

@@ -126,3 +126,19 @@ func TestDaytonaRuntimeUsesPublicGateway(t *testing.T) {
 	require.NotContains(t, got, gateway.PlaceholderKey)
 	require.NotContains(t, got, "127.0.0.1:", "no forwarder address: a cloud sandbox has none")
 }
+
+// TestDoctorWarnsCloudNetworkClosed: with public_url set but sandbox.network none, doctor warns that
+// Daytona sandboxes cannot reach it; with network full, it says the gateway serves them.
+func TestDoctorWarnsCloudNetworkClosed(t *testing.T) {
+	const public = "https://bot.example.com/gateway"
+	env, _, _ := daytonaAIEnv(t, "THREADBOX_GATEWAY_PUBLIC_URL="+public)
+	out, _, _ := runMain(t, env, "doctor")
+	line := findLine(out, "WARN    gateway: daytona sandboxes reach the model gateway")
+	require.NotEmpty(t, line, out)
+	require.Contains(t, line, "sandbox.network: full")
+
+	env, _, _ = daytonaAIEnv(t, "THREADBOX_GATEWAY_PUBLIC_URL="+public, "THREADBOX_SANDBOX_NETWORK=full",
+		"THREADBOX_GATEWAY_BUDGET_THREAD_TOKENS=100000")
+	out, _, _ = runMain(t, env, "doctor")
+	require.Contains(t, out, "daytona sandboxes call it at "+public+" with their own token", out)
+}

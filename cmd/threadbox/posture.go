@@ -75,6 +75,9 @@ func (m *Main) checkGateway(context.Context) (string, *problem) {
 			" sandboxes, which reach the model gateway over the network, and gateway.public_url is empty",
 			fix: "set gateway.public_url to the https URL at which those sandboxes reach this bot's /gateway/ (reachable from the cloud; TLS is yours to put in front)"}
 	}
+	if w := m.cloudNetworkWarning(); w != "" {
+		return "", warning(w, "set sandbox.network: full (Docker sandboxes then get their own bridge network; see Network modes)")
+	}
 	b := gw.Budget
 	if b.ThreadTokens == 0 && b.UserDailyTokens == 0 && b.DailyTokens == 0 && b.UserDailyMoney == 0 && b.DailyMoney == 0 {
 		return "", warning("enabled (model keys stay in the bot), but no budget bounds what a runaway agent spends",
