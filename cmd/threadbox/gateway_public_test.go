@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -141,4 +142,41 @@ func TestDoctorWarnsCloudNetworkClosed(t *testing.T) {
 		"THREADBOX_GATEWAY_BUDGET_THREAD_TOKENS=100000")
 	out, _, _ = runMain(t, env, "doctor")
 	require.Contains(t, out, "daytona sandboxes call it at "+public+" with their own token", out)
+}
+
+// TestServeMountsPublicGateway: serve answers the gateway under /gateway/ beside the web chat, and
+// refuses a call without a valid token there.
+func TestServeMountsPublicGateway(t *testing.T) {
+	env, _, _ := daytonaAIEnv(t, "THREADBOX_GATEWAY_PUBLIC_URL=https://bot.example.com/gateway",
+		"THREADBOX_SANDBOX_NETWORK=full", "THREADBOX_HTTP_ADDR=127.0.0.1:0",
+		"THREADBOX_RUNTIME_SECRET="+strings.Repeat("cd", 16))
+	sv := serveInProcess(t, env)
+	t.Cleanup(func() {
+		sv.cancel()
+		require.NoError(t, <-sv.done)
+		require.NoError(t, sv.m.Close())
+	})
+	base := "http://" + sv.addr + gateway.PublicPath
+	resp, err := http.Get(base + gateway.AnthropicPath)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, "Claude Code's probe of its base URL")
+
+	for name, tok := range map[string]string{
+		"no token":        "",
+		"the real key":    realAnthropicKey,
+		"a forged token":  gateway.Token("not-the-secret-0123456789abcdef0123", "web:c1", 1),
+		"no such session": gateway.Token(strings.Repeat("cd", 16), "web:c1", 1),
+	} {
+		req, err := http.NewRequest(http.MethodPost, base+gateway.AnthropicPath+"/v1/messages",
+			strings.NewReader(`{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"hi"}]}`))
+		require.NoError(t, err)
+		req.Header.Set("X-Api-Key", tok)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "%s: %s", name, body)
+		require.Contains(t, string(body), "authentication_error", name)
+	}
 }
