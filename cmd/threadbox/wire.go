@@ -85,7 +85,7 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 		a.wrapDocker(eg.Provider)
 	}
 	if gw != nil {
-		// The gateway serves Docker sandboxes only (a bind-mounted socket).
+		// The gateway wraps the Docker provider (a bind-mounted socket per sandbox).
 		a.wrapDocker(gw.Provider)
 		serveClouds(gw, a.provs) // and cloud ones over gateway.public_url
 		a.rt = gw.Runtime(a.rt)
