@@ -239,6 +239,8 @@ type ctxKey int
 const (
 	ctxConnIdent ctxKey = iota
 	ctxCall
+	// ctxPublic marks a request that came in over PublicHandler.
+	ctxPublic
 )
 
 // connContext tags a connection with the sandbox whose socket it came in on.

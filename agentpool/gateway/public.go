@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -9,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/threadbox/threadbox/db"
 	"github.com/threadbox/threadbox/sandbox"
 )
 
@@ -35,6 +38,19 @@ func (g *Gateway) cloud(h sandbox.Handle) (sandbox.Provider, bool) {
 	defer g.mu.Unlock()
 	p, ok := g.clouds[h.Provider]
 	return p, ok
+}
+
+// callsOverNetwork says whether a session's sandbox is on a cloud provider: only those tokens are
+// good at the public URL. The handle names the sandbox's provider; before there is one, the session's.
+func (g *Gateway) callsOverNetwork(sess db.Session) bool {
+	var h struct {
+		Provider string `json:"provider"`
+	}
+	_ = json.Unmarshal(sess.Handle, &h)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	_, ok := g.clouds[cmp.Or(h.Provider, sess.Provider)]
+	return ok
 }
 
 // identifyCloud says which thread and generation a cloud sandbox belongs to: remembered, else read
@@ -69,12 +85,12 @@ func (g *Gateway) PublicURL() string { return strings.TrimSuffix(g.cfg.PublicURL
 // PublicHandler is the gateway as cloud sandboxes reach it, for the bot to serve under PublicPath
 // (stripped). It is the same gateway: the token in x-api-key or Authorization: Bearer names the
 // thread and generation, is refused unless that generation's session is live and a turn runs, and
-// the budgets and usage apply as on the socket. It lifts the server's write timeout, which a long
-// streamed answer would otherwise hit.
+// the budgets and usage apply as on the socket; and the token's sandbox must be on a cloud provider.
+// It lifts the server's write timeout, which a long streamed answer would otherwise hit.
 func (g *Gateway) PublicHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
-		g.ServeHTTP(w, r)
+		g.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxPublic, true)))
 	})
 }
 

@@ -29,20 +29,24 @@ func publicEnv(t *testing.T) (*env, string) {
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	e.g.cfg.PublicURL = srv.URL + PublicPath + "/"
+	e.g.Cloud(sandboxfake.NewNamed("daytona"))
 	return e, srv.URL + PublicPath
 }
 
 // TestPublicEndpointAuthorizes: over the public URL, only the current generation's token of a
-// thread with a running turn passes, in either header an SDK uses; its usage goes to that thread's
+// cloud sandbox's thread with a running turn passes, in either header an SDK uses; its usage goes to that thread's
 // turn and to no other.
 func TestPublicEndpointAuthorizes(t *testing.T) {
 	e, base := publicEnv(t)
-	genA := e.session(t, "slack:T1:C1:1.1")
-	e.session(t, "slack:T1:C1:2.2")
+	genA := e.sessionOn(t, "slack:T1:C1:1.1", "daytona")
+	e.sessionOn(t, "slack:T1:C1:2.2", "daytona")
 	turnA := e.turn(t, "slack:T1:C1:1.1", "U1", "evA")
 	turnB := e.turn(t, "slack:T1:C1:2.2", "U2", "evB")
 	// The other thread's sandbox is recreated: its generation 1 token is revoked.
-	genB := e.session(t, "slack:T1:C1:2.2")
+	genB := e.sessionOn(t, "slack:T1:C1:2.2", "daytona")
+	// A Docker sandbox's thread, with a turn running: its token is good on its socket only.
+	genD := e.session(t, "slack:T1:C1:4.4")
+	e.turn(t, "slack:T1:C1:4.4", "U3", "evD")
 	require.Equal(t, int64(2), genB)
 
 	tests := []struct {
@@ -55,6 +59,7 @@ func TestPublicEndpointAuthorizes(t *testing.T) {
 		{"tampered token", Token(testSecret, "slack:T1:C1:1.1", genA) + "x", http.StatusUnauthorized},
 		{"older generation", Token(testSecret, "slack:T1:C1:2.2", genB-1), http.StatusUnauthorized},
 		{"the real key", anthropicKey, http.StatusUnauthorized},
+		{"a Docker sandbox's token", Token(testSecret, "slack:T1:C1:4.4", genD), http.StatusUnauthorized},
 		{"current token", Token(testSecret, "slack:T1:C1:1.1", genA), http.StatusOK},
 	}
 	for _, c := range apiCalls {
@@ -87,7 +92,7 @@ func TestCloudSandboxRuntime(t *testing.T) {
 	prov := sandboxfake.NewNamed("daytona")
 	e.g.Cloud(prov)
 	thread := "slack:T1:C9:3.3"
-	gen := e.session(t, thread)
+	gen := e.sessionOn(t, thread, "daytona")
 	turnID := e.turn(t, thread, "U1", "ev1")
 
 	var mu sync.Mutex
