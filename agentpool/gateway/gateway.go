@@ -7,7 +7,9 @@
 // Docker sandboxes keep network none and reach the gateway through a unix socket in a per-sandbox
 // host directory bind-mounted into the sandbox, and a static forwarder (package forward) that listens
 // on the sandbox's loopback and adds the sandbox token. Provider wraps a sandbox.Provider to set that
-// up; Runtime wraps a runtime.Runtime to end a turn over budget with a clear reply.
+// up; Runtime wraps a runtime.Runtime to end a turn over budget with a clear reply. Cloud sandboxes
+// (Daytona, Deno: no host directory to mount) call PublicHandler at Config.PublicURL with their token
+// as the API key; Cloud registers their providers, and Runtime points the runtime there.
 package gateway
 
 import (
@@ -119,6 +121,9 @@ type Config struct {
 	ForwarderArgs []string
 	// Port is the forwarder's port on the sandbox's loopback (default DefaultPort).
 	Port int
+	// PublicURL is where cloud sandboxes (Cloud) reach PublicHandler over the network; empty: a
+	// turn on a cloud sandbox is refused with a reply saying so.
+	PublicURL string
 	// Transport reaches the upstreams (default: a clone of http.DefaultTransport).
 	Transport http.RoundTripper
 	// Now is the clock (default time.Now).
@@ -144,6 +149,10 @@ type Gateway struct {
 	// unpriced remembers the models the price table missed, logged once each.
 	unpriced map[string]bool
 	prov     sandbox.Provider
+	// clouds are the providers whose sandboxes call PublicHandler, by name; cloudIDs remembers which
+	// thread and generation their sandboxes are, by provider/id.
+	clouds   map[string]sandbox.Provider
+	cloudIDs map[string]ident
 }
 
 // New validates cfg and returns a gateway that serves nothing until Provider or Handler is used.
@@ -167,6 +176,7 @@ func New(cfg Config, store db.Store, log *zap.Logger) (*Gateway, error) {
 	g := &Gateway{
 		cfg: cfg, store: store, log: cmp.Or(log, zap.NewNop()).Named("gateway"),
 		refused: map[string]*BudgetError{}, unpriced: map[string]bool{},
+		clouds: map[string]sandbox.Provider{}, cloudIDs: map[string]ident{},
 	}
 	var err error
 	if g.anthropic, err = parseUpstream("anthropic_url", cfg.AnthropicURL); err != nil {
@@ -174,6 +184,11 @@ func New(cfg Config, store db.Store, log *zap.Logger) (*Gateway, error) {
 	}
 	if g.openai, err = parseUpstream("openai_url", cfg.OpenAIURL); err != nil {
 		return nil, err
+	}
+	if cfg.PublicURL != "" {
+		if _, err = parseUpstream("public_url", cfg.PublicURL); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.Forwarder != "" {
 		if g.cfg.Forwarder, err = sandboxsock.InstallForwarder("gateway", cfg.SocketDir, cfg.Forwarder); err != nil {
@@ -224,6 +239,8 @@ type ctxKey int
 const (
 	ctxConnIdent ctxKey = iota
 	ctxCall
+	// ctxPublic marks a request that came in over PublicHandler.
+	ctxPublic
 )
 
 // connContext tags a connection with the sandbox whose socket it came in on.

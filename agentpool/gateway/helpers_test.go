@@ -65,8 +65,14 @@ func newEnvPriced(t testing.TB, budget Budget, prices Prices) *env {
 // session makes the thread's session active in its next generation and returns the generation.
 func (e *env) session(t testing.TB, thread string) int64 {
 	t.Helper()
+	return e.sessionOn(t, thread, "docker")
+}
+
+// sessionOn is session with the thread's sandbox on provider.
+func (e *env) sessionOn(t testing.TB, thread, provider string) int64 {
+	t.Helper()
 	ctx := t.Context()
-	_, _, err := e.store.SessionCreate(ctx, db.NewSession{ThreadKey: thread, Platform: "web", Provider: "docker", Runtime: "claude-code"})
+	_, _, err := e.store.SessionCreate(ctx, db.NewSession{ThreadKey: thread, Platform: "web", Provider: provider, Runtime: "claude-code"})
 	require.NoError(t, err)
 	s, err := e.store.SessionTransition(ctx, thread, db.Transition{
 		From: []db.SessionStatus{db.SessionCreating, db.SessionActive, db.SessionDestroyed}, To: db.SessionActive, BumpGeneration: true,

@@ -140,6 +140,11 @@ func (g *Gateway) authorize(r *http.Request, c *call) (int, string, error) {
 	case sess.Generation != gen || !liveStatus(sess.Status):
 		return http.StatusUnauthorized, "authentication_error", fmt.Errorf("token revoked: its sandbox (generation %d) was destroyed or replaced", gen)
 	}
+	if public, _ := ctx.Value(ctxPublic).(bool); public && !g.callsOverNetwork(sess) {
+		// A Docker sandbox's token is good on its own socket only: one the agent leaked (printed in
+		// its answer) opens nothing from the internet.
+		return http.StatusUnauthorized, "authentication_error", errors.New("this token's sandbox reaches the gateway through its socket, not over the network")
+	}
 	turn, err := g.store.TurnGetRunning(ctx, thread)
 	switch {
 	case errors.Is(err, db.ErrNotFound):

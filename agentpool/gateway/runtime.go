@@ -12,7 +12,8 @@ import (
 // Runtime wraps rt so that a turn over budget ends with the budget reply: at once when a budget is
 // used up before the turn, or in place of whatever the runtime made of a refused call during it. The
 // turn's usage is the gateway's own record (written to the turn as calls end), so the runtime's
-// figure is dropped rather than written over it.
+// figure is dropped rather than written over it. On a cloud sandbox (Cloud), the runtime's gateway
+// settings (the forwarder's address, PlaceholderKey) become the public URL and the sandbox's token.
 func (g *Gateway) Runtime(rt runtime.Runtime) runtime.Runtime {
 	return &gatedRuntime{Runtime: rt, g: g}
 }
@@ -22,9 +23,48 @@ type gatedRuntime struct {
 	g *Gateway
 }
 
+// Ensure implements runtime.Runtime; on a cloud sandbox, the runtime's server (if it has one) starts
+// with the public URL and the sandbox's token.
+func (r *gatedRuntime) Ensure(ctx context.Context, sb sandbox.Sandbox) error {
+	sb, _, refusal, err := r.g.forCloud(ctx, sb)
+	if err == nil && refusal != "" {
+		err = errors.New(refusal)
+	}
+	if err != nil {
+		return err
+	}
+	return r.Runtime.Ensure(ctx, sb)
+}
+
+// Session implements runtime.Runtime, with the sandbox Ensure saw.
+func (r *gatedRuntime) Session(ctx context.Context, sb sandbox.Sandbox, prevID, title string) (string, bool, error) {
+	sb, _, refusal, err := r.g.forCloud(ctx, sb)
+	if err == nil && refusal != "" {
+		err = errors.New(refusal)
+	}
+	if err != nil {
+		return "", false, err
+	}
+	return r.Runtime.Session(ctx, sb, prevID, title)
+}
+
 // Prompt implements runtime.Runtime.
 func (r *gatedRuntime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID string, p runtime.Prompt, emit func(runtime.Event)) (runtime.Result, error) {
-	id, known := r.g.identify(ctx, sb.Handle())
+	var id ident
+	known := false
+	if _, ok := r.g.cloud(sb.Handle()); ok {
+		var refusal string
+		var err error
+		if sb, id, refusal, err = r.g.forCloud(ctx, sb); err != nil {
+			return runtime.Result{}, err
+		} else if refusal != "" {
+			return runtime.Result{Answer: refusal, IsError: true}, nil
+		}
+		p.Env = sb.(*publicSandbox).rw.env(p.Env)
+		known = true
+	} else {
+		id, known = r.g.identify(ctx, sb.Handle())
+	}
 	if known {
 		r.g.takeRefusal(id.Thread) // a refusal from an earlier turn is not this one's
 		if turn, err := r.g.store.TurnGetRunning(ctx, id.Thread); err == nil {

@@ -68,7 +68,15 @@ func (m *Main) checkGateway(context.Context) (string, *problem) {
 		return "not needed (the shell runtime uses no model key)", nil
 	case !gw.Enabled || m.Config.Sandbox.Provider == "local":
 		return "", warning("not configured: the "+name+" runtime gets the model key in its environment inside the sandbox, "+
-			"where the agent can read it", "set gateway.enabled: true, with sandbox.provider docker")
+			"where the agent can read it", "set gateway.enabled: true (with sandbox.provider docker, or daytona/deno and gateway.public_url)")
+	}
+	if clouds := m.gatewayClouds(); len(clouds) > 0 && gw.PublicURL == "" {
+		return "", &problem{what: "serve will refuse to start: the " + name + " runtime runs on " + strings.Join(clouds, " and ") +
+			" sandboxes, which reach the model gateway over the network, and gateway.public_url is empty",
+			fix: "set gateway.public_url to the https URL at which those sandboxes reach this bot's /gateway/ (reachable from the cloud; TLS is yours to put in front)"}
+	}
+	if w := m.cloudNetworkWarning(); w != "" {
+		return "", warning(w, "set sandbox.network: full (Docker sandboxes then get their own bridge network; see Network modes)")
 	}
 	b := gw.Budget
 	if b.ThreadTokens == 0 && b.UserDailyTokens == 0 && b.DailyTokens == 0 && b.UserDailyMoney == 0 && b.DailyMoney == 0 {
@@ -79,6 +87,9 @@ func (m *Main) checkGateway(context.Context) (string, *problem) {
 		b.ThreadTokens, b.UserDailyTokens, b.DailyTokens)
 	if b.UserDailyMoney > 0 || b.DailyMoney > 0 {
 		out += fmt.Sprintf("; in %s: %g per user a day, %g a day", gw.Currency, b.UserDailyMoney, b.DailyMoney)
+	}
+	if clouds := m.gatewayClouds(); len(clouds) > 0 {
+		out += fmt.Sprintf("; %s sandboxes call it at %s with their own token", strings.Join(clouds, " and "), gw.PublicURL)
 	}
 	return out, nil
 }

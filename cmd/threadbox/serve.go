@@ -85,6 +85,8 @@ func (m *Main) runServe(ctx context.Context) error {
 	if *loginLink {
 		login = rand.Text()
 	}
+	// Cloud sandboxes call the model gateway from the internet, as the webhooks come in.
+	mountGateway(hooks, a.gw)
 	closeChat, err := m.mountChat(ctx, mux, hooks, a, login)
 	if err != nil {
 		return err

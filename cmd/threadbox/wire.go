@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/threadbox/threadbox/agentpool"
+	"github.com/threadbox/threadbox/agentpool/gateway"
 	"github.com/threadbox/threadbox/agentpool/runtime"
 	"github.com/threadbox/threadbox/bot"
 	"github.com/threadbox/threadbox/cmd/threadbox/config"
@@ -41,6 +42,8 @@ type app struct {
 	metrics *metrics.Metrics
 	// warning is shown prominently (console and page) when the setup is unsafe.
 	warning string
+	// gw is the model gateway, nil when off; serve mounts it for cloud sandboxes.
+	gw *gateway.Gateway
 }
 
 // noIsolationWarning is what the bot says when it runs agent commands on the host.
@@ -82,9 +85,11 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 		a.wrapDocker(eg.Provider)
 	}
 	if gw != nil {
-		// The gateway serves Docker sandboxes only (a bind-mounted socket).
+		// The gateway wraps the Docker provider (a bind-mounted socket per sandbox).
 		a.wrapDocker(gw.Provider)
+		serveClouds(gw, a.provs) // and cloud ones over gateway.public_url
 		a.rt = gw.Runtime(a.rt)
+		a.gw = gw
 	}
 	env, blocked, err := cfg.Sandbox.Env.Resolve(func(k string) (string, bool) {
 		v := m.getenv(k)
