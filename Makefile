@@ -91,6 +91,9 @@ lint-deploy: ## helm lint --strict + helm template on the chart (each provider);
 	  $(HELM) lint --strict --quiet $(CHART) --set sandbox.provider=$$p && \
 	  $(HELM) template threadbox $(CHART) --set sandbox.provider=$$p >/dev/null || exit 1; \
 	done
+	@echo "helm lint --strict + template: sandbox.providers={docker,daytona,deno}"
+	@$(HELM) lint --strict --quiet $(CHART) --set 'sandbox.providers={docker,daytona,deno}' && \
+	  $(HELM) template threadbox $(CHART) --set 'sandbox.providers={docker,daytona,deno}' >/dev/null
 	$(COMPOSE) --env-file deploy/compose.env.example -f deploy/compose.yaml config -q
 
 .PHONY: sandbox-image

@@ -39,5 +39,10 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{/* The Docker socket is mounted only for the docker provider with a socket path. */}}
 {{- define "threadbox.dockerSocket" -}}
-{{- if and (eq .Values.sandbox.provider "docker") .Values.sandbox.docker.socketPath }}true{{ end }}
+{{- if and (has "docker" (include "threadbox.providers" . | fromJsonArray)) .Values.sandbox.docker.socketPath }}true{{ end }}
+{{- end }}
+
+{{/* The enabled sandbox providers, as JSON: sandbox.providers, or just sandbox.provider. */}}
+{{- define "threadbox.providers" -}}
+{{- .Values.sandbox.providers | default (list .Values.sandbox.provider) | toJson }}
 {{- end }}
