@@ -23,11 +23,11 @@ import (
 // forwarder replaces it with the sandbox's token, and the gateway with the real key.
 const gatewayKey = "threadbox-gateway"
 
-// newGateway builds the model gateway when an AI runtime runs on Docker and gateway.enabled is on;
+// newGateway builds the model gateway when an AI runtime is enabled on Docker and gateway.enabled is on;
 // nil otherwise (the runtime then gets the key itself).
 func (m *Main) newGateway(st db.Store, prov sandbox.Provider) (*gateway.Gateway, error) {
 	cfg := m.Config.Gateway
-	if !cfg.Enabled || m.runtimeName() == "shell" || prov.Name() != docker.Name {
+	if !cfg.Enabled || m.aiRuntime() == "" || prov.Name() != docker.Name {
 		return nil, nil
 	}
 	secret, err := m.runtimeSecret()

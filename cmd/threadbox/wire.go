@@ -12,7 +12,6 @@ import (
 	"github.com/threadbox/threadbox/agentpool"
 	"github.com/threadbox/threadbox/agentpool/runtime"
 	"github.com/threadbox/threadbox/bot"
-	"github.com/threadbox/threadbox/cmd/threadbox/config"
 	"github.com/threadbox/threadbox/cmd/threadbox/metrics"
 	"github.com/threadbox/threadbox/db"
 	"github.com/threadbox/threadbox/prompts"
@@ -29,8 +28,10 @@ type app struct {
 	// provs are the enabled sandbox providers (sandbox.providers), the default first. There is no
 	// single provider field any more: wrappers that serve Docker sandboxes only (the gateway) go
 	// through wrapDocker.
-	provs   []sandbox.Provider
-	rt      runtime.Runtime
+	provs []sandbox.Provider
+	// rts are the enabled agent runtimes (runtime.enabled), the default first, each wrapped by the
+	// gateway when it runs.
+	rts     []runtime.Runtime
 	pool    *agentpool.Pool
 	maint   *agentpool.Maintainer
 	admin   *bot.Admin
@@ -69,7 +70,12 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 	if err != nil {
 		return nil, err
 	}
-	if a.rt, err = m.newRuntime(gw); err != nil {
+	var wrapRT func(runtime.Runtime) runtime.Runtime
+	if gw != nil {
+		// Every enabled runtime gets the gateway's per-sandbox tokens, not just the default.
+		wrapRT = gw.Runtime
+	}
+	if a.rts, err = m.newRuntimes(gw, wrapRT); err != nil {
 		return nil, err
 	}
 	eg, err := m.newEgress(a.dockerOrDefault(), a.metrics)
@@ -84,7 +90,6 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 	if gw != nil {
 		// The gateway serves Docker sandboxes only (a bind-mounted socket).
 		a.wrapDocker(gw.Provider)
-		a.rt = gw.Runtime(a.rt)
 	}
 	env, blocked, err := cfg.Sandbox.Env.Resolve(func(k string) (string, bool) {
 		v := m.getenv(k)
@@ -97,10 +102,10 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 		m.Logger.Warn("sandbox.env asks for blocked variables; they are left out", zap.Strings("blocked", blocked))
 	}
 	network := m.sandboxNetwork()
-	readOnly := cfg.Sandbox.ReadOnlyRoot && config.ReadOnlyRootApplies(a.rt.Name())
+	readOnly := m.readOnlyRoot()
 	if cfg.Sandbox.ReadOnlyRoot && !readOnly {
-		m.Logger.Info("sandbox.read_only_root does not apply: the runtime keeps its sessions in the home directory, so the root stays writable",
-			zap.String("runtime", a.rt.Name()))
+		m.Logger.Info("sandbox.read_only_root does not apply: an enabled runtime keeps its sessions in the home directory, so the root stays writable",
+			zap.String("runtime", m.aiRuntime()))
 	}
 	ws, err := newWorkspace(cfg.Config, st, m.Logger)
 	if err != nil {
@@ -114,7 +119,7 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 		// disk_mb on the work directory, and memory kills named as such: no provider here caps volumes.
 		EnforceLimits: true,
 		SystemPrompt:  prompts.System(prompts.SystemData{WorkDir: sandbox.DefaultWorkDir}),
-	}, agentpool.Deps{Store: st, Provider: a.provs[0], Providers: a.provs[1:], Runtime: a.rt, Logger: m.Logger,
+	}, agentpool.Deps{Store: st, Provider: a.provs[0], Providers: a.provs[1:], Runtime: a.rts[0], Runtimes: a.rts[1:], Logger: m.Logger,
 		// The handler is built below; turns are restored only once serve has registered the adapters.
 		Restore:   func(ctx context.Context, t db.Turn) (agentpool.Request, error) { return a.handler.Restore(ctx, t) },
 		Workspace: ws,
