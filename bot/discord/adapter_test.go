@@ -349,3 +349,17 @@ func TestSlashUseIsTheUseCommand(t *testing.T) {
 	require.Equal(t, "use daytona", got.Text)
 	require.Equal(t, "discord:G1:"+thread[0].ID, got.Thread.String())
 }
+
+// TestSlashRuntimeIsTheRuntimeCommand: /runtime name:<name> reaches the bot as the in-thread "runtime"
+// command.
+func TestSlashRuntimeIsTheRuntimeCommand(t *testing.T) {
+	r := newRig(t, nil)
+	r.fake.Mention("G1", "C1", discordfake.Person("U1"), "start")
+	r.next(t)
+	var thread []discordfake.Channel
+	r.wait(t, "thread", func() bool { thread = r.fake.Threads("C1"); return len(thread) == 1 })
+	r.fake.DispatchInteraction(r.fake.Slash(thread[0].ID, discordfake.Person("U1"), "runtime", map[string]string{"name": " shell "}))
+	got := r.next(t)
+	require.Equal(t, "runtime shell", got.Text)
+	require.Equal(t, "discord:G1:"+thread[0].ID, got.Thread.String())
+}
