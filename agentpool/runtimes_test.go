@@ -139,6 +139,7 @@ func TestRuntimeMoveFinishedAfterAFailedDestroy(t *testing.T) {
 		out := turn(t, p, "t", "e2", "second")
 		require.Equal(t, "shell: second", out.Answer)
 		require.True(t, out.Replayed)
+		require.Equal(t, RecreateDestroying, out.Recreate, "the turn finished the destroy, never reviving the old sandbox")
 		require.Equal(t, 1, prov.Len(), "the old sandbox was destroyed, a new one made")
 	})
 }

@@ -116,7 +116,7 @@ func contents(ms []discordfake.Message) []string {
 func TestStartRegistersCommandsAndIdentifies(t *testing.T) {
 	r := newRig(t, func(o *discord.Options) { o.GuildIDs = []string{"G1", "G2"} })
 	for _, g := range []string{"G1", "G2"} {
-		require.Len(t, r.fake.Commands(g), 6, "ask, status, stop, reset, use, threadbox in %s", g)
+		require.Len(t, r.fake.Commands(g), 7, "ask, status, stop, reset, use, runtime, threadbox in %s", g)
 	}
 	require.Empty(t, r.fake.Commands(""), "per guild, not global")
 	require.Equal(t, int(discord.Intents), r.fake.Gateway().Intents)

@@ -121,9 +121,6 @@ func (m *Main) newRuntime(gw *gateway.Gateway, name string) (runtime.Runtime, er
 	return nil, fmt.Errorf("runtime %q: unknown", name)
 }
 
-// model assembles the default runtime's model settings.
-func (m *Main) model() (opencode.Model, error) { return m.modelFor(m.runtimeName()) }
-
 // modelFor assembles the model settings of the named runtime: runtime.api/model/base_url plus the
 // key from the environment.
 func (m *Main) modelFor(rtName string) (opencode.Model, error) {
