@@ -60,7 +60,7 @@ func (s *enabledSet[T]) get(name string) (T, bool) {
 	return p, ok
 }
 
-// pick is the one a session's recorded choice means: it if enabled, else the default.
+// pick is the one a session's recorded choice means: that one if enabled, else the default.
 func (s *enabledSet[T]) pick(name string) T {
 	if p, ok := s.byName[name]; ok {
 		return p
