@@ -18,8 +18,10 @@ import (
 
 // SandboxView is a thread's sandbox as the inspection commands found it.
 type SandboxView struct {
-	ThreadKey  string
-	Provider   string
+	ThreadKey string
+	Provider  string
+	// Runtime is the agent runtime the thread's sandbox runs.
+	Runtime    string
 	SandboxID  string
 	Generation int64
 	// State is the provider's word for it ("running", "stopped", …), StateMissing when the provider
@@ -80,7 +82,7 @@ func (p *Pool) view(ctx context.Context, threadKey string) (SandboxView, sandbox
 	if err != nil {
 		return SandboxView{}, sandbox.Handle{}, classify(ENOTFOUND, "session "+threadKey, err)
 	}
-	v := SandboxView{ThreadKey: threadKey, Provider: sess.Provider, SandboxID: sess.SandboxID, Generation: sess.Generation, State: StateNone}
+	v := SandboxView{ThreadKey: threadKey, Provider: sess.Provider, Runtime: p.runtimeOf(sess).Name(), SandboxID: sess.SandboxID, Generation: sess.Generation, State: StateNone}
 	h, err := p.life.handle(sess)
 	if err != nil || h.IsZero() || sess.Status == db.SessionDestroyed {
 		return v, h, nil
@@ -104,11 +106,12 @@ func (p *Pool) RuntimeLog(ctx context.Context, threadKey string, lines int) (Run
 	}
 	lines = min(lines, MaxLogLines)
 	v, h, err := p.view(ctx, threadKey)
-	out := RuntimeLog{SandboxView: v, Runtime: p.rt.Name()}
+	rt := p.rts.pick(v.Runtime)
+	out := RuntimeLog{SandboxView: v, Runtime: rt.Name()}
 	if err != nil {
 		return out, err
 	}
-	lf, ok := p.rt.(runtime.LogFile)
+	lf, ok := rt.(runtime.LogFile)
 	if !ok {
 		return out, nil
 	}

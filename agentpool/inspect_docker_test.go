@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/threadbox/threadbox/agentpool/runtime"
 	"github.com/threadbox/threadbox/db/dbtest"
 )
 
@@ -18,7 +19,9 @@ func (loggingRuntime) LogPath() string { return "/tmp/runtime.log" }
 // a paused sandbox is reported, not started.
 func TestDockerInspectionReadsTheSandbox(t *testing.T) {
 	f := newDockerFixture(t, dbtest.OpenSQLite(t))
-	f.fixture.pool.rt = loggingRuntime{f.rt}
+	rts, err := newEnabledSet[runtime.Runtime]("Runtime", loggingRuntime{f.rt}, nil)
+	require.NoError(t, err)
+	f.fixture.pool.rts = rts
 	sink := newCollector()
 	submit(t, f.pool, "web:inspect", "e1", "seq 1 100 > /tmp/runtime.log; head -c 200000 /dev/zero > blob; echo ok", sink)
 	require.NoError(t, sink.wait(t, 1)[0].Err)

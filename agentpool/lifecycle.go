@@ -52,7 +52,8 @@ import (
 //	session left creating/resuming/pausing/     reconcile (after reconcile_grace): Inspect; gone or no
 //	error (crash, failed call)                  usable handle → destroyed; failed → destroyed (Destroy);
 //	                                            otherwise Stop → paused (resume on the next turn)
-//	session left destroying                     reconcile and cleanup finish the Destroy
+//	session left destroying                     reconcile and cleanup finish the Destroy; a resolve finishes
+//	                                            it too (never revives it) and recreates, RecreateDestroying
 //	pause of a paused / destroy of a destroyed  no-op, success
 //
 // Fencing: every write that follows a provider call names the generation it acted on
@@ -87,6 +88,9 @@ const (
 	RecreateUnusable RecreateReason = "unusable"
 	// RecreateMoved: the thread was moved to another provider, and its old sandbox was still there.
 	RecreateMoved RecreateReason = "moved"
+	// RecreateDestroying: the old sandbox's destroy (a runtime or workspace move, a reset) had not
+	// finished; the turn finished it.
+	RecreateDestroying RecreateReason = "destroying"
 )
 
 // liveStatuses are every status a sandbox may be found in while it (maybe) exists.
@@ -176,17 +180,27 @@ func (l *lifecycle) resolve(ctx context.Context, sess db.Session, note func()) (
 	case herr != nil:
 		l.log.Warn("unusable sandbox handle; recreating", zap.String("thread", sess.ThreadKey), zap.Error(herr))
 		return l.recreate(ctx, sess, RecreateUnusable, herr.Error(), note)
-	case h.Provider != l.provs.wanted(sess).Name():
+	case h.Provider != l.provs.pick(sess.Provider).Name():
 		// A move whose destroy did not happen: try it once more, without waiting for a provider
 		// that is down (moving off it may be the point). If it fails, the old sandbox is left to
 		// its provider's reaper: once the new one is saved, no session owns it.
-		why := fmt.Sprintf("moved from %s to %s", h.Provider, l.provs.wanted(sess).Name())
+		why := fmt.Sprintf("moved from %s to %s", h.Provider, l.provs.pick(sess.Provider).Name())
 		if err := l.provOf(h).Destroy(ctx, h); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 			l.log.Warn("destroying the sandbox a moved thread left failed; the reaper will remove it",
 				zap.String("thread", sess.ThreadKey), zap.String("provider", h.Provider), zap.String("sandbox", h.ID), zap.Error(err))
 			why += fmt.Sprintf(" (its sandbox %s there is left to the reaper: %v)", h.ID, err)
 		}
 		return l.recreate(ctx, sess, RecreateMoved, why, note)
+	case sess.Status == db.SessionDestroying:
+		// A destroy that did not finish (it failed, or the process died in it) was meant: a move to
+		// another runtime or workspace, a reset, an admin or idle destroy. Finish it rather than revive
+		// the sandbox, which may run another runtime or hold another checkout, and recreate.
+		prov := l.provOf(h)
+		err := l.withProvider(ctx, note, func() error { return prov.Destroy(ctx, h) })
+		if err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+			return resolved{}, fmt.Errorf("finish destroying the sandbox: %w", err)
+		}
+		return l.recreate(ctx, sess, RecreateDestroying, "its destroy had not finished", note)
 	case l.maxResumeFailures > 0 && sess.ResumeFailCount >= l.maxResumeFailures:
 		// The old sandbox cannot be made to work: free it (idempotent) before replacing it.
 		prov := l.provOf(h)
@@ -267,7 +281,7 @@ func (l *lifecycle) create(ctx context.Context, sess db.Session, note func()) (r
 	if l.spec == nil {
 		return resolved{}, errors.New("agentpool: this component does not create sandboxes")
 	}
-	prov := l.provs.wanted(sess)
+	prov := l.provs.pick(sess.Provider)
 	none, name := "", prov.Name()
 	s, err := l.store.SessionTransition(ctx, sess.ThreadKey, db.Transition{
 		From: allStatuses, To: db.SessionCreating, BumpGeneration: true, IfGeneration: gen(sess),

@@ -32,7 +32,7 @@ func (m *Maintainer) sandboxProvider(s db.Session) string {
 	if h, err := m.life.handle(s); err == nil && !h.IsZero() {
 		return h.Provider
 	}
-	return m.provs.wanted(s).Name()
+	return m.provs.pick(s.Provider).Name()
 }
 
 // wrap guards one pass's item handler.

@@ -187,6 +187,9 @@ func (o Ops) Stats(ctx context.Context) (string, error) {
 	if ps := o.Pool.Providers(); len(ps) > 1 {
 		fmt.Fprintf(&b, " (the default; enabled: %s)", strings.Join(ps, ", "))
 	}
-	fmt.Fprintf(&b, ", runtime: %s", o.Pool.rt.Name())
+	fmt.Fprintf(&b, ", runtime: %s", o.Pool.DefaultRuntime())
+	if rs := o.Pool.Runtimes(); len(rs) > 1 {
+		fmt.Fprintf(&b, " (the default; enabled: %s)", strings.Join(rs, ", "))
+	}
 	return b.String(), nil
 }

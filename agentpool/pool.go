@@ -104,8 +104,13 @@ type Deps struct {
 	// Providers are the further providers the deployment enables (sandbox.providers); a thread may
 	// choose one (UseProvider). It may list Provider again. Names must be unique.
 	Providers []sandbox.Provider
-	Runtime   runtime.Runtime
-	Logger    *zap.Logger
+	// Runtime is the default agent runtime (runtime.name): new threads, and threads whose recorded
+	// runtime is empty or no longer enabled, run it.
+	Runtime runtime.Runtime
+	// Runtimes are the further runtimes the deployment enables (runtime.enabled); a thread may choose
+	// one (UseRuntime). It may list Runtime again. Names must be unique.
+	Runtimes []runtime.Runtime
+	Logger   *zap.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// Instance names this process in the turns it owns (default: random). Another process takes over
@@ -126,10 +131,11 @@ type Pool struct {
 	store db.Store
 	// provs are the enabled sandbox providers, the default among them.
 	provs *providerSet
-	rt    runtime.Runtime
-	log   *zap.Logger
-	now   func() time.Time
-	met   Metrics
+	// rts are the enabled agent runtimes, the default among them.
+	rts *runtimeSet
+	log *zap.Logger
+	now func() time.Time
+	met Metrics
 
 	// life owns every session transition.
 	life *lifecycle
@@ -170,9 +176,13 @@ func New(cfg Config, deps Deps) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
+	rts, err := newEnabledSet("Runtime", deps.Runtime, deps.Runtimes)
+	if err != nil {
+		return nil, err
+	}
 	base, stop := context.WithCancel(context.Background())
 	p := &Pool{
-		cfg: cfg, store: deps.Store, provs: provs, rt: deps.Runtime,
+		cfg: cfg, store: deps.Store, provs: provs, rts: rts,
 		log: cmp.Or(deps.Logger, zap.NewNop()).Named("agentpool"), now: deps.Now,
 		stop: stop, q: newQueues(base), instance: deps.Instance, restore: deps.Restore, ws: deps.Workspace,
 	}

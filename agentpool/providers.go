@@ -2,9 +2,9 @@ package agentpool
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"go.uber.org/zap"
 
@@ -12,33 +12,39 @@ import (
 	"github.com/threadbox/threadbox/sandbox"
 )
 
-// providerSet is the sandbox providers a deployment enables (sandbox.providers), one of them the
-// default (sandbox.provider). A session records the provider its thread uses (db.Session.Provider;
-// empty, as in rows older than the registry, means the default); its sandbox's handle names the
-// provider that sandbox lives on. Every call about an existing sandbox goes to the handle's provider,
-// and every create to the session's: so a thread moved to another provider, or a move cut short by a
-// crash, is finished by the next resolve (lifecycle.resolve).
-type providerSet struct {
-	def    sandbox.Provider
-	byName map[string]sandbox.Provider
-	// names are the enabled providers, the default first, then in the order given.
+// enabledSet is what a deployment enables of one kind, by name, one of them the default: the sandbox
+// providers (sandbox.providers, default sandbox.provider) and the agent runtimes (runtime.enabled,
+// default runtime.name). A session records its thread's choice of each (db.Session.Provider,
+// db.Session.Runtime); an empty choice, as in rows older than the choice, or one the deployment no
+// longer enables, means the default.
+type enabledSet[T interface {
+	comparable
+	Name() string
+}] struct {
+	def    T
+	byName map[string]T
+	// names are the enabled ones, the default first, then in the order given.
 	names []string
 }
 
-// newProviderSet builds the set from the default and the further enabled providers (which may name
-// the default again). Two different providers with one name are refused.
-func newProviderSet(def sandbox.Provider, more []sandbox.Provider) (*providerSet, error) {
-	if def == nil {
-		return nil, errors.New("agentpool: a default Provider is required")
+// newEnabledSet builds the set from the default and the further enabled ones (which may name the
+// default again). Two different ones with one name are refused; what names the error ("Provider").
+func newEnabledSet[T interface {
+	comparable
+	Name() string
+}](what string, def T, more []T) (*enabledSet[T], error) {
+	var zero T
+	if def == zero {
+		return nil, fmt.Errorf("agentpool: a default %s is required", what)
 	}
-	s := &providerSet{def: def, byName: map[string]sandbox.Provider{def.Name(): def}, names: []string{def.Name()}}
+	s := &enabledSet[T]{def: def, byName: map[string]T{def.Name(): def}, names: []string{def.Name()}}
 	for _, p := range more {
-		if p == nil {
-			return nil, errors.New("agentpool: Providers holds a nil provider")
+		if p == zero {
+			return nil, fmt.Errorf("agentpool: %ss holds a nil %s", what, what)
 		}
 		if have, ok := s.byName[p.Name()]; ok {
 			if have != p {
-				return nil, fmt.Errorf("agentpool: two providers are named %q", p.Name())
+				return nil, fmt.Errorf("agentpool: two %ss are named %q", strings.ToLower(what), p.Name())
 			}
 			continue
 		}
@@ -48,28 +54,36 @@ func newProviderSet(def sandbox.Provider, more []sandbox.Provider) (*providerSet
 	return s, nil
 }
 
-// get returns the enabled provider of that name.
-func (s *providerSet) get(name string) (sandbox.Provider, bool) {
+// get returns the enabled one of that name.
+func (s *enabledSet[T]) get(name string) (T, bool) {
 	p, ok := s.byName[name]
 	return p, ok
 }
 
-// wanted is the provider the session's next sandbox is created on: the one it records if that is
-// enabled, else the default (an empty column, or a provider the deployment no longer enables).
-func (s *providerSet) wanted(sess db.Session) sandbox.Provider {
-	if p, ok := s.byName[sess.Provider]; ok {
+// pick is the one a session's recorded choice means: that one if enabled, else the default.
+func (s *enabledSet[T]) pick(name string) T {
+	if p, ok := s.byName[name]; ok {
 		return p
 	}
 	return s.def
 }
 
-// all lists the enabled providers, the default first.
-func (s *providerSet) all() []sandbox.Provider {
-	out := make([]sandbox.Provider, len(s.names))
+// all lists the enabled ones, the default first.
+func (s *enabledSet[T]) all() []T {
+	out := make([]T, len(s.names))
 	for i, n := range s.names {
 		out[i] = s.byName[n]
 	}
 	return out
+}
+
+// providerSet is the enabled sandbox providers. Every call about an existing sandbox goes to the
+// provider its handle names, and every create to the session's: so a thread moved to another
+// provider, or a move cut short by a crash, is finished by the next resolve (lifecycle.resolve).
+type providerSet = enabledSet[sandbox.Provider]
+
+func newProviderSet(def sandbox.Provider, more []sandbox.Provider) (*providerSet, error) {
+	return newEnabledSet("Provider", def, more)
 }
 
 // UnknownProviderError refuses a provider the deployment does not enable; Enabled lists those it
@@ -117,11 +131,7 @@ func (p *Pool) UseProvider(ctx context.Context, t WorkspaceThread, name string) 
 		return ProviderChange{}, &UnknownProviderError{Name: name, Enabled: p.Providers()}
 	}
 	// The row may not exist yet (the choice comes before the first turn): create it, with no sandbox.
-	_, _, err := p.store.SessionCreate(ctx, db.NewSession{
-		ThreadKey: t.ThreadKey, Platform: t.Platform, ChannelID: t.ChannelID, OwnerUserID: t.UserID,
-		Runtime: p.rt.Name(), Status: db.SessionDestroyed,
-	})
-	if err != nil {
+	if err := p.ensureSession(ctx, t); err != nil {
 		return ProviderChange{}, fmt.Errorf("agentpool: use provider: %w", err)
 	}
 	return p.MoveProvider(ctx, t.ThreadKey, name)
@@ -153,7 +163,7 @@ func (p *Pool) MoveProvider(ctx context.Context, threadKey, name string) (Provid
 // down) or the process dies before it, the session is left destroying, or live with a handle on the
 // old provider, and cleanup, reconcile or the next resolve finish the move.
 func (l *lifecycle) move(ctx context.Context, cur db.Session, to string) (ProviderChange, error) {
-	from := l.provs.wanted(cur).Name()
+	from := l.provs.pick(cur.Provider).Name()
 	ch := ProviderChange{ThreadKey: cur.ThreadKey, From: from, To: to, Replay: cur.Generation > 0}
 	h, herr := l.handle(cur)
 	onOld := herr == nil && !h.IsZero() && cur.Status != db.SessionDestroyed && h.Provider != to

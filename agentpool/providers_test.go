@@ -25,9 +25,9 @@ func TestProviderSetRefusesDuplicates(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"docker", "daytona"}, s.names)
 	// An empty column (rows from before the registry) and a provider no longer enabled mean the default.
-	require.Equal(t, "docker", s.wanted(db.Session{}).Name())
-	require.Equal(t, "docker", s.wanted(db.Session{Provider: "deno"}).Name())
-	require.Equal(t, "daytona", s.wanted(db.Session{Provider: "daytona"}).Name())
+	require.Equal(t, "docker", s.pick("").Name())
+	require.Equal(t, "docker", s.pick("deno").Name())
+	require.Equal(t, "daytona", s.pick("daytona").Name())
 }
 
 // TestMoveOffAProviderThatIsDown: a thread can leave a provider whose service is down. The move does

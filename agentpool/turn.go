@@ -101,7 +101,7 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 	out := Outcome{TurnID: turnID}
 	sess, _, err := p.store.SessionCreate(ctx, db.NewSession{
 		ThreadKey: req.ThreadKey, Platform: req.Platform, ChannelID: req.ChannelID,
-		OwnerUserID: req.UserID, Provider: p.provs.def.Name(), Runtime: p.rt.Name(),
+		OwnerUserID: req.UserID, Provider: p.provs.def.Name(), Runtime: p.rts.def.Name(),
 	})
 	if err != nil {
 		out.Err = classify(EINTERNAL, "load session", err)
@@ -115,8 +115,10 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 		filesInGen     int64 = -1
 		lastRecoverErr error
 	)
+	// rt is the thread's runtime; a change of it runs on the thread's queue, never during a turn.
+	rt := p.runtimeOf(sess)
 	// prov names the provider in logs and metrics: the one the thread's sandbox is (to be) on.
-	prov := p.provs.wanted(sess).Name()
+	prov := p.provs.pick(sess.Provider).Name()
 	fields := func(extra ...zap.Field) []zap.Field {
 		return append(turnFields(req.ThreadKey, sess.Generation, prov, turnID), extra...)
 	}
@@ -166,7 +168,7 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 			prev = ""
 		}
 		t0 = p.now()
-		sid, replaced, err := p.rt.Session(ctx, r.sb, prev, req.ThreadKey)
+		sid, replaced, err := rt.Session(ctx, r.sb, prev, req.ThreadKey)
 		if err != nil {
 			if runtime.Classify(err) == runtime.ClassSandboxDown {
 				lastRecoverErr = err
@@ -210,8 +212,8 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch)
 		t0 = p.now()
 		tctx, cancel := context.WithTimeout(ctx, p.cfg.TurnTimeout)
 		tctx, limits := p.watchLimits(tctx, r.sb, r.created)
-		alive := w.processAlive(p.rt)
-		res, err = p.rt.Prompt(tctx, r.sb, sid, runtime.Prompt{
+		alive := w.processAlive(rt)
+		res, err = rt.Prompt(tctx, r.sb, sid, runtime.Prompt{
 			Text: req.Text, System: p.cfg.SystemPrompt, History: withChatContext(chat, history), Env: p.cfg.RuntimeEnv, Timeout: p.cfg.TurnTimeout,
 		}, emit.emit)
 		alive()
@@ -283,9 +285,10 @@ func (p *Pool) finishAnswer(ctx context.Context, r resolved, res runtime.Result,
 func (p *Pool) ensureRuntime(ctx context.Context, r resolved, turnID int64) error {
 	var err error
 	prov := r.sb.Handle().Provider
+	rt := p.runtimeOf(r.sess)
 	for attempt := range 2 {
 		ectx, cancel := context.WithTimeout(ctx, p.cfg.EnsureTimeout)
-		err = p.rt.Ensure(ectx, r.sb)
+		err = rt.Ensure(ectx, r.sb)
 		cancel()
 		if err == nil {
 			if attempt > 0 {
@@ -299,13 +302,13 @@ func (p *Pool) ensureRuntime(ctx context.Context, r resolved, turnID int64) erro
 		if attempt == 0 {
 			p.met.Retry(prov, RetryHealth)
 			p.log.Warn(EventHealthRetry, append(turnFields(r.sess.ThreadKey, r.sess.Generation, prov, turnID),
-				zap.String("runtime", p.rt.Name()), zap.Error(err))...)
+				zap.String("runtime", rt.Name()), zap.Error(err))...)
 		}
 	}
 	if ctx.Err() == nil && runtime.Classify(err) != runtime.ClassSandboxDown {
-		p.life.runtimeFailed(ctx, r.sess, r.sb.Handle(), fmt.Sprintf("runtime %s unhealthy: %v", p.rt.Name(), err))
+		p.life.runtimeFailed(ctx, r.sess, r.sb.Handle(), fmt.Sprintf("runtime %s unhealthy: %v", rt.Name(), err))
 	}
-	return fmt.Errorf("runtime %s: %w", p.rt.Name(), err)
+	return fmt.Errorf("runtime %s: %w", rt.Name(), err)
 }
 
 // copyInbound puts the user's attachments into input/, reading each only now and at most
@@ -349,7 +352,7 @@ func readInbound(ctx context.Context, f InboundFile) ([]byte, error) {
 func (p *Pool) abort(r resolved, sid string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := p.rt.Abort(ctx, r.sb, sid); err != nil {
+	if err := p.runtimeOf(r.sess).Abort(ctx, r.sb, sid); err != nil {
 		p.log.Warn("aborting runtime turn", zap.String("thread", r.sess.ThreadKey), zap.Error(err))
 	}
 }

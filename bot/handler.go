@@ -108,6 +108,7 @@ Commands (alone in a message):
 • stop: cancel the running turn
 • reset: destroy this thread's sandbox and start fresh
 • use <provider>: run this thread's sandbox on another enabled provider (a sandbox it has is replaced, the conversation replayed); "use" alone lists them
+• runtime <name>: use another enabled agent runtime in this thread (a sandbox it has is replaced, the conversation replayed); "runtime" alone lists them
 • retry: run again the message a restart interrupted
 • push: push this thread's branch (threadbox/…) and open or update its pull request
 • repo owner/name[@branch]: choose this thread's repository; later, move the thread to another one (refused while work is not pushed, unless you add --force)
@@ -170,6 +171,9 @@ func (h *Handler) Handle(ctx context.Context, msg Message, r Replier) error {
 		return nil
 	case isUse(word):
 		h.reply(ctx, r, h.use(ctx, msg, text))
+		return nil
+	case isRuntime(word):
+		h.reply(ctx, r, h.runtime(ctx, msg, text))
 		return nil
 	case word == CmdRetry:
 		return h.retry(ctx, msg, r)

@@ -36,33 +36,76 @@ func isUse(word string) bool {
 
 // use runs "use <provider>" off the adapter's call; the pool orders it among the thread's turns.
 func (h *Handler) use(ctx context.Context, msg Message, text string) func(ctx context.Context) string {
+	pc, ok := h.turns.(ProviderChooser)
+	if !ok {
+		return func(context.Context) string { return "This bot runs one sandbox provider; there is nothing to choose." }
+	}
+	return h.choose(msg, text, threadChoice{
+		cmd: CmdUse, verb: CmdUse, enabled: pc.Providers, def: pc.DefaultProvider, choose: pc.UseProvider,
+		usage: "Write \"use <provider>\" to pick where this thread's sandbox runs. ",
+		list:  enabledProvidersText,
+		unknown: func(err error) ([]string, bool) {
+			var u *agentpool.UnknownProviderError
+			if errors.As(err, &u) {
+				return u.Enabled, true
+			}
+			return nil, false
+		},
+		unknownText: "There is no sandbox provider %q here. ",
+		destroyFailed: func(ch agentpool.ProviderChange, why string) string {
+			return fmt.Sprintf("This thread now runs on %s, but its sandbox on %s could not be destroyed yet: %s. It is retried; the next message starts on %s with the conversation so far replayed.",
+				ch.To, ch.From, why, ch.To)
+		},
+		failed: "Switching providers failed: ",
+		done:   ProviderChangeText,
+	})
+}
+
+// threadChoice is one of the thread's choices among what the deployment enables: its sandbox
+// provider ("use") or its agent runtime ("runtime"). Both run the same way (choose); these are the
+// calls and the words that differ.
+type threadChoice struct {
+	cmd string
+	// verb is what the owner-only refusal says the user may not do ("use" it).
+	verb          string
+	enabled       func() []string
+	def           func() string
+	choose        func(ctx context.Context, t agentpool.WorkspaceThread, name string) (agentpool.ProviderChange, error)
+	usage         string
+	list          func(enabled []string, def string) string
+	unknown       func(err error) (enabled []string, ok bool)
+	unknownText   string
+	destroyFailed func(ch agentpool.ProviderChange, why string) string
+	failed        string
+	done          func(agentpool.ProviderChange) string
+}
+
+// choose runs a thread choice command: alone it lists what may be chosen; with a name it checks the
+// user may, makes the choice through the pool (which orders it among the thread's turns) and says
+// what it did, or lists what is enabled when the name is not.
+func (h *Handler) choose(msg Message, text string, c threadChoice) func(ctx context.Context) string {
 	return func(ctx context.Context) string {
-		pc, ok := h.turns.(ProviderChooser)
-		if !ok {
-			return "This bot runs one sandbox provider; there is nothing to choose."
-		}
 		f := strings.Fields(text)
 		if len(f) < 2 {
-			return "Write \"use <provider>\" to pick where this thread's sandbox runs. " + enabledProvidersText(pc.Providers(), pc.DefaultProvider())
+			return c.usage + c.list(c.enabled(), c.def())
 		}
 		name := strings.ToLower(f[1])
-		if refusal := h.control(ctx, msg, CmdUse); refusal != "" {
+		if refusal := h.control(ctx, msg, c.verb); refusal != "" {
 			return refusal
 		}
 		key := msg.Thread.String()
-		ch, err := pc.UseProvider(ctx, agentpool.WorkspaceThread{ThreadKey: key, Platform: msg.Thread.Platform,
+		ch, err := c.choose(ctx, agentpool.WorkspaceThread{ThreadKey: key, Platform: msg.Thread.Platform,
 			ChannelID: msg.ChannelID, UserID: msg.User.ID, UserName: msg.User.Name}, name)
-		var unknown *agentpool.UnknownProviderError
-		switch {
-		case errors.As(err, &unknown):
-			return fmt.Sprintf("There is no sandbox provider %q here. %s", name, enabledProvidersText(unknown.Enabled, pc.DefaultProvider()))
-		case err != nil && ch.Moved:
-			return fmt.Sprintf("This thread now runs on %s, but its sandbox on %s could not be destroyed yet: %s. It is retried; the next message starts on %s with the conversation so far replayed.",
-				ch.To, ch.From, Explain(h.log, "use: destroying the old sandbox failed", err, zap.String("thread", key)), ch.To)
-		case err != nil:
-			return "Switching providers failed: " + Explain(h.log, "use failed", err, zap.String("thread", key)).String()
+		if enabled, ok := c.unknown(err); ok {
+			return fmt.Sprintf(c.unknownText, name) + c.list(enabled, c.def())
 		}
-		return ProviderChangeText(ch)
+		switch {
+		case err != nil && ch.Moved:
+			return c.destroyFailed(ch, Explain(h.log, c.cmd+": destroying the old sandbox failed", err, zap.String("thread", key)).String())
+		case err != nil:
+			return c.failed + Explain(h.log, c.cmd+" failed", err, zap.String("thread", key)).String()
+		}
+		return c.done(ch)
 	}
 }
 
@@ -82,6 +125,11 @@ func ProviderChangeText(ch agentpool.ProviderChange) string {
 
 // enabledProvidersText lists the providers a thread may pick.
 func enabledProvidersText(enabled []string, def string) string {
+	return "Enabled providers: " + strings.Join(markDefault(enabled, def), ", ") + "."
+}
+
+// markDefault marks the default among enabled names.
+func markDefault(enabled []string, def string) []string {
 	names := make([]string, len(enabled))
 	for i, n := range enabled {
 		names[i] = n
@@ -89,7 +137,7 @@ func enabledProvidersText(enabled []string, def string) string {
 			names[i] += " (default)"
 		}
 	}
-	return "Enabled providers: " + strings.Join(names, ", ") + "."
+	return names
 }
 
 // withProvider adds status's line about the thread's provider, when the deployment has a choice.

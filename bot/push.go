@@ -45,7 +45,7 @@ type WorkspaceDescriber interface {
 
 // withWorkspace adds the thread's repository, branch and last pushed commit to a status text.
 func (h *Handler) withWorkspace(ctx context.Context, msg Message, status string) string {
-	status = h.withProvider(ctx, msg, status)
+	status = h.withRuntime(ctx, msg, h.withProvider(ctx, msg, status))
 	d, ok := h.turns.(WorkspaceDescriber)
 	if !ok {
 		return status

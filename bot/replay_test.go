@@ -19,6 +19,7 @@ func TestReplayNoteSaysWhyTheSandboxIsNew(t *testing.T) {
 		{"new session only", "", "(This thread's sandbox or agent session was new, generation 3: I replayed the conversation so far to it.)"},
 		{"failed resumes", agentpool.RecreateResumeFailed, "(The previous sandbox failed to start several times, so this thread got a new one; files from before are gone. I replayed the conversation so far to it, generation 3.)"},
 		{"moved", agentpool.RecreateMoved, "(This thread moved to another sandbox provider, so it got a new sandbox there; files from before are gone. I replayed the conversation so far to it, generation 3.)"},
+		{"destroy unfinished", agentpool.RecreateDestroying, "(The previous sandbox was being removed (a move or a reset), so this thread got a new one; files from before are gone. I replayed the conversation so far to it, generation 3.)"},
 		{"gone", agentpool.RecreateGone, "(The previous sandbox was removed, so this thread got a new one; files from before are gone. I replayed the conversation so far to it, generation 3.)"},
 	}
 	for _, tc := range tests {

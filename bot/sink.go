@@ -255,6 +255,8 @@ func replayNote(out agentpool.Outcome) string {
 		why = "The previous sandbox could not be reached with this configuration, so this thread got a new one. "
 	case agentpool.RecreateMoved:
 		why = "This thread moved to another sandbox provider, so it got a new sandbox there; files from before are gone. "
+	case agentpool.RecreateDestroying:
+		why = "The previous sandbox was being removed (a move or a reset), so this thread got a new one; files from before are gone. "
 	}
 	if why == "" {
 		return fmt.Sprintf("(This thread's sandbox or agent session was new, generation %d: I replayed the conversation so far to it.)", out.Generation)

@@ -61,6 +61,7 @@ func (s *pgStore) SessionTransition(ctx context.Context, threadKey string, t Tra
 		ToStatus:        string(t.To),
 		Handle:          p.Handle,
 		Provider:        pgText(p.Provider),
+		Runtime:         pgText(p.Runtime),
 		SandboxID:       pgText(p.SandboxID),
 		BumpGeneration:  t.BumpGeneration,
 		Generation:      pgInt8(p.Generation),
@@ -101,6 +102,7 @@ func (s *pgStore) SessionUpdate(ctx context.Context, threadKey string, p Session
 	r, err := s.q.SessionUpdate(ctx, s.dbtx, pgsqlc.SessionUpdateParams{
 		Handle:         p.Handle,
 		Provider:       pgText(p.Provider),
+		Runtime:        pgText(p.Runtime),
 		SandboxID:      pgText(p.SandboxID),
 		Generation:     pgInt8(p.Generation),
 		AgentSessionID: pgText(p.AgentSessionID),

@@ -63,6 +63,7 @@ func (s *sqliteStore) SessionTransition(ctx context.Context, threadKey string, t
 		ToStatus:        string(t.To),
 		Handle:          sqliteJSON(p.Handle),
 		Provider:        sqliteText(p.Provider),
+		Runtime:         sqliteText(p.Runtime),
 		SandboxID:       sqliteText(p.SandboxID),
 		BumpGeneration:  boolInt(t.BumpGeneration),
 		Generation:      sqliteInt(p.Generation),
@@ -98,6 +99,7 @@ func (s *sqliteStore) SessionUpdate(ctx context.Context, threadKey string, p Ses
 	r, err := s.q.SessionUpdate(ctx, s.dbtx, sqlitesqlc.SessionUpdateParams{
 		Handle:         sqliteJSON(p.Handle),
 		Provider:       sqliteText(p.Provider),
+		Runtime:        sqliteText(p.Runtime),
 		SandboxID:      sqliteText(p.SandboxID),
 		Generation:     sqliteInt(p.Generation),
 		AgentSessionID: sqliteText(p.AgentSessionID),

@@ -108,7 +108,9 @@ type SessionPatch struct {
 	Handle json.RawMessage
 	// Provider is the sandbox provider the thread's next sandbox is created on (a thread's choice,
 	// or the one its sandbox was created on).
-	Provider       *string
+	Provider *string
+	// Runtime is the agent runtime the thread's sandboxes run (a thread's choice among the enabled).
+	Runtime        *string
 	SandboxID      *string
 	Generation     *int64
 	AgentSessionID *string

@@ -116,7 +116,7 @@ func contents(ms []discordfake.Message) []string {
 func TestStartRegistersCommandsAndIdentifies(t *testing.T) {
 	r := newRig(t, func(o *discord.Options) { o.GuildIDs = []string{"G1", "G2"} })
 	for _, g := range []string{"G1", "G2"} {
-		require.Len(t, r.fake.Commands(g), 6, "ask, status, stop, reset, use, threadbox in %s", g)
+		require.Len(t, r.fake.Commands(g), 7, "ask, status, stop, reset, use, runtime, threadbox in %s", g)
 	}
 	require.Empty(t, r.fake.Commands(""), "per guild, not global")
 	require.Equal(t, int(discord.Intents), r.fake.Gateway().Intents)
@@ -347,5 +347,19 @@ func TestSlashUseIsTheUseCommand(t *testing.T) {
 	r.fake.DispatchInteraction(r.fake.Slash(thread[0].ID, discordfake.Person("U1"), "use", map[string]string{"provider": " daytona "}))
 	got := r.next(t)
 	require.Equal(t, "use daytona", got.Text)
+	require.Equal(t, "discord:G1:"+thread[0].ID, got.Thread.String())
+}
+
+// TestSlashRuntimeIsTheRuntimeCommand: /runtime name:<name> reaches the bot as the in-thread "runtime"
+// command.
+func TestSlashRuntimeIsTheRuntimeCommand(t *testing.T) {
+	r := newRig(t, nil)
+	r.fake.Mention("G1", "C1", discordfake.Person("U1"), "start")
+	r.next(t)
+	var thread []discordfake.Channel
+	r.wait(t, "thread", func() bool { thread = r.fake.Threads("C1"); return len(thread) == 1 })
+	r.fake.DispatchInteraction(r.fake.Slash(thread[0].ID, discordfake.Person("U1"), "runtime", map[string]string{"name": " shell "}))
+	got := r.next(t)
+	require.Equal(t, "runtime shell", got.Text)
 	require.Equal(t, "discord:G1:"+thread[0].ID, got.Thread.String())
 }

@@ -31,6 +31,7 @@ func commands() []*discordgo.ApplicationCommand {
 		{Name: "stop", Description: "Cancel this thread's running turn"},
 		{Name: "reset", Description: "Destroy this thread's sandbox and start fresh"},
 		{Name: "use", Description: "Run this thread's sandbox on another enabled provider", Options: text("provider", "docker, daytona, …")},
+		{Name: "runtime", Description: "Use another enabled agent runtime in this thread", Options: text("name", "claude-code, shell, …")},
 		{Name: "threadbox", Description: "Operator commands (admins only)", Options: text("command", `an admin command, e.g. "sessions"`)},
 	}
 }
@@ -190,7 +191,7 @@ func (a *Adapter) acceptInteraction(ctx context.Context, in *discordgo.Interacti
 	switch data.Name {
 	case "threadbox":
 		return a.adminCommand(ctx, in, user, opt("command"), respond)
-	case "ask", "status", "stop", "reset", "use":
+	case "ask", "status", "stop", "reset", "use", "runtime":
 	default:
 		return respond(ctx, ephemeralReply("Unknown command."))
 	}
@@ -200,6 +201,8 @@ func (a *Adapter) acceptInteraction(ctx context.Context, in *discordgo.Interacti
 		text = opt("prompt")
 	case "use":
 		text = "use " + strings.Join(strings.Fields(opt("provider")), " ")
+	case "runtime":
+		text = "runtime " + strings.Join(strings.Fields(opt("name")), " ")
 	}
 	err := a.takeCommand(ctx, in, user, data.Name, text, respond)
 	if err != nil {
@@ -208,7 +211,7 @@ func (a *Adapter) acceptInteraction(ctx context.Context, in *discordgo.Interacti
 	return err
 }
 
-// takeCommand hands /ask, /status, /stop, /reset or /use to the bot and defers the interaction.
+// takeCommand hands /ask, /status, /stop, /reset, /use or /runtime to the bot and defers the interaction.
 func (a *Adapter) takeCommand(ctx context.Context, in *discordgo.Interaction, user *discordgo.User, name, text string, respond responder) error {
 	pl, err := a.locate(ctx, in.GuildID, in.ChannelID)
 	if err != nil {

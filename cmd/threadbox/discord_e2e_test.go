@@ -117,7 +117,7 @@ func (r *discordRig) requests(method, prefix string, status int) []discordfake.R
 func TestServeAnswersDiscord(t *testing.T) {
 	r := newDiscordRig(t)
 	u1 := discordfake.Person("1001")
-	require.Len(t, r.fake.Commands("G1"), 6, "slash commands registered for the guild")
+	require.Len(t, r.fake.Commands("G1"), 7, "slash commands registered for the guild")
 
 	t.Run("a mention opens a thread: 👀, progress, answer, artifact, ✅; the thread keeps its sandbox", func(t *testing.T) {
 		m := r.fake.Mention("G1", "C1", u1, "echo hi > output/display/hi.txt && echo kept > mark && sleep 3 && echo answered")

@@ -153,12 +153,20 @@ func (m *Main) checkDaytona(ctx context.Context) (string, *problem) {
 }
 
 func (m *Main) checkRuntime(context.Context) (string, *problem) {
-	name := m.runtimeName()
-	if name == "shell" {
+	name := m.aiRuntime()
+	if name == "" {
 		return "shell (messages run as shell commands; set ANTHROPIC_API_KEY or OPENAI_API_KEY for an AI agent)", nil
 	}
-	if _, err := m.model(); err != nil {
-		return "", &problem{what: oneLine(err), fix: "export the model key in the bot's environment, or set runtime.name: shell"}
+	if names := m.runtimeNames(); len(names) > 1 {
+		name = strings.Join(names, ", ")
+	}
+	for _, n := range m.runtimeNames() {
+		if n == "shell" {
+			continue
+		}
+		if _, err := m.modelFor(n); err != nil {
+			return "", &problem{what: oneLine(err), fix: "export the model key in the bot's environment, or set runtime.name: shell (and leave " + n + " out of runtime.enabled)"}
+		}
 	}
 	gw := m.Config.Gateway
 	if gw.Enabled && m.Config.Sandbox.Provider != "local" {

@@ -28,7 +28,7 @@ func (m *Main) networkMode() string {
 		return mode
 	}
 	p := m.Config.Sandbox.Provider
-	if m.runtimeName() != "shell" && m.Config.Gateway.Enabled && (p == docker.Name || p == "auto") {
+	if m.aiRuntime() != "" && m.Config.Gateway.Enabled && (p == docker.Name || p == "auto") {
 		return networkRestricted
 	}
 	return string(sandbox.NetworkNone)

@@ -52,13 +52,13 @@ func (m *Main) newGateway(st db.Store, prov sandbox.Provider) (*gateway.Gateway,
 	cfg := m.Config.Gateway
 	clouds := m.gatewayClouds()
 	onDocker := prov.Name() == docker.Name
-	if !cfg.Enabled || m.runtimeName() == "shell" || (!onDocker && len(clouds) == 0) {
+	if !cfg.Enabled || m.aiRuntime() == "" || (!onDocker && len(clouds) == 0) {
 		return nil, nil
 	}
 	if len(clouds) > 0 && cfg.PublicURL == "" {
 		return nil, fmt.Errorf("gateway.public_url (THREADBOX_GATEWAY_PUBLIC_URL) is required: the %s runtime runs on %s sandboxes, "+
 			"which reach the model gateway over the network; set it to the https URL at which they reach this bot's %s/ "+
-			"(e.g. https://bot.example.com%s)", m.runtimeName(), strings.Join(clouds, " and "), gateway.PublicPath, gateway.PublicPath)
+			"(e.g. https://bot.example.com%s)", m.aiRuntime(), strings.Join(clouds, " and "), gateway.PublicPath, gateway.PublicPath)
 	}
 	if w := m.cloudNetworkWarning(); w != "" {
 		m.Logger.Warn(w)
@@ -118,7 +118,7 @@ func (m *Main) newGateway(st db.Store, prov sandbox.Provider) (*gateway.Gateway,
 // full, and neither provider is given a per-host allowlist for the gateway yet.
 func (m *Main) cloudNetworkWarning() string {
 	clouds := m.gatewayClouds()
-	if len(clouds) == 0 || !m.Config.Gateway.Enabled || m.runtimeName() == "shell" || m.sandboxNetwork() == sandbox.NetworkFull {
+	if len(clouds) == 0 || !m.Config.Gateway.Enabled || m.aiRuntime() == "" || m.sandboxNetwork() == sandbox.NetworkFull {
 		return ""
 	}
 	return fmt.Sprintf("%s sandboxes reach the model gateway at gateway.public_url over their own network, which sandbox.network %s "+

@@ -92,9 +92,9 @@ func TestDaytonaRuntimeUsesPublicGateway(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = prov.Destroy(context.WithoutCancel(t.Context()), h) })
 	sb := sandbox.Bind(prov, h)
-	require.NoError(t, a.rt.Ensure(t.Context(), sb))
+	require.NoError(t, a.rts[0].Ensure(t.Context(), sb))
 	// The fake runs no claude, so the turn's outcome is not the point: what it was started with is.
-	_, _ = a.rt.Prompt(t.Context(), sb, "00000000-0000-4000-8000-000000000001", runtime.Prompt{Text: "hi"}, func(runtime.Event) {})
+	_, _ = a.rts[0].Prompt(t.Context(), sb, "00000000-0000-4000-8000-000000000001", runtime.Prompt{Text: "hi"}, func(runtime.Event) {})
 
 	secret, err := m.runtimeSecret()
 	require.NoError(t, err)

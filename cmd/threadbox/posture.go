@@ -62,9 +62,9 @@ func (m *Main) checkNetwork(context.Context) (string, *problem) {
 
 // checkGateway: whether model keys stay in the bot (the model gateway) and what bounds their use.
 func (m *Main) checkGateway(context.Context) (string, *problem) {
-	gw, name := m.Config.Gateway, m.runtimeName()
+	gw, name := m.Config.Gateway, m.aiRuntime()
 	switch {
-	case name == "shell":
+	case name == "":
 		return "not needed (the shell runtime uses no model key)", nil
 	case !gw.Enabled || m.Config.Sandbox.Provider == "local":
 		return "", warning("not configured: the "+name+" runtime gets the model key in its environment inside the sandbox, "+
@@ -150,7 +150,13 @@ func (m *Main) checkDisk(ctx context.Context) (string, *problem) {
 }
 
 func (m *Main) readOnlyRoot() bool {
-	return m.Config.Sandbox.ReadOnlyRoot && config.ReadOnlyRootApplies(m.runtimeName())
+	// One spec serves every enabled runtime: read-only only if it applies to them all.
+	for _, n := range m.runtimeNames() {
+		if !config.ReadOnlyRootApplies(n) {
+			return false
+		}
+	}
+	return m.Config.Sandbox.ReadOnlyRoot
 }
 
 func (m *Main) checkRootFS(context.Context) (string, *problem) {
@@ -161,7 +167,7 @@ func (m *Main) checkRootFS(context.Context) (string, *problem) {
 	case m.readOnlyRoot():
 		return fmt.Sprintf("read-only; /tmp is a noexec tmpfs of %d MiB", cmp.Or(cfg.Resources.TmpMB, sandbox.DefaultTmpMB)), nil
 	case cfg.ReadOnlyRoot:
-		return "writable: the " + m.runtimeName() + " runtime keeps its sessions in the home directory", nil
+		return "writable: the " + m.aiRuntime() + " runtime keeps its sessions in the home directory", nil
 	}
 	return "", warning("writable (sandbox.read_only_root: false)", "set sandbox.read_only_root: true")
 }

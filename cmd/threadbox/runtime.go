@@ -41,15 +41,52 @@ func (m *Main) runtimeName() string {
 	return "shell"
 }
 
-// newRuntime builds the configured agent runtime. With the gateway, the runtime calls the gateway's
+// runtimeNames are the enabled runtimes (runtime.enabled), the default (runtime.name, "auto"
+// resolved) first.
+func (m *Main) runtimeNames() []string {
+	names := m.Config.Runtime.EnabledRuntimes()
+	names[0] = m.runtimeName()
+	return names
+}
+
+// aiRuntime is the first enabled runtime that calls a model (not shell), "" when there is none: the
+// gateway, the egress default and the doctor's key checks are for it.
+func (m *Main) aiRuntime() string {
+	for _, n := range m.runtimeNames() {
+		if n != "shell" {
+			return n
+		}
+	}
+	return ""
+}
+
+// newRuntimes builds every enabled runtime, the default first. wrap is applied to each (the model
+// gateway's per-sandbox tokens); nil leaves them as they are.
+func (m *Main) newRuntimes(gw *gateway.Gateway, wrap func(runtime.Runtime) runtime.Runtime) ([]runtime.Runtime, error) {
+	var out []runtime.Runtime
+	for i, name := range m.runtimeNames() {
+		rt, err := m.newRuntime(gw, name)
+		if err != nil {
+			if i > 0 {
+				err = fmt.Errorf("runtime.enabled %s: %w", name, err)
+			}
+			return nil, err
+		}
+		if wrap != nil {
+			rt = wrap(rt)
+		}
+		out = append(out, rt)
+	}
+	return out, nil
+}
+
+// newRuntime builds the named agent runtime. With the gateway, the runtime calls the gateway's
 // in-sandbox address with a placeholder key, and the real key stays here.
-func (m *Main) newRuntime(gw *gateway.Gateway) (runtime.Runtime, error) {
-	cfg := m.Config.Runtime
-	name := m.runtimeName()
+func (m *Main) newRuntime(gw *gateway.Gateway, name string) (runtime.Runtime, error) {
 	if name == "shell" {
 		return shell.New(), nil
 	}
-	model, err := m.model()
+	model, err := m.modelFor(name)
 	if err != nil {
 		return nil, err
 	}
@@ -81,11 +118,12 @@ func (m *Main) newRuntime(gw *gateway.Gateway) (runtime.Runtime, error) {
 	case sandboxagent.Name:
 		return sandboxagent.New(sandboxagent.Config{Secret: secret, Model: model})
 	}
-	return nil, fmt.Errorf("runtime.name %q: unknown", cfg.Name)
+	return nil, fmt.Errorf("runtime %q: unknown", name)
 }
 
-// model assembles the model settings: runtime.api/model/base_url plus the key from the environment.
-func (m *Main) model() (opencode.Model, error) {
+// modelFor assembles the model settings of the named runtime: runtime.api/model/base_url plus the
+// key from the environment.
+func (m *Main) modelFor(rtName string) (opencode.Model, error) {
 	cfg := m.Config.Runtime
 	api := cfg.API
 	if api == "" {
@@ -100,10 +138,10 @@ func (m *Main) model() (opencode.Model, error) {
 	}
 	key := m.getenv(keyEnv)
 	if key == "" {
-		return opencode.Model{}, fmt.Errorf("runtime %s with runtime.api %s needs %s in the bot's environment", m.runtimeName(), api, keyEnv)
+		return opencode.Model{}, fmt.Errorf("runtime %s with runtime.api %s needs %s in the bot's environment", rtName, api, keyEnv)
 	}
 	name := cfg.Model
-	if name == "" && m.runtimeName() != claudecode.Name {
+	if name == "" && rtName != claudecode.Name {
 		// opencode and sandbox-agent need a model id; Claude Code picks its own.
 		name = defaultModel(api)
 	}

@@ -39,7 +39,7 @@ func (m *Main) runServe(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	log.Info("ready", zap.String("provider", a.provs[0].Name()), zap.Strings("providers", a.pool.Providers()), zap.String("runtime", a.rt.Name()),
+	log.Info("ready", zap.String("provider", a.provs[0].Name()), zap.Strings("providers", a.pool.Providers()), zap.String("runtime", a.rts[0].Name()), zap.Strings("runtimes", a.pool.Runtimes()),
 		zap.String("database", config.RedactURL(m.Config.Database.URL)), zap.String("deployment", m.Config.Deployment))
 
 	mux := http.NewServeMux()

@@ -13,7 +13,6 @@ import (
 	"github.com/threadbox/threadbox/agentpool/gateway"
 	"github.com/threadbox/threadbox/agentpool/runtime"
 	"github.com/threadbox/threadbox/bot"
-	"github.com/threadbox/threadbox/cmd/threadbox/config"
 	"github.com/threadbox/threadbox/cmd/threadbox/metrics"
 	"github.com/threadbox/threadbox/db"
 	"github.com/threadbox/threadbox/prompts"
@@ -30,8 +29,10 @@ type app struct {
 	// provs are the enabled sandbox providers (sandbox.providers), the default first. There is no
 	// single provider field any more: wrappers that serve Docker sandboxes only (the gateway) go
 	// through wrapDocker.
-	provs   []sandbox.Provider
-	rt      runtime.Runtime
+	provs []sandbox.Provider
+	// rts are the enabled agent runtimes (runtime.enabled), the default first, each wrapped by the
+	// gateway when it runs.
+	rts     []runtime.Runtime
 	pool    *agentpool.Pool
 	maint   *agentpool.Maintainer
 	admin   *bot.Admin
@@ -72,7 +73,12 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 	if err != nil {
 		return nil, err
 	}
-	if a.rt, err = m.newRuntime(gw); err != nil {
+	var wrapRT func(runtime.Runtime) runtime.Runtime
+	if gw != nil {
+		// Every enabled runtime gets the gateway's per-sandbox tokens, not just the default.
+		wrapRT = gw.Runtime
+	}
+	if a.rts, err = m.newRuntimes(gw, wrapRT); err != nil {
 		return nil, err
 	}
 	eg, err := m.newEgress(a.dockerOrDefault(), a.metrics)
@@ -88,7 +94,6 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 		// The gateway wraps the Docker provider (a bind-mounted socket per sandbox).
 		a.wrapDocker(gw.Provider)
 		serveClouds(gw, a.provs) // and cloud ones over gateway.public_url
-		a.rt = gw.Runtime(a.rt)
 		a.gw = gw
 	}
 	env, blocked, err := cfg.Sandbox.Env.Resolve(func(k string) (string, bool) {
@@ -102,10 +107,10 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 		m.Logger.Warn("sandbox.env asks for blocked variables; they are left out", zap.Strings("blocked", blocked))
 	}
 	network := m.sandboxNetwork()
-	readOnly := cfg.Sandbox.ReadOnlyRoot && config.ReadOnlyRootApplies(a.rt.Name())
+	readOnly := m.readOnlyRoot()
 	if cfg.Sandbox.ReadOnlyRoot && !readOnly {
-		m.Logger.Info("sandbox.read_only_root does not apply: the runtime keeps its sessions in the home directory, so the root stays writable",
-			zap.String("runtime", a.rt.Name()))
+		m.Logger.Info("sandbox.read_only_root does not apply: an enabled runtime keeps its sessions in the home directory, so the root stays writable",
+			zap.String("runtime", m.aiRuntime()))
 	}
 	ws, err := newWorkspace(cfg.Config, st, m.Logger)
 	if err != nil {
@@ -119,7 +124,7 @@ func (m *Main) buildApp(ctx context.Context) (*app, error) {
 		// disk_mb on the work directory, and memory kills named as such: no provider here caps volumes.
 		EnforceLimits: true,
 		SystemPrompt:  prompts.System(prompts.SystemData{WorkDir: sandbox.DefaultWorkDir}),
-	}, agentpool.Deps{Store: st, Provider: a.provs[0], Providers: a.provs[1:], Runtime: a.rt, Logger: m.Logger,
+	}, agentpool.Deps{Store: st, Provider: a.provs[0], Providers: a.provs[1:], Runtime: a.rts[0], Runtimes: a.rts[1:], Logger: m.Logger,
 		// The handler is built below; turns are restored only once serve has registered the adapters.
 		Restore:   func(ctx context.Context, t db.Turn) (agentpool.Request, error) { return a.handler.Restore(ctx, t) },
 		Workspace: ws,

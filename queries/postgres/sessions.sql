@@ -20,6 +20,7 @@ UPDATE sessions SET
     status            = @to_status::text,
     handle            = COALESCE(sqlc.narg('handle')::jsonb, handle),
     provider          = COALESCE(sqlc.narg('provider')::text, provider),
+    runtime           = COALESCE(sqlc.narg('runtime')::text, runtime),
     sandbox_id        = COALESCE(sqlc.narg('sandbox_id')::text, sandbox_id),
     generation        = CASE WHEN @bump_generation::boolean THEN generation + 1
                              ELSE COALESCE(sqlc.narg('generation')::bigint, generation) END,
@@ -45,6 +46,7 @@ RETURNING *;
 UPDATE sessions SET
     handle            = COALESCE(sqlc.narg('handle')::jsonb, handle),
     provider          = COALESCE(sqlc.narg('provider')::text, provider),
+    runtime           = COALESCE(sqlc.narg('runtime')::text, runtime),
     sandbox_id        = COALESCE(sqlc.narg('sandbox_id')::text, sandbox_id),
     generation        = COALESCE(sqlc.narg('generation')::bigint, generation),
     agent_session_id  = COALESCE(sqlc.narg('agent_session_id')::text, agent_session_id),

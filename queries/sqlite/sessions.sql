@@ -20,6 +20,7 @@ UPDATE sessions SET
     status            = @to_status,
     handle            = COALESCE(sqlc.narg('handle'), handle),
     provider          = COALESCE(sqlc.narg('provider'), provider),
+    runtime           = COALESCE(sqlc.narg('runtime'), runtime),
     sandbox_id        = COALESCE(sqlc.narg('sandbox_id'), sandbox_id),
     generation        = CASE WHEN CAST(@bump_generation AS INTEGER) != 0 THEN generation + 1
                              ELSE COALESCE(sqlc.narg('generation'), generation) END,
@@ -47,6 +48,7 @@ RETURNING *;
 UPDATE sessions SET
     handle            = COALESCE(sqlc.narg('handle'), handle),
     provider          = COALESCE(sqlc.narg('provider'), provider),
+    runtime           = COALESCE(sqlc.narg('runtime'), runtime),
     sandbox_id        = COALESCE(sqlc.narg('sandbox_id'), sandbox_id),
     generation        = COALESCE(sqlc.narg('generation'), generation),
     agent_session_id  = COALESCE(sqlc.narg('agent_session_id'), agent_session_id),

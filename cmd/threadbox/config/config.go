@@ -226,6 +226,10 @@ type Runtime struct {
 	// Name is auto, shell, claude-code, opencode or sandbox-agent. auto is claude-code when
 	// ANTHROPIC_API_KEY is set, opencode when OPENAI_API_KEY is, else shell.
 	Name string `koanf:"name"`
+	// Enabled lists the runtimes this deployment runs (shell, claude-code, opencode, sandbox-agent);
+	// a thread may pick one with "runtime <name>". Empty means just Name. When set, Name must name
+	// one of them: it is the default for threads that pick none.
+	Enabled []string `koanf:"enabled"`
 	// API is the model's wire format for opencode and sandbox-agent: anthropic, openai or
 	// openai-compatible (default: anthropic with ANTHROPIC_API_KEY, else openai).
 	API string `koanf:"api"`
@@ -408,7 +412,7 @@ func Default() Config {
 			// Where the runtime allows it (see ReadOnlyRootApplies).
 			ReadOnlyRoot: true,
 		},
-		Runtime: Runtime{Name: "auto"},
+		Runtime: Runtime{Name: "auto", Enabled: []string{}},
 		Gateway: Gateway{
 			Enabled:      true,
 			AnthropicURL: "https://api.anthropic.com",

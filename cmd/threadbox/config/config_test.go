@@ -103,6 +103,11 @@ func TestBadConfigNamesTheKey(t *testing.T) {
 		{name: "auto with a list", env: []string{"THREADBOX_SANDBOX_PROVIDERS=docker,daytona"}, wantKey: "sandbox.provider", wantMsg: `"auto": must be one of sandbox.providers`},
 		{name: "auto listed", env: []string{"THREADBOX_SANDBOX_PROVIDER=docker", "THREADBOX_SANDBOX_PROVIDERS=docker,auto"}, wantKey: "sandbox.providers", wantMsg: "auto cannot be listed"},
 		{name: "listed twice", env: []string{"THREADBOX_SANDBOX_PROVIDER=docker", "THREADBOX_SANDBOX_PROVIDERS=docker,docker"}, wantKey: "sandbox.providers", wantMsg: "listed twice"},
+		{name: "unknown enabled runtime", env: []string{"THREADBOX_RUNTIME_NAME=shell", "THREADBOX_RUNTIME_ENABLED=shell,codex"}, wantKey: "runtime.enabled", wantMsg: `unknown runtime "codex"; allowed: shell, claude-code, opencode, sandbox-agent`},
+		{name: "default runtime not enabled", file: "runtime:\n  name: opencode\n  enabled: [shell, claude-code]\n", wantKey: "runtime.name", wantMsg: `"opencode": must be one of runtime.enabled (shell, claude-code)`},
+		{name: "auto runtime with a list", env: []string{"THREADBOX_RUNTIME_ENABLED=shell,opencode"}, wantKey: "runtime.name", wantMsg: `"auto": must be one of runtime.enabled`},
+		{name: "auto runtime listed", env: []string{"THREADBOX_RUNTIME_NAME=shell", "THREADBOX_RUNTIME_ENABLED=shell,auto"}, wantKey: "runtime.enabled", wantMsg: "auto cannot be listed"},
+		{name: "runtime listed twice", env: []string{"THREADBOX_RUNTIME_NAME=shell", "THREADBOX_RUNTIME_ENABLED=shell,shell"}, wantKey: "runtime.enabled", wantMsg: "listed twice"},
 		{name: "daytona auto-stop is a safety net", env: []string{"THREADBOX_SANDBOX_DAYTONA_AUTO_STOP_MINUTES=0"}, wantKey: "sandbox.daytona.auto_stop_minutes", wantMsg: "at least 1"},
 		{name: "daytona auto-delete", file: "sandbox:\n  daytona:\n    auto_delete_minutes: -5\n", wantKey: "sandbox.daytona.auto_delete_minutes", wantMsg: "-1 (never)"},
 		{name: "daytona api url", env: []string{"THREADBOX_SANDBOX_DAYTONA_API_URL=ftp://x"}, wantKey: "sandbox.daytona.api_url", wantMsg: "http"},
@@ -156,6 +161,23 @@ func TestProvidersList(t *testing.T) {
 	l, err = Load("", []string{"THREADBOX_SANDBOX_PROVIDER=docker"})
 	require.NoError(t, err)
 	require.Equal(t, []string{"docker"}, l.Sandbox.EnabledProviders())
+}
+
+// TestRuntimesList: runtime.enabled from a file or the comma-separated environment variable; the
+// default comes first among the enabled runtimes, and an empty list enables just runtime.name.
+func TestRuntimesList(t *testing.T) {
+	l, err := Load("", []string{"THREADBOX_RUNTIME_NAME=opencode", "THREADBOX_RUNTIME_ENABLED=shell,opencode"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"shell", "opencode"}, l.Runtime.Enabled)
+	require.Equal(t, []string{"opencode", "shell"}, l.Runtime.EnabledRuntimes())
+
+	l, err = Load(writeFile(t, "runtime:\n  name: shell\n  enabled: [claude-code, shell]\n"), nil)
+	require.NoError(t, err)
+	require.Equal(t, []string{"shell", "claude-code"}, l.Runtime.EnabledRuntimes())
+
+	l, err = Load("", nil)
+	require.NoError(t, err)
+	require.Equal(t, []string{"auto"}, l.Runtime.EnabledRuntimes())
 }
 
 func TestMissingFile(t *testing.T) {

@@ -84,6 +84,7 @@ func (c Config) Validate() error {
 		},
 		func() error { return c.validateProvider() },
 		func() error { return oneOf("runtime.name", c.Runtime.Name, Runtimes) },
+		func() error { return c.validateRuntimes() },
 		func() error {
 			if c.Runtime.API == "" {
 				return nil
@@ -252,13 +253,17 @@ func (c Config) validateDatabase() error {
 
 // EnabledProviders is sandbox.providers as the deployment runs it: the list given, or just
 // sandbox.provider (which may be auto, resolved at start). The default comes first.
-func (s Sandbox) EnabledProviders() []string {
-	if len(s.Providers) == 0 {
-		return []string{s.Provider}
-	}
-	out := []string{s.Provider}
-	for _, p := range s.Providers {
-		if p != s.Provider {
+func (s Sandbox) EnabledProviders() []string { return enabledList(s.Provider, s.Providers) }
+
+// EnabledRuntimes is runtime.enabled as the deployment runs it: the list given, or just
+// runtime.name (which may be auto, resolved at start). The default comes first.
+func (r Runtime) EnabledRuntimes() []string { return enabledList(r.Name, r.Enabled) }
+
+// enabledList is a list of enabled choices with its default first.
+func enabledList(def string, list []string) []string {
+	out := []string{def}
+	for _, p := range list {
+		if p != def {
 			out = append(out, p)
 		}
 	}
@@ -267,26 +272,35 @@ func (s Sandbox) EnabledProviders() []string {
 
 // validateProviders checks sandbox.providers against sandbox.provider.
 func (c Config) validateProviders() error {
-	ps := c.Sandbox.Providers
-	if len(ps) == 0 {
+	return validateEnabled("sandbox.providers", "sandbox.provider", c.Sandbox.Provider, c.Sandbox.Providers, Providers[1:], "providers")
+}
+
+// validateRuntimes checks runtime.enabled against runtime.name.
+func (c Config) validateRuntimes() error {
+	return validateEnabled("runtime.enabled", "runtime.name", c.Runtime.Name, c.Runtime.Enabled, Runtimes[1:], "runtimes")
+}
+
+// validateEnabled checks a list of enabled choices (key) against its default (defKey, def): names
+// among concrete, none twice, the default among them (so not auto).
+func validateEnabled(key, defKey, def string, list, concrete []string, what string) error {
+	if len(list) == 0 {
 		return nil
 	}
-	concrete := Providers[1:] // every provider but auto
 	seen := map[string]bool{}
-	for _, p := range ps {
+	for _, p := range list {
 		switch {
 		case p == "auto":
-			return fmt.Errorf("sandbox.providers: auto cannot be listed; name the providers (%s)", strings.Join(concrete, ", "))
+			return fmt.Errorf("%s: auto cannot be listed; name the %s (%s)", key, what, strings.Join(concrete, ", "))
 		case !slices.Contains(concrete, p):
-			return fmt.Errorf("sandbox.providers: unknown provider %q; allowed: %s", p, strings.Join(concrete, ", "))
+			return fmt.Errorf("%s: unknown %s %q; allowed: %s", key, strings.TrimSuffix(what, "s"), p, strings.Join(concrete, ", "))
 		case seen[p]:
-			return fmt.Errorf("sandbox.providers: %q is listed twice", p)
+			return fmt.Errorf("%s: %q is listed twice", key, p)
 		}
 		seen[p] = true
 	}
-	if !seen[c.Sandbox.Provider] {
-		return fmt.Errorf("sandbox.provider = %q: must be one of sandbox.providers (%s), as the default for threads that choose none",
-			c.Sandbox.Provider, strings.Join(ps, ", "))
+	if !seen[def] {
+		return fmt.Errorf("%s = %q: must be one of %s (%s), as the default for threads that choose none",
+			defKey, def, key, strings.Join(list, ", "))
 	}
 	return nil
 }

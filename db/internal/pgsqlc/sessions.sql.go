@@ -407,25 +407,26 @@ UPDATE sessions SET
     status            = $1::text,
     handle            = COALESCE($2::jsonb, handle),
     provider          = COALESCE($3::text, provider),
-    sandbox_id        = COALESCE($4::text, sandbox_id),
-    generation        = CASE WHEN $5::boolean THEN generation + 1
-                             ELSE COALESCE($6::bigint, generation) END,
-    agent_session_id  = COALESCE($7::text, agent_session_id),
-    last_error        = COALESCE($8::text, last_error),
-    handoff_note      = COALESCE($9::text, handoff_note),
-    reset_turn_id     = COALESCE($10::bigint, reset_turn_id),
-    last_health_ok_at = COALESCE($11::timestamptz, last_health_ok_at),
-    resume_fail_count = CASE $12::text WHEN 'increment' THEN resume_fail_count + 1
+    runtime           = COALESCE($4::text, runtime),
+    sandbox_id        = COALESCE($5::text, sandbox_id),
+    generation        = CASE WHEN $6::boolean THEN generation + 1
+                             ELSE COALESCE($7::bigint, generation) END,
+    agent_session_id  = COALESCE($8::text, agent_session_id),
+    last_error        = COALESCE($9::text, last_error),
+    handoff_note      = COALESCE($10::text, handoff_note),
+    reset_turn_id     = COALESCE($11::bigint, reset_turn_id),
+    last_health_ok_at = COALESCE($12::timestamptz, last_health_ok_at),
+    resume_fail_count = CASE $13::text WHEN 'increment' THEN resume_fail_count + 1
                                                 WHEN 'reset' THEN 0
                                                 ELSE resume_fail_count END,
-    paused_at         = CASE WHEN $1::text = 'paused' THEN $13::timestamptz ELSE paused_at END,
-    resumed_at        = CASE WHEN $1::text = 'active' AND status = 'resuming' THEN $13::timestamptz
+    paused_at         = CASE WHEN $1::text = 'paused' THEN $14::timestamptz ELSE paused_at END,
+    resumed_at        = CASE WHEN $1::text = 'active' AND status = 'resuming' THEN $14::timestamptz
                              ELSE resumed_at END,
-    destroyed_at      = CASE WHEN $1::text = 'destroyed' THEN $13::timestamptz ELSE destroyed_at END,
-    last_activity_at  = CASE WHEN $1::text = 'active' THEN $13::timestamptz ELSE last_activity_at END,
-    updated_at        = $13::timestamptz
-WHERE thread_key = $14 AND status = ANY($15::text[])
-  AND (NOT $16::boolean OR generation = $17::bigint)
+    destroyed_at      = CASE WHEN $1::text = 'destroyed' THEN $14::timestamptz ELSE destroyed_at END,
+    last_activity_at  = CASE WHEN $1::text = 'active' THEN $14::timestamptz ELSE last_activity_at END,
+    updated_at        = $14::timestamptz
+WHERE thread_key = $15 AND status = ANY($16::text[])
+  AND (NOT $17::boolean OR generation = $18::bigint)
 RETURNING thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at, reset_turn_id
 `
 
@@ -433,6 +434,7 @@ type SessionTransitionParams struct {
 	ToStatus        string
 	Handle          []byte
 	Provider        pgtype.Text
+	Runtime         pgtype.Text
 	SandboxID       pgtype.Text
 	BumpGeneration  bool
 	Generation      pgtype.Int8
@@ -456,6 +458,7 @@ func (q *Queries) SessionTransition(ctx context.Context, db DBTX, arg SessionTra
 		arg.ToStatus,
 		arg.Handle,
 		arg.Provider,
+		arg.Runtime,
 		arg.SandboxID,
 		arg.BumpGeneration,
 		arg.Generation,
@@ -503,21 +506,23 @@ const sessionUpdate = `-- name: SessionUpdate :one
 UPDATE sessions SET
     handle            = COALESCE($1::jsonb, handle),
     provider          = COALESCE($2::text, provider),
-    sandbox_id        = COALESCE($3::text, sandbox_id),
-    generation        = COALESCE($4::bigint, generation),
-    agent_session_id  = COALESCE($5::text, agent_session_id),
-    last_error        = COALESCE($6::text, last_error),
-    handoff_note      = COALESCE($7::text, handoff_note),
-    reset_turn_id     = COALESCE($8::bigint, reset_turn_id),
-    last_health_ok_at = COALESCE($9::timestamptz, last_health_ok_at),
-    updated_at        = $10::timestamptz
-WHERE thread_key = $11
+    runtime           = COALESCE($3::text, runtime),
+    sandbox_id        = COALESCE($4::text, sandbox_id),
+    generation        = COALESCE($5::bigint, generation),
+    agent_session_id  = COALESCE($6::text, agent_session_id),
+    last_error        = COALESCE($7::text, last_error),
+    handoff_note      = COALESCE($8::text, handoff_note),
+    reset_turn_id     = COALESCE($9::bigint, reset_turn_id),
+    last_health_ok_at = COALESCE($10::timestamptz, last_health_ok_at),
+    updated_at        = $11::timestamptz
+WHERE thread_key = $12
 RETURNING thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at, reset_turn_id
 `
 
 type SessionUpdateParams struct {
 	Handle         []byte
 	Provider       pgtype.Text
+	Runtime        pgtype.Text
 	SandboxID      pgtype.Text
 	Generation     pgtype.Int8
 	AgentSessionID pgtype.Text
@@ -533,6 +538,7 @@ func (q *Queries) SessionUpdate(ctx context.Context, db DBTX, arg SessionUpdateP
 	row := db.QueryRow(ctx, sessionUpdate,
 		arg.Handle,
 		arg.Provider,
+		arg.Runtime,
 		arg.SandboxID,
 		arg.Generation,
 		arg.AgentSessionID,

@@ -432,24 +432,25 @@ UPDATE sessions SET
     status            = ?1,
     handle            = COALESCE(?2, handle),
     provider          = COALESCE(?3, provider),
-    sandbox_id        = COALESCE(?4, sandbox_id),
-    generation        = CASE WHEN CAST(?5 AS INTEGER) != 0 THEN generation + 1
-                             ELSE COALESCE(?6, generation) END,
-    agent_session_id  = COALESCE(?7, agent_session_id),
-    last_error        = COALESCE(?8, last_error),
-    handoff_note      = COALESCE(?9, handoff_note),
-    reset_turn_id     = COALESCE(?10, reset_turn_id),
-    last_health_ok_at = COALESCE(?11, last_health_ok_at),
-    resume_fail_count = CASE CAST(?12 AS TEXT) WHEN 'increment' THEN resume_fail_count + 1
+    runtime           = COALESCE(?4, runtime),
+    sandbox_id        = COALESCE(?5, sandbox_id),
+    generation        = CASE WHEN CAST(?6 AS INTEGER) != 0 THEN generation + 1
+                             ELSE COALESCE(?7, generation) END,
+    agent_session_id  = COALESCE(?8, agent_session_id),
+    last_error        = COALESCE(?9, last_error),
+    handoff_note      = COALESCE(?10, handoff_note),
+    reset_turn_id     = COALESCE(?11, reset_turn_id),
+    last_health_ok_at = COALESCE(?12, last_health_ok_at),
+    resume_fail_count = CASE CAST(?13 AS TEXT) WHEN 'increment' THEN resume_fail_count + 1
                                                       WHEN 'reset' THEN 0
                                                       ELSE resume_fail_count END,
-    paused_at         = CASE WHEN ?1 = 'paused' THEN ?13 ELSE paused_at END,
-    resumed_at        = CASE WHEN ?1 = 'active' AND status = 'resuming' THEN ?13 ELSE resumed_at END,
-    destroyed_at      = CASE WHEN ?1 = 'destroyed' THEN ?13 ELSE destroyed_at END,
-    last_activity_at  = CASE WHEN ?1 = 'active' THEN ?13 ELSE last_activity_at END,
-    updated_at        = ?13
-WHERE thread_key = ?14
-  AND (CAST(?15 AS INTEGER) = 0 OR generation = CAST(?16 AS INTEGER))
+    paused_at         = CASE WHEN ?1 = 'paused' THEN ?14 ELSE paused_at END,
+    resumed_at        = CASE WHEN ?1 = 'active' AND status = 'resuming' THEN ?14 ELSE resumed_at END,
+    destroyed_at      = CASE WHEN ?1 = 'destroyed' THEN ?14 ELSE destroyed_at END,
+    last_activity_at  = CASE WHEN ?1 = 'active' THEN ?14 ELSE last_activity_at END,
+    updated_at        = ?14
+WHERE thread_key = ?15
+  AND (CAST(?16 AS INTEGER) = 0 OR generation = CAST(?17 AS INTEGER))
   AND status IN (/*SLICE:from_statuses*/?)
 RETURNING thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at, reset_turn_id
 `
@@ -458,6 +459,7 @@ type SessionTransitionParams struct {
 	ToStatus        string
 	Handle          sql.NullString
 	Provider        sql.NullString
+	Runtime         sql.NullString
 	SandboxID       sql.NullString
 	BumpGeneration  int64
 	Generation      sql.NullInt64
@@ -484,6 +486,7 @@ func (q *Queries) SessionTransition(ctx context.Context, db DBTX, arg SessionTra
 	queryParams = append(queryParams, arg.ToStatus)
 	queryParams = append(queryParams, arg.Handle)
 	queryParams = append(queryParams, arg.Provider)
+	queryParams = append(queryParams, arg.Runtime)
 	queryParams = append(queryParams, arg.SandboxID)
 	queryParams = append(queryParams, arg.BumpGeneration)
 	queryParams = append(queryParams, arg.Generation)
@@ -538,21 +541,23 @@ const sessionUpdate = `-- name: SessionUpdate :one
 UPDATE sessions SET
     handle            = COALESCE(?1, handle),
     provider          = COALESCE(?2, provider),
-    sandbox_id        = COALESCE(?3, sandbox_id),
-    generation        = COALESCE(?4, generation),
-    agent_session_id  = COALESCE(?5, agent_session_id),
-    last_error        = COALESCE(?6, last_error),
-    handoff_note      = COALESCE(?7, handoff_note),
-    reset_turn_id     = COALESCE(?8, reset_turn_id),
-    last_health_ok_at = COALESCE(?9, last_health_ok_at),
-    updated_at        = ?10
-WHERE thread_key = ?11
+    runtime           = COALESCE(?3, runtime),
+    sandbox_id        = COALESCE(?4, sandbox_id),
+    generation        = COALESCE(?5, generation),
+    agent_session_id  = COALESCE(?6, agent_session_id),
+    last_error        = COALESCE(?7, last_error),
+    handoff_note      = COALESCE(?8, handoff_note),
+    reset_turn_id     = COALESCE(?9, reset_turn_id),
+    last_health_ok_at = COALESCE(?10, last_health_ok_at),
+    updated_at        = ?11
+WHERE thread_key = ?12
 RETURNING thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at, reset_turn_id
 `
 
 type SessionUpdateParams struct {
 	Handle         sql.NullString
 	Provider       sql.NullString
+	Runtime        sql.NullString
 	SandboxID      sql.NullString
 	Generation     sql.NullInt64
 	AgentSessionID sql.NullString
@@ -568,6 +573,7 @@ func (q *Queries) SessionUpdate(ctx context.Context, db DBTX, arg SessionUpdateP
 	row := db.QueryRowContext(ctx, sessionUpdate,
 		arg.Handle,
 		arg.Provider,
+		arg.Runtime,
 		arg.SandboxID,
 		arg.Generation,
 		arg.AgentSessionID,
