@@ -74,10 +74,44 @@ func (p *Pool) admit(ctx context.Context, threadKey string, sink Sink) (release 
 				}
 			}
 			c.mu.Unlock()
+			c.signal() // the next in line may now be its head
 		}
 	}()
 	evicted := false
+	lastPlace := 0
+	// wait waits for a slot to free (or a recheck), telling the user their place when it changed.
+	wait := func(changed <-chan struct{}, place int) error {
+		if place != lastPlace {
+			lastPlace = place
+			sink.Progress(runtime.Event{Kind: runtime.EventStatus,
+				Text: fmt.Sprintf("at capacity: all %d sandboxes are busy; you are number %d in line", c.max, place)})
+		}
+		t := time.NewTimer(capacityRecheck)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-changed:
+		case <-t.C:
+		}
+		evicted = false
+		return nil
+	}
 	for {
+		if queued {
+			// Only the head of the line reads the store: otherwise every freed slot would wake
+			// every waiter into the same queries (a thundering herd that, with 2,000 waiting
+			// threads, starved the store).
+			c.mu.Lock()
+			head, place, changed := c.line[0] == w, placeIn(c.line, w), c.changed
+			c.mu.Unlock()
+			if !head {
+				if err := wait(changed, place); err != nil {
+					return nil, err
+				}
+				continue
+			}
+		}
 		live, err := p.liveThreads(ctx, c.max+1)
 		if err != nil {
 			return nil, fmt.Errorf("counting live sandboxes: %w", err)
@@ -100,12 +134,7 @@ func (p *Pool) admit(ctx context.Context, threadKey string, sink Sink) (release 
 			c.line = append(c.line, w)
 			queued = true
 		}
-		place := 0
-		for i, x := range c.line {
-			if x == w {
-				place = i + 1
-			}
-		}
+		place := placeIn(c.line, w)
 		c.mu.Unlock()
 		if !evicted && first {
 			// Make room by pausing an idle sandbox, once per turn; a failure leaves us in line.
@@ -114,20 +143,20 @@ func (p *Pool) admit(ctx context.Context, threadKey string, sink Sink) (release 
 				continue
 			}
 		}
-		sink.Progress(runtime.Event{Kind: runtime.EventStatus,
-			Text: fmt.Sprintf("at capacity: all %d sandboxes are busy; you are number %d in line", c.max, place)})
-		t := time.NewTimer(capacityRecheck)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, context.Cause(ctx)
-		case <-changed:
-			evicted = false
-		case <-t.C:
-			evicted = false
+		if err := wait(changed, place); err != nil {
+			return nil, err
 		}
-		t.Stop()
 	}
+}
+
+// placeIn is w's place in line, from 1 (0: not in it).
+func placeIn(line []*waiter, w *waiter) int {
+	for i, x := range line {
+		if x == w {
+			return i + 1
+		}
+	}
+	return 0
 }
 
 func (p *Pool) releaseAdmission(threadKey string) {

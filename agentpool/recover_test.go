@@ -3,6 +3,7 @@ package agentpool
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -202,6 +203,52 @@ func TestCapacityLine(t *testing.T) {
 	sa, err := f.store.SessionGet(t.Context(), "A")
 	require.NoError(t, err)
 	require.Equal(t, db.SessionPaused, sa.Status, "the idle sandbox was paused to make room")
+}
+
+// TestCapacityLongLine: many new threads behind a small cap all run, each told its place once per
+// change, and the head of the line is the only one that looks again (the others just wait their turn).
+func TestCapacityLongLine(t *testing.T) {
+	gate, running := make(chan struct{}), make(chan struct{})
+	rt := &scriptRuntime{promptFunc: func(ctx context.Context, _ sandbox.Sandbox, _ string, p runtime.Prompt, _ func(runtime.Event)) (runtime.Result, error) {
+		if p.Text == "slow" {
+			close(running)
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				return runtime.Result{}, ctx.Err()
+			}
+		}
+		return runtime.Result{Answer: "echo: " + p.Text}, nil
+	}}
+	f := newFixture(t, newSQLiteStore(t), sandboxfake.New(), rt, func(c *Config) { c.MaxActive = 1 })
+	first := newStatusSink()
+	submit(t, f.pool, "T0", "e0", "slow", first)
+	<-running // T0 holds the only slot, busy: nobody can be evicted
+	const n = 12
+	sinks := make([]*statusSink, n)
+	for i := range sinks {
+		sinks[i] = newStatusSink()
+		submit(t, f.pool, fmt.Sprintf("T%d", i+1), fmt.Sprintf("e%d", i+1), fmt.Sprint("quick ", i+1), sinks[i])
+	}
+	for _, s := range sinks { // every one of them is in line
+		for line := range s.seen {
+			if strings.Contains(line, "in line") {
+				break
+			}
+		}
+	}
+	close(gate)
+	require.Equal(t, "echo: slow", first.wait(t, 1)[0].Answer)
+	for i, s := range sinks {
+		require.Equal(t, fmt.Sprint("echo: quick ", i+1), s.wait(t, 1)[0].Answer, "thread %d runs once its turn comes", i+1)
+		s.mu.Lock()
+		seen := map[string]bool{}
+		for _, st := range s.statuses {
+			require.False(t, seen[st], "a place is told once, not on every wake: %q", st)
+			seen[st] = true
+		}
+		s.mu.Unlock()
+	}
 }
 
 // TestLockLossCancelsTurn: on PostgreSQL, killing the connection that holds a running turn's
