@@ -69,6 +69,11 @@ func openPostgres(ctx context.Context, url string, o options) (*pgStore, error) 
 	intakeCfg.ConnConfig.RuntimeParams["application_name"] += "-intake"
 	lockCfg.MaxConns = o.lockConns
 	lockCfg.MinConns = 0
+	if o.warm {
+		cfg.MinConns = max(1, cfg.MaxConns/2)
+		intakeCfg.MinConns = intakeCfg.MaxConns
+		lockCfg.MinConns = max(1, lockCfg.MaxConns/4)
+	}
 	lockCfg.ConnConfig.RuntimeParams["application_name"] += "-locks"
 	// A lock holder that vanishes without closing its socket (a dead host) must lose its locks in
 	// about a minute, not after the kernel's two-hour keepalive default. These are SET after
@@ -114,6 +119,16 @@ func openPostgres(ctx context.Context, url string, o options) (*pgStore, error) 
 		holds:      make(map[*pgHold]struct{}),
 	}
 	s.intake = newPGIntake(s, intakePool, intakeConns)
+	if o.warm {
+		// pgxpool would open MinConns in the background; open them now, so that a replica is warm
+		// by the time it listens.
+		for _, p := range []*pgxpool.Pool{pool, intakePool, lockPool} {
+			if err := warmPool(ctx, p); err != nil {
+				s.closePools()
+				return nil, fmt.Errorf("database.url: postgres at %s: open connections: %w", where, err)
+			}
+		}
+	}
 	s.closed, s.markClose = context.WithCancel(context.Background())
 	if o.lockNamespace != nil {
 		s.ns = *o.lockNamespace
@@ -122,6 +137,24 @@ func openPostgres(ctx context.Context, url string, o options) (*pgStore, error) 
 		return nil, fmt.Errorf("database.url: postgres at %s: read current schema: %w", where, err)
 	}
 	return s, nil
+}
+
+// warmPool opens the pool's MinConns connections at once: it holds that many, then gives them back.
+func warmPool(ctx context.Context, p *pgxpool.Pool) error {
+	n := int(p.Config().MinConns)
+	conns := make([]*pgxpool.Conn, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { conns[i], errs[i] = p.Acquire(ctx) })
+	}
+	wg.Wait()
+	for _, c := range conns {
+		if c != nil {
+			c.Release()
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // defaultQueryConns is the least size of the query pool when database.url sets no pool_max_conns.

@@ -171,7 +171,11 @@ func New(cfg Config, store db.Store, log *zap.Logger) (*Gateway, error) {
 		cfg.Now = time.Now
 	}
 	if cfg.Transport == nil {
-		cfg.Transport = http.DefaultTransport.(*http.Transport).Clone()
+		// All traffic goes to one or two model hosts, many streams at once: keep their connections
+		// (http.DefaultTransport keeps 2 idle per host and dials, with a TLS handshake, for the rest).
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConns, t.MaxIdleConnsPerHost = 256, 64
+		cfg.Transport = t
 	}
 	g := &Gateway{
 		cfg: cfg, store: store, log: cmp.Or(log, zap.NewNop()).Named("gateway"),

@@ -112,7 +112,7 @@ func (o Options) withDefaults() Options {
 		o.Now = time.Now
 	}
 	if o.HTTPClient == nil {
-		o.HTTPClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+		o.HTTPClient = bot.APIClient()
 	}
 	return o
 }

@@ -134,8 +134,7 @@ func (o Options) withDefaults() Options {
 		o.Now = time.Now
 	}
 	if o.HTTPClient == nil {
-		// No overall timeout: every call carries its own context deadline, and uploads may be large.
-		o.HTTPClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+		o.HTTPClient = bot.APIClient()
 	}
 	return o
 }

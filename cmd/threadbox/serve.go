@@ -16,6 +16,7 @@ import (
 
 	"github.com/threadbox/threadbox/agentpool"
 	"github.com/threadbox/threadbox/cmd/threadbox/config"
+	"github.com/threadbox/threadbox/db"
 	"github.com/threadbox/threadbox/sandbox"
 )
 
@@ -35,7 +36,7 @@ func (m *Main) runServe(ctx context.Context) error {
 	if err := m.Config.ValidateServe(); err != nil {
 		return err
 	}
-	a, err := m.buildApp(ctx)
+	a, err := m.buildApp(ctx, db.WithWarmPools())
 	if err != nil {
 		return err
 	}

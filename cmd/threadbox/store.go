@@ -9,9 +9,10 @@ import (
 	"github.com/threadbox/threadbox/db"
 )
 
-// openStore opens the configured database and registers it for Close.
-func (m *Main) openStore(ctx context.Context) (db.Store, error) {
-	st, err := db.Open(ctx, m.Config.Database.URL, db.WithLockConns(lockConns(m.Config.Config)))
+// openStore opens the configured database and registers it for Close. extra adds options (serve
+// warms the pools).
+func (m *Main) openStore(ctx context.Context, extra ...db.Option) (db.Store, error) {
+	st, err := db.Open(ctx, m.Config.Database.URL, append([]db.Option{db.WithLockConns(lockConns(m.Config.Config))}, extra...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -51,11 +51,12 @@ type app struct {
 const noIsolationWarning = "NO ISOLATION: no Docker daemon answered, so agent commands run as processes on this machine " +
 	"(sandbox.provider local). Do not expose this bot to anyone you would not give a shell."
 
-// buildApp wires the store, provider, runtime, pool, loops and bot core from the config.
-func (m *Main) buildApp(ctx context.Context) (*app, error) {
+// buildApp wires the store, provider, runtime, pool, loops and bot core from the config. storeOpts
+// add to the store's options (serve warms the database pools).
+func (m *Main) buildApp(ctx context.Context, storeOpts ...db.Option) (*app, error) {
 	cfg := m.Config
 	a := &app{}
-	st, err := m.openStore(ctx)
+	st, err := m.openStore(ctx, storeOpts...)
 	if err != nil {
 		return nil, err
 	}

@@ -143,6 +143,7 @@ type Server struct {
 	ephemerals []Ephemeral
 	reactions  map[string][]string // channel+"/"+ts → names
 	reactLog   []ReactionChange
+	added      map[string]int // reaction name → times added
 	files      map[string]*File
 	users      map[string]string // id → name
 	faults     map[string][]fault
@@ -169,6 +170,7 @@ func New(opts Options) *Server {
 		opts:      opts.withDefaults(),
 		messages:  map[string]*Message{},
 		reactions: map[string][]string{},
+		added:     map[string]int{},
 		files:     map[string]*File{},
 		users:     map[string]string{},
 		faults:    map[string][]fault{},
@@ -319,6 +321,15 @@ func (s *Server) Reactions(channel, ts string) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.reactions[channel+"/"+ts])
+}
+
+// ReactionsAdded counts the reactions named name ever added (removals do not subtract): a cheap
+// condition for Wait when many turns are counted, where ReactionLog would copy the whole log on
+// every change.
+func (s *Server) ReactionsAdded(name string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.added[name]
 }
 
 // ReactionLog returns every reaction added or removed, oldest first.

@@ -275,6 +275,9 @@ func (s *Server) react(p map[string]string, remove bool) (map[string]any, string
 		s.reactions[key] = append(cur, name)
 	}
 	s.reactLog = append(s.reactLog, ReactionChange{Channel: ch, TS: ts, Name: name, Removed: remove})
+	if !remove {
+		s.added[name]++
+	}
 	s.changedLocked()
 	return nil, ""
 }
