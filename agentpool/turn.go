@@ -62,6 +62,13 @@ func (p *Pool) runTurn(ctx context.Context, req Request, turnID int64, queuedAt 
 	defer cancelLost(nil)
 	stopLost := context.AfterFunc(hold.Context(), func() { cancelLost(ErrLockLost) })
 	defer stopLost()
+	// The common case in one statement: no other process's older turn of this thread is left
+	// unfinished, so start. Otherwise (a conflict, nothing changed) the slow path: answer a dead
+	// owner's older turns first, then start as usual.
+	if _, err := p.store.TurnStartFirst(ctx, turnID, p.instance); err == nil {
+		p.runStarted(ctx, req, turnID, start)
+		return
+	}
 	p.takeOverThread(ctx, req.ThreadKey, turnID)
 	p.runHeld(ctx, req, turnID, start)
 }
@@ -78,6 +85,11 @@ func (p *Pool) runHeld(ctx context.Context, req Request, turnID int64, start tim
 		p.endTurn(req, turnID, Outcome{TurnID: turnID, Err: classify(EINTERNAL, "start turn", err)}, start)
 		return
 	}
+	p.runStarted(ctx, req, turnID, start)
+}
+
+// runStarted runs a started turn (running, ours, its thread lock held) to its outcome.
+func (p *Pool) runStarted(ctx context.Context, req Request, turnID int64, start time.Time) {
 	w := newWatch(ctx, p.cfg.StuckAfter, req.Sink, func() { p.touch(turnID) })
 	out := p.execute(w.ctx, req, turnID, w)
 	cause := context.Cause(w.ctx)
@@ -380,14 +392,13 @@ func (p *Pool) endTurn(req Request, turnID int64, out Outcome, start time.Time) 
 		p.log.Warn("recording turn", zap.Int64("turn", turnID), zap.Error(err))
 	}
 	p.met.TurnFinished(string(result.Status), p.now().Sub(start))
+	var note *string
 	if result.Status == db.TurnDone {
-		note := handoffNote(req.Text, out.Answer)
-		if _, err := p.store.SessionUpdate(ctx, req.ThreadKey, db.SessionPatch{HandoffNote: &note}); err != nil {
-			p.log.Warn("saving hand-off note", zap.String("thread", req.ThreadKey), zap.Error(err))
-		}
+		n := handoffNote(req.Text, out.Answer)
+		note = &n
 	}
-	if err := p.store.SessionTouch(ctx, req.ThreadKey); err != nil && !errors.Is(err, db.ErrNotFound) {
-		p.log.Warn("recording activity", zap.String("thread", req.ThreadKey), zap.Error(err))
+	if err := p.store.SessionTouch(ctx, req.ThreadKey, note); err != nil && !errors.Is(err, db.ErrNotFound) {
+		p.log.Warn("recording activity and the hand-off note", zap.String("thread", req.ThreadKey), zap.Error(err))
 	}
 	ids, err := req.Sink.Deliver(ctx, out)
 	if err != nil {

@@ -35,9 +35,9 @@ func LiveThreadMutexes(s Store) int { return s.(*sqliteStore).threads.len() }
 func RecordQueries(s Store, fn func(query string, args []any)) (stop func()) {
 	switch s := s.(type) {
 	case *pgStore:
-		prev := s.dbtx
-		s.dbtx = pgRecorder{DBTX: prev, fn: fn}
-		return func() { s.dbtx = prev }
+		prev, prevRelaxed := s.dbtx, s.relaxed
+		s.dbtx, s.relaxed = pgRecorder{DBTX: prev, fn: fn}, pgRecorder{DBTX: prevRelaxed, fn: fn}
+		return func() { s.dbtx, s.relaxed = prev, prevRelaxed }
 	case *sqliteStore:
 		prev := s.dbtx
 		s.dbtx = sqliteRecorder{DBTX: prev, fn: fn}

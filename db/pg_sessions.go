@@ -119,8 +119,8 @@ func (s *pgStore) SessionUpdate(ctx context.Context, threadKey string, p Session
 	return fromPGSession(r), nil
 }
 
-func (s *pgStore) SessionTouch(ctx context.Context, threadKey string) error {
-	n, err := s.q.SessionTouch(ctx, s.dbtx, pgsqlc.SessionTouchParams{Now: pgTime(s.clock()), ThreadKey: threadKey})
+func (s *pgStore) SessionTouch(ctx context.Context, threadKey string, handoffNote *string) error {
+	n, err := s.q.SessionTouch(ctx, s.relaxed, pgsqlc.SessionTouchParams{Now: pgTime(s.clock()), ThreadKey: threadKey, HandoffNote: pgText(handoffNote)})
 	if err != nil {
 		return pgErr("touch session "+threadKey, err)
 	}

@@ -25,10 +25,15 @@ type pgStore struct {
 	// turns for a connection (pg_intake.go).
 	intakePool *pgxpool.Pool
 	intake     *pgIntake
+	// relaxedPool runs the writes whose loss in a server crash costs only a repeat the design
+	// already allows, with synchronous_commit off (see relaxedConns).
+	relaxedPool *pgxpool.Pool
 	// dbtx is what the queries run on: the pool, or a recorder around it in tests.
 	dbtx pgsqlc.DBTX
-	q    *pgsqlc.Queries
-	now  func() time.Time
+	// relaxed is what the relaxed writes run on: relaxedPool, or a recorder around it in tests.
+	relaxed pgsqlc.DBTX
+	q       *pgsqlc.Queries
+	now     func() time.Time
 	// ns is mixed into every advisory-lock key (WithLockNamespace, default the current schema).
 	ns string
 
@@ -65,6 +70,14 @@ func openPostgres(ctx context.Context, url string, o options) (*pgStore, error) 
 	}
 	lockCfg := cfg.Copy()
 	intakeCfg := cfg.Copy()
+	relaxedCfg := cfg.Copy()
+	relaxedCfg.MaxConns, relaxedCfg.MinConns = relaxedConns, 0
+	relaxedCfg.ConnConfig.RuntimeParams["application_name"] += "-relaxed"
+	// SET after connecting, not a startup parameter, for the same reason as the lock pool's below.
+	relaxedCfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, "SET synchronous_commit = off")
+		return err
+	}
 	intakeCfg.MaxConns, intakeCfg.MinConns = intakeConns, 0
 	intakeCfg.ConnConfig.RuntimeParams["application_name"] += "-intake"
 	lockCfg.MaxConns = o.lockConns
@@ -72,6 +85,7 @@ func openPostgres(ctx context.Context, url string, o options) (*pgStore, error) 
 	if o.warm {
 		cfg.MinConns = max(1, cfg.MaxConns/2)
 		intakeCfg.MinConns = intakeCfg.MaxConns
+		relaxedCfg.MinConns = 1
 		lockCfg.MinConns = max(1, lockCfg.MaxConns/4)
 	}
 	lockCfg.ConnConfig.RuntimeParams["application_name"] += "-locks"
@@ -109,20 +123,30 @@ func openPostgres(ctx context.Context, url string, o options) (*pgStore, error) 
 		return nil, fmt.Errorf("database.url: cannot connect to postgres at %s: %w", where, err)
 	}
 
+	relaxedPool, err := pgxpool.NewWithConfig(ctx, relaxedCfg)
+	if err != nil {
+		intakePool.Close()
+		lockPool.Close()
+		pool.Close()
+		return nil, fmt.Errorf("database.url: cannot connect to postgres at %s: %w", where, err)
+	}
+
 	s := &pgStore{
-		pool:       pool,
-		lockPool:   lockPool,
-		intakePool: intakePool,
-		dbtx:       pool,
-		q:          pgsqlc.New(),
-		now:        o.now,
-		holds:      make(map[*pgHold]struct{}),
+		pool:        pool,
+		lockPool:    lockPool,
+		intakePool:  intakePool,
+		relaxedPool: relaxedPool,
+		dbtx:        pool,
+		relaxed:     relaxedPool,
+		q:           pgsqlc.New(),
+		now:         o.now,
+		holds:       make(map[*pgHold]struct{}),
 	}
 	s.intake = newPGIntake(s, intakePool, intakeConns)
 	if o.warm {
 		// pgxpool would open MinConns in the background; open them now, so that a replica is warm
 		// by the time it listens.
-		for _, p := range []*pgxpool.Pool{pool, intakePool, lockPool} {
+		for _, p := range []*pgxpool.Pool{pool, intakePool, lockPool, relaxedPool} {
 			if err := warmPool(ctx, p); err != nil {
 				s.closePools()
 				return nil, fmt.Errorf("database.url: postgres at %s: open connections: %w", where, err)
@@ -156,6 +180,20 @@ func warmPool(ctx context.Context, p *pgxpool.Pool) error {
 	}
 	return errors.Join(errs...)
 }
+
+// relaxedConns is the relaxed pool's size: its writes are single small statements.
+//
+// Relaxed writes (synchronous_commit off) return once committed in the server's memory, visible to
+// every other connection at once, without waiting for the WAL flush: on this project's test disk a
+// flush takes 1–2 ms and its tail tens. A server crash can lose the last ~0.6 s of them (three
+// wal_writer_delay), never a later synchronous commit's. Only writes whose loss costs a repeat the
+// design allows anyway are relaxed:
+//   - TurnMarkDelivered: recovery posts the outcome again (delivery is at least once);
+//   - SessionTouch: the idle timers count from an activity a moment older;
+//   - TurnTouch: the watchdog's clock, which counts in minutes.
+//
+// A turn's insert (the ack), start (never run twice) and outcome stay synchronous.
+const relaxedConns = 2
 
 // defaultQueryConns is the least size of the query pool when database.url sets no pool_max_conns.
 const defaultQueryConns = 8
@@ -218,6 +256,7 @@ func (s *pgStore) Close() error {
 }
 
 func (s *pgStore) closePools() {
+	s.relaxedPool.Close()
 	s.intakePool.Close()
 	s.lockPool.Close()
 	s.pool.Close()

@@ -38,8 +38,19 @@ func (s *pgStore) TurnStart(ctx context.Context, id int64, owner string) (Turn, 
 	return fromPGTurn(r), nil
 }
 
+func (s *pgStore) TurnStartFirst(ctx context.Context, id int64, owner string) (Turn, error) {
+	r, err := s.q.TurnStartFirst(ctx, s.dbtx, pgsqlc.TurnStartFirstParams{Now: pgTime(s.clock()), ID: id, Owner: owner})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Turn{}, fmt.Errorf("db: start turn %s first: %w", turnKey(id), ErrConflict)
+	}
+	if err != nil {
+		return Turn{}, pgErr("start turn "+turnKey(id), err)
+	}
+	return fromPGTurn(r), nil
+}
+
 func (s *pgStore) TurnTouch(ctx context.Context, id int64) error {
-	n, err := s.q.TurnTouch(ctx, s.dbtx, pgsqlc.TurnTouchParams{Now: pgTime(s.clock()), ID: id})
+	n, err := s.q.TurnTouch(ctx, s.relaxed, pgsqlc.TurnTouchParams{Now: pgTime(s.clock()), ID: id})
 	if err != nil {
 		return pgErr("touch turn "+turnKey(id), err)
 	}
@@ -243,7 +254,7 @@ func (s *pgStore) TurnUsageTop(ctx context.Context, since time.Time, limit int) 
 }
 
 func (s *pgStore) TurnMarkDelivered(ctx context.Context, id int64) error {
-	if _, err := s.q.TurnMarkDelivered(ctx, s.dbtx, pgsqlc.TurnMarkDeliveredParams{Now: pgTime(s.clock()), ID: id}); err != nil {
+	if _, err := s.q.TurnMarkDelivered(ctx, s.relaxed, pgsqlc.TurnMarkDeliveredParams{Now: pgTime(s.clock()), ID: id}); err != nil {
 		return pgErr("mark turn "+turnKey(id)+" delivered", err)
 	}
 	return nil

@@ -116,8 +116,8 @@ func (s *sqliteStore) SessionUpdate(ctx context.Context, threadKey string, p Ses
 	return fromSQLiteSession(r)
 }
 
-func (s *sqliteStore) SessionTouch(ctx context.Context, threadKey string) error {
-	n, err := s.q.SessionTouch(ctx, s.dbtx, sqlitesqlc.SessionTouchParams{Now: s.clock(), ThreadKey: threadKey})
+func (s *sqliteStore) SessionTouch(ctx context.Context, threadKey string, handoffNote *string) error {
+	n, err := s.q.SessionTouch(ctx, s.dbtx, sqlitesqlc.SessionTouchParams{Now: s.clock(), ThreadKey: threadKey, HandoffNote: sqliteText(handoffNote)})
 	if err != nil {
 		return sqliteErr("touch session "+threadKey, err)
 	}

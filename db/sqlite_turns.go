@@ -51,6 +51,17 @@ func (s *sqliteStore) TurnStart(ctx context.Context, id int64, owner string) (Tu
 	return fromSQLiteTurn(r)
 }
 
+func (s *sqliteStore) TurnStartFirst(ctx context.Context, id int64, owner string) (Turn, error) {
+	r, err := s.q.TurnStartFirst(ctx, s.dbtx, sqlitesqlc.TurnStartFirstParams{Now: sqliteNullTime(s.now()), ID: id, Owner: owner})
+	if errors.Is(err, sql.ErrNoRows) {
+		return Turn{}, fmt.Errorf("db: start turn %s first: %w", turnKey(id), ErrConflict)
+	}
+	if err != nil {
+		return Turn{}, sqliteErr("start turn "+turnKey(id), err)
+	}
+	return fromSQLiteTurn(r)
+}
+
 func (s *sqliteStore) TurnTouch(ctx context.Context, id int64) error {
 	n, err := s.q.TurnTouch(ctx, s.dbtx, sqlitesqlc.TurnTouchParams{Now: s.clock(), ID: id})
 	if err != nil {

@@ -47,8 +47,10 @@ type SessionStore interface {
 	SessionTransition(ctx context.Context, threadKey string, t Transition) (Session, error)
 	// SessionUpdate applies a patch without touching the status.
 	SessionUpdate(ctx context.Context, threadKey string, p SessionPatch) (Session, error)
-	// SessionTouch records activity now (it never moves LastActivityAt backwards).
-	SessionTouch(ctx context.Context, threadKey string) error
+	// SessionTouch records activity now (it never moves LastActivityAt backwards) and, if handoffNote
+	// is not nil, the hand-off note of the turn that just ended. On PostgreSQL it does not wait for
+	// the disk (a server crash may lose the last moment of them: pg_store.go, relaxedConns).
+	SessionTouch(ctx context.Context, threadKey string, handoffNote *string) error
 
 	// SessionsByStatus pages through sessions in one status, ordered by thread key, starting after
 	// afterThreadKey ("" for the first page). For admin listings.
@@ -77,6 +79,11 @@ type TurnStore interface {
 	// turn another owner claimed meanwhile is a conflict (errors.Is(err, ErrConflict)): it is not ours
 	// to run.
 	TurnStart(ctx context.Context, id int64, owner string) (Turn, error)
+	// TurnStartFirst is TurnStart for a turn with no unfinished older turn of its thread owned by
+	// another process: one statement where the check and the start were two, on every turn. It is a
+	// conflict (ErrConflict, nothing changed) when such a turn exists, as well as when TurnStart's
+	// would be: the caller then takes the slow path (answer the older turns, then TurnStart).
+	TurnStartFirst(ctx context.Context, id int64, owner string) (Turn, error)
 	// TurnTouch records that the runtime sent an event for a running turn (the watchdog's clock).
 	TurnTouch(ctx context.Context, id int64) error
 	// TurnFinish moves a queued or running turn to a final status.

@@ -48,6 +48,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"TurnsStuck", testTurnsStuck},
 		{"TurnDelivery", testTurnDelivery},
 		{"TurnsPendingClaim", testTurnsPendingClaim},
+		{"TurnStartFirst", testTurnStartFirst},
 		{"TurnLastFailedWith", testTurnLastFailedWith},
 		{"Instances", testInstances},
 		{"HoldThread", testHoldThread},

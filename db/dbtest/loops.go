@@ -47,7 +47,7 @@ func testSessionsIdle(t *testing.T, newStore NewStore) {
 
 	// Activity takes a session out of the candidates.
 	clock.Advance(time.Hour)
-	require.NoError(t, s.SessionTouch(ctx, "active-0"))
+	require.NoError(t, s.SessionTouch(ctx, "active-0", nil))
 	got, err := s.SessionsIdle(ctx, cutoff, 10)
 	require.NoError(t, err)
 	require.Equal(t, []string{"active-1", "active-2"}, keys(got))

@@ -193,3 +193,55 @@ func testTurnsUndelivered(t *testing.T, newStore NewStore) {
 	_, err = s.TurnClaimUndelivered(ctx, tr.ID, "me", "other")
 	require.ErrorIs(t, err, db.ErrConflict, "a delivered turn is not claimed")
 }
+
+// testTurnStartFirst: a turn starts in one statement unless an older unfinished turn of its thread
+// belongs to another process; its own older turns, finished ones and other threads' do not count.
+func testTurnStartFirst(t *testing.T, newStore NewStore) {
+	s := newStore(t)
+	ctx := testCtx(t)
+	insert := func(thread, ev, owner string) db.Turn {
+		t.Helper()
+		nt := newTurn(thread, ev, "p")
+		nt.Owner = owner
+		tr, err := s.TurnInsert(ctx, nt)
+		require.NoError(t, err)
+		return tr
+	}
+	otherDone := insert("k", "e0", "B")
+	_, err := s.TurnFinish(ctx, otherDone.ID, db.TurnResult{Status: db.TurnDone})
+	require.NoError(t, err)
+	insert("k2", "e1", "B") // another thread's
+	mine := insert("k", "e2", "A")
+	next := insert("k", "e3", "A")
+
+	got, err := s.TurnStartFirst(ctx, mine.ID, "A")
+	require.NoError(t, err, "only a finished turn of another process and another thread's are older")
+	require.Equal(t, db.TurnRunning, got.Status)
+	require.False(t, got.StartedAt.IsZero())
+	_, err = s.TurnStartFirst(ctx, next.ID, "B")
+	require.ErrorIs(t, err, db.ErrConflict, "only its owner starts a turn")
+
+	// Its own older turn, still running, does not hold the next one (the queue orders them).
+	_, err = s.TurnStartFirst(ctx, next.ID, "A")
+	require.NoError(t, err)
+
+	// An older turn of another process, queued or running, does: nothing changes.
+	for _, status := range []db.TurnStatus{db.TurnQueued, db.TurnRunning} {
+		older := insert("k3", "old-"+string(status), "dead")
+		if status == db.TurnRunning {
+			_, err = s.TurnStart(ctx, older.ID, "dead")
+			require.NoError(t, err)
+		}
+		tr := insert("k3", "new-"+string(status), "A")
+		_, err = s.TurnStartFirst(ctx, tr.ID, "A")
+		require.ErrorIs(t, err, db.ErrConflict, "an older %s turn of another process", status)
+		still, err := s.TurnGet(ctx, tr.ID)
+		require.NoError(t, err)
+		require.Equal(t, db.TurnQueued, still.Status)
+		// Once the older one is answered, it starts.
+		_, err = s.TurnFinish(ctx, older.ID, db.TurnResult{Status: db.TurnFailed, Error: "interrupted"})
+		require.NoError(t, err)
+		_, err = s.TurnStartFirst(ctx, tr.ID, "A")
+		require.NoError(t, err)
+	}
+}

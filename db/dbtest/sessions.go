@@ -324,19 +324,23 @@ func testSessionTouch(t *testing.T, newStore NewStore) {
 	createAt(t, s, clock, "k", db.SessionActive, start)
 
 	later := clock.Advance(time.Hour)
-	require.NoError(t, s.SessionTouch(ctx, "k"))
+	note := "asked: x; answered: y"
+	require.NoError(t, s.SessionTouch(ctx, "k", &note))
 	got, err := s.SessionGet(ctx, "k")
 	require.NoError(t, err)
 	require.Equal(t, utcMicro(later), got.LastActivityAt)
+	require.Equal(t, note, got.HandoffNote)
 
-	// A clock that went backwards (another replica's) does not move activity back.
+	// A clock that went backwards (another replica's) does not move activity back; no note keeps the
+	// note there was.
 	clock.Advance(-2 * time.Hour)
-	require.NoError(t, s.SessionTouch(ctx, "k"))
+	require.NoError(t, s.SessionTouch(ctx, "k", nil))
 	got, err = s.SessionGet(ctx, "k")
 	require.NoError(t, err)
 	require.Equal(t, utcMicro(later), got.LastActivityAt)
+	require.Equal(t, note, got.HandoffNote)
 
-	require.ErrorIs(t, s.SessionTouch(ctx, "missing"), db.ErrNotFound)
+	require.ErrorIs(t, s.SessionTouch(ctx, "missing", nil), db.ErrNotFound)
 }
 
 // testSessionTransitionFenced: a transition fenced to a generation applies only at that generation, so a

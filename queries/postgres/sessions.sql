@@ -62,6 +62,7 @@ RETURNING *;
 -- name: SessionTouch :execrows
 UPDATE sessions SET
     last_activity_at = GREATEST(last_activity_at, @now::timestamptz),
+    handoff_note     = COALESCE(sqlc.narg('handoff_note')::text, handoff_note),
     updated_at       = @now::timestamptz
 WHERE thread_key = @thread_key;
 

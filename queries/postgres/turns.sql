@@ -34,6 +34,19 @@ UPDATE turns SET status = 'running', started_at = @now::timestamptz, last_event_
 WHERE id = @id AND status = 'queued' AND owner = @owner
 RETURNING *;
 
+-- name: TurnStartFirst :one
+-- TurnStart, unless an older unfinished turn of the thread belongs to another process (a dead one's
+-- to take over, or a live one's to wait for): one statement on every turn's path, where the
+-- check (TurnListPendingInThread) and the start were two.
+UPDATE turns SET status = 'running', started_at = @now::timestamptz, last_event_at = @now::timestamptz
+WHERE turns.id = @id AND turns.status = 'queued' AND turns.owner = @owner
+  AND NOT EXISTS (
+    SELECT 1 FROM turns o
+    WHERE o.thread_key = turns.thread_key AND o.id < turns.id
+      AND o.status IN ('queued', 'running') AND o.owner <> @owner
+  )
+RETURNING *;
+
 -- name: TurnTouch :execrows
 UPDATE turns SET last_event_at = GREATEST(last_event_at, @now::timestamptz)
 WHERE id = @id AND status = 'running';

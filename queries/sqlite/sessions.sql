@@ -64,6 +64,7 @@ RETURNING *;
 -- name: SessionTouch :execrows
 UPDATE sessions SET
     last_activity_at = max(last_activity_at, @now),
+    handoff_note     = COALESCE(sqlc.narg('handoff_note'), handoff_note),
     updated_at       = @now
 WHERE thread_key = @thread_key;
 

@@ -13,6 +13,17 @@ UPDATE turns SET status = 'running', started_at = @now, last_event_at = @now
 WHERE id = @id AND status = 'queued' AND owner = @owner
 RETURNING *;
 
+-- name: TurnStartFirst :one
+-- See the PostgreSQL query.
+UPDATE turns SET status = 'running', started_at = @now, last_event_at = @now
+WHERE turns.id = @id AND turns.status = 'queued' AND turns.owner = @owner
+  AND NOT EXISTS (
+    SELECT 1 FROM turns o
+    WHERE o.thread_key = turns.thread_key AND o.id < turns.id
+      AND o.status IN ('queued', 'running') AND o.owner <> @owner
+  )
+RETURNING *;
+
 -- name: TurnTouch :execrows
 UPDATE turns SET last_event_at = max(last_event_at, CAST(@now AS TEXT))
 WHERE id = @id AND status = 'running';

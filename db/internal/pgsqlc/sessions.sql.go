@@ -384,18 +384,20 @@ func (q *Queries) SessionListUnsettled(ctx context.Context, db DBTX, arg Session
 const sessionTouch = `-- name: SessionTouch :execrows
 UPDATE sessions SET
     last_activity_at = GREATEST(last_activity_at, $1::timestamptz),
+    handoff_note     = COALESCE($2::text, handoff_note),
     updated_at       = $1::timestamptz
-WHERE thread_key = $2
+WHERE thread_key = $3
 `
 
 type SessionTouchParams struct {
-	Now       pgtype.Timestamptz
-	ThreadKey string
+	Now         pgtype.Timestamptz
+	HandoffNote pgtype.Text
+	ThreadKey   string
 }
 
 // GREATEST keeps activity from moving backwards when replicas' clocks disagree.
 func (q *Queries) SessionTouch(ctx context.Context, db DBTX, arg SessionTouchParams) (int64, error) {
-	result, err := db.Exec(ctx, sessionTouch, arg.Now, arg.ThreadKey)
+	result, err := db.Exec(ctx, sessionTouch, arg.Now, arg.HandoffNote, arg.ThreadKey)
 	if err != nil {
 		return 0, err
 	}

@@ -699,6 +699,50 @@ func (q *Queries) TurnStart(ctx context.Context, db DBTX, arg TurnStartParams) (
 	return i, err
 }
 
+const turnStartFirst = `-- name: TurnStartFirst :one
+UPDATE turns SET status = 'running', started_at = $1::timestamptz, last_event_at = $1::timestamptz
+WHERE turns.id = $2 AND turns.status = 'queued' AND turns.owner = $3
+  AND NOT EXISTS (
+    SELECT 1 FROM turns o
+    WHERE o.thread_key = turns.thread_key AND o.id < turns.id
+      AND o.status IN ('queued', 'running') AND o.owner <> $3
+  )
+RETURNING id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner, delivered_at
+`
+
+type TurnStartFirstParams struct {
+	Now   pgtype.Timestamptz
+	ID    int64
+	Owner string
+}
+
+// TurnStart, unless an older unfinished turn of the thread belongs to another process (a dead one's
+// to take over, or a live one's to wait for): one statement on every turn's path, where the
+// check (TurnListPendingInThread) and the start were two.
+func (q *Queries) TurnStartFirst(ctx context.Context, db DBTX, arg TurnStartFirstParams) (Turn, error) {
+	row := db.QueryRow(ctx, turnStartFirst, arg.Now, arg.ID, arg.Owner)
+	var i Turn
+	err := row.Scan(
+		&i.ID,
+		&i.ThreadKey,
+		&i.PlatformEventID,
+		&i.UserID,
+		&i.Prompt,
+		&i.Status,
+		&i.Answer,
+		&i.Error,
+		&i.Usage,
+		&i.CreatedAt,
+		&i.StartedAt,
+		&i.LastEventAt,
+		&i.FinishedAt,
+		&i.Delivery,
+		&i.Owner,
+		&i.DeliveredAt,
+	)
+	return i, err
+}
+
 const turnTouch = `-- name: TurnTouch :execrows
 UPDATE turns SET last_event_at = GREATEST(last_event_at, $1::timestamptz)
 WHERE id = $2 AND status = 'running'

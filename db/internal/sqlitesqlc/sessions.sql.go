@@ -409,18 +409,20 @@ func (q *Queries) SessionListUnsettled(ctx context.Context, db DBTX, arg Session
 const sessionTouch = `-- name: SessionTouch :execrows
 UPDATE sessions SET
     last_activity_at = max(last_activity_at, ?1),
+    handoff_note     = COALESCE(?2, handoff_note),
     updated_at       = ?1
-WHERE thread_key = ?2
+WHERE thread_key = ?3
 `
 
 type SessionTouchParams struct {
-	Now       string
-	ThreadKey string
+	Now         string
+	HandoffNote sql.NullString
+	ThreadKey   string
 }
 
 // max() keeps activity from moving backwards.
 func (q *Queries) SessionTouch(ctx context.Context, db DBTX, arg SessionTouchParams) (int64, error) {
-	result, err := db.ExecContext(ctx, sessionTouch, arg.Now, arg.ThreadKey)
+	result, err := db.ExecContext(ctx, sessionTouch, arg.Now, arg.HandoffNote, arg.ThreadKey)
 	if err != nil {
 		return 0, err
 	}

@@ -636,6 +636,48 @@ func (q *Queries) TurnStart(ctx context.Context, db DBTX, arg TurnStartParams) (
 	return i, err
 }
 
+const turnStartFirst = `-- name: TurnStartFirst :one
+UPDATE turns SET status = 'running', started_at = ?1, last_event_at = ?1
+WHERE turns.id = ?2 AND turns.status = 'queued' AND turns.owner = ?3
+  AND NOT EXISTS (
+    SELECT 1 FROM turns o
+    WHERE o.thread_key = turns.thread_key AND o.id < turns.id
+      AND o.status IN ('queued', 'running') AND o.owner <> ?3
+  )
+RETURNING id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner, delivered_at
+`
+
+type TurnStartFirstParams struct {
+	Now   sql.NullString
+	ID    int64
+	Owner string
+}
+
+// See the PostgreSQL query.
+func (q *Queries) TurnStartFirst(ctx context.Context, db DBTX, arg TurnStartFirstParams) (Turn, error) {
+	row := db.QueryRowContext(ctx, turnStartFirst, arg.Now, arg.ID, arg.Owner)
+	var i Turn
+	err := row.Scan(
+		&i.ID,
+		&i.ThreadKey,
+		&i.PlatformEventID,
+		&i.UserID,
+		&i.Prompt,
+		&i.Status,
+		&i.Answer,
+		&i.Error,
+		&i.Usage,
+		&i.CreatedAt,
+		&i.StartedAt,
+		&i.LastEventAt,
+		&i.FinishedAt,
+		&i.Delivery,
+		&i.Owner,
+		&i.DeliveredAt,
+	)
+	return i, err
+}
+
 const turnTouch = `-- name: TurnTouch :execrows
 UPDATE turns SET last_event_at = max(last_event_at, CAST(?1 AS TEXT))
 WHERE id = ?2 AND status = 'running'
