@@ -65,8 +65,20 @@ func (p *Pool) runTurn(ctx context.Context, req Request, turnID int64, queuedAt 
 	// The common case in one statement: no other process's older turn of this thread is left
 	// unfinished, so start. Otherwise (a conflict, nothing changed) the slow path: answer a dead
 	// owner's older turns first, then start as usual.
-	if _, err := p.store.TurnStartFirst(ctx, turnID, p.instance); err == nil {
-		p.runStarted(ctx, req, turnID, start)
+	//
+	// The session is read meanwhile, on another connection: the start waits for the disk, the read
+	// does not, and the prompt waits for both. The thread's lock is held, so nothing else changes
+	// the session; only the slow path (older turns run first) makes the read stale, and it is not
+	// used there.
+	read := make(chan sessionRead, 1)
+	go func() {
+		s, _, err := p.store.SessionCreate(ctx, p.newSession(req))
+		read <- sessionRead{sess: s, err: err}
+	}()
+	_, err = p.store.TurnStartFirst(ctx, turnID, p.instance)
+	pre := <-read
+	if err == nil {
+		p.runStarted(ctx, req, turnID, start, &pre)
 		return
 	}
 	p.takeOverThread(ctx, req.ThreadKey, turnID)
@@ -85,13 +97,28 @@ func (p *Pool) runHeld(ctx context.Context, req Request, turnID int64, start tim
 		p.endTurn(req, turnID, Outcome{TurnID: turnID, Err: classify(EINTERNAL, "start turn", err)}, start)
 		return
 	}
-	p.runStarted(ctx, req, turnID, start)
+	p.runStarted(ctx, req, turnID, start, nil)
 }
 
-// runStarted runs a started turn (running, ours, its thread lock held) to its outcome.
-func (p *Pool) runStarted(ctx context.Context, req Request, turnID int64, start time.Time) {
+// sessionRead is a session read (or created) ahead of the turn's start.
+type sessionRead struct {
+	sess db.Session
+	err  error
+}
+
+// newSession is the session a turn's thread gets if it has none.
+func (p *Pool) newSession(req Request) db.NewSession {
+	return db.NewSession{
+		ThreadKey: req.ThreadKey, Platform: req.Platform, ChannelID: req.ChannelID,
+		OwnerUserID: req.UserID, Provider: p.provs.def.Name(), Runtime: p.rts.def.Name(),
+	}
+}
+
+// runStarted runs a started turn (running, ours, its thread lock held) to its outcome. pre is its
+// session read under the lock, if it was read ahead; nil reads it now.
+func (p *Pool) runStarted(ctx context.Context, req Request, turnID int64, start time.Time, pre *sessionRead) {
 	w := newWatch(ctx, p.cfg.StuckAfter, req.Sink, func() { p.touch(turnID) })
-	out := p.execute(w.ctx, req, turnID, w)
+	out := p.execute(w.ctx, req, turnID, w, pre)
 	cause := context.Cause(w.ctx)
 	w.stop()
 	if out.Err != nil && cause != nil {
@@ -108,13 +135,15 @@ func (p *Pool) runStarted(ctx context.Context, req Request, turnID int64, start 
 	p.endTurn(req, turnID, out, start)
 }
 
-// execute resolves the sandbox and runs the prompt, re-resolving once on a recoverable failure.
-func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch) Outcome {
+// execute resolves the sandbox and runs the prompt, re-resolving once on a recoverable failure. pre
+// is the session read ahead (nil: read it now).
+func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch, pre *sessionRead) Outcome {
 	out := Outcome{TurnID: turnID}
-	sess, _, err := p.store.SessionCreate(ctx, db.NewSession{
-		ThreadKey: req.ThreadKey, Platform: req.Platform, ChannelID: req.ChannelID,
-		OwnerUserID: req.UserID, Provider: p.provs.def.Name(), Runtime: p.rts.def.Name(),
-	})
+	if pre == nil {
+		s, _, err := p.store.SessionCreate(ctx, p.newSession(req))
+		pre = &sessionRead{sess: s, err: err}
+	}
+	sess, err := pre.sess, pre.err
 	if err != nil {
 		out.Err = classify(EINTERNAL, "load session", err)
 		return out
