@@ -396,3 +396,39 @@ func TestResetDropsQueuedTurns(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, db.TurnCancelled, turn.Status, "the queued turn never ran")
 }
+
+// startLostStore commits a turn's start, then reports the failure a connection lost after the
+// commit would.
+type startLostStore struct {
+	db.Store
+}
+
+func (s startLostStore) TurnStartFirst(ctx context.Context, id int64, owner string) (db.Turn, error) {
+	if _, err := s.Store.TurnStartFirst(ctx, id, owner); err != nil {
+		return db.Turn{}, err
+	}
+	return db.Turn{}, errors.New("db: start turn: unexpected EOF")
+}
+
+// TestStartOfUnknownOutcomeIsAnswered: a start whose commit may have happened (the connection failed
+// after it) is answered with the failure and recorded as failed, never taken for another process's
+// claim and dropped in silence, nor run.
+func TestStartOfUnknownOutcomeIsAnswered(t *testing.T) {
+	st := newSQLiteStore(t)
+	rt := &scriptRuntime{}
+	ran := make(chan struct{}, 1)
+	rt.promptFunc = func(ctx context.Context, sb sandbox.Sandbox, sid string, p runtime.Prompt, emit func(runtime.Event)) (runtime.Result, error) {
+		ran <- struct{}{}
+		return runtime.Result{Answer: "ran"}, nil
+	}
+	f := newFixture(t, startLostStore{st}, sandboxfake.New(), rt)
+	sink := newCollector()
+	tk := submit(t, f.pool, "web:lost", "e1", "hi", sink)
+	out := sink.wait(t, 1)[0]
+	require.Error(t, out.Err)
+	require.Contains(t, out.Err.Error(), "start turn")
+	require.Empty(t, ran, "the prompt did not run")
+	turn, err := st.TurnGet(context.Background(), tk.TurnID)
+	require.NoError(t, err)
+	require.Equal(t, db.TurnFailed, turn.Status)
+}

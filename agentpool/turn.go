@@ -77,8 +77,19 @@ func (p *Pool) runTurn(ctx context.Context, req Request, turnID int64, queuedAt 
 	}()
 	_, err = p.store.TurnStartFirst(ctx, turnID, p.instance)
 	pre := <-read
-	if err == nil {
+	switch {
+	case err == nil:
 		p.runStarted(ctx, req, turnID, start, &pre)
+		return
+	case !errors.Is(err, db.ErrConflict):
+		// The start may have committed before the connection failed: the slow path's TurnStart
+		// would then read this process's own start as another's and drop the turn in silence.
+		// Answer with the failure instead (recording it ends the turn, started or not).
+		out := Outcome{TurnID: turnID, Err: classify(EINTERNAL, "start turn", err)}
+		if ctx.Err() != nil {
+			out.Cancelled, out.Err = true, context.Cause(ctx)
+		}
+		p.endTurn(req, turnID, out, start)
 		return
 	}
 	p.takeOverThread(ctx, req.ThreadKey, turnID)

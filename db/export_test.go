@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/threadbox/threadbox/db/internal/pgsqlc"
 	"github.com/threadbox/threadbox/db/internal/sqlitesqlc"
@@ -166,6 +167,16 @@ func SeverLockConnections(s Store) {
 func LockConnSetting(ctx context.Context, s Store, name string) (string, error) {
 	var v string
 	err := s.(*pgStore).lockPool.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&v)
+	return v, err
+}
+
+// PoolSetting reads a setting on a connection of one of a Postgres store's pools: "query",
+// "intake", "locks" or "relaxed".
+func PoolSetting(ctx context.Context, s Store, pool, name string) (string, error) {
+	ps := s.(*pgStore)
+	p := map[string]*pgxpool.Pool{"query": ps.pool, "intake": ps.intakePool, "locks": ps.lockPool, "relaxed": ps.relaxedPool}[pool]
+	var v string
+	err := p.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&v)
 	return v, err
 }
 

@@ -41,8 +41,8 @@ func WithLockConns(n int) Option {
 }
 
 // WithWarmPools makes Open connect ahead of need (PostgreSQL; SQLite ignores it): both intake
-// connections, half the query pool and a quarter of the lock pool, before it returns, and keeps
-// them open while idle. A connection costs its first user a TCP handshake, the server's fork and a
+// connections, half the query pool, a quarter of the lock pool and one relaxed connection, before
+// it returns (waiting at most 10 s for them), and keeps them open while idle. A connection costs its first user a TCP handshake, the server's fork and a
 // SCRAM exchange (deliberately slow hashing on both sides), several milliseconds of CPU: a replica
 // that met its first burst of events with empty pools spent the first few hundred of them opening
 // connections, and their acks waited (BenchmarkEventsAck). serve uses it; one-shot commands and

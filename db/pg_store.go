@@ -25,8 +25,8 @@ type pgStore struct {
 	// turns for a connection (pg_intake.go).
 	intakePool *pgxpool.Pool
 	intake     *pgIntake
-	// relaxedPool runs the writes whose loss in a server crash costs only a repeat the design
-	// already allows, with synchronous_commit off (see relaxedConns).
+	// relaxedPool runs the writes whose loss in a server crash costs little, with
+	// synchronous_commit off (see relaxedConns).
 	relaxedPool *pgxpool.Pool
 	// dbtx is what the queries run on: the pool, or a recorder around it in tests.
 	dbtx pgsqlc.DBTX
@@ -83,7 +83,9 @@ func openPostgres(ctx context.Context, url string, o options) (*pgStore, error) 
 	lockCfg.MaxConns = o.lockConns
 	lockCfg.MinConns = 0
 	if o.warm {
-		cfg.MinConns = max(1, cfg.MaxConns/2)
+		if !strings.Contains(url, "pool_min_conns") {
+			cfg.MinConns = max(1, cfg.MaxConns/2)
+		}
 		intakeCfg.MinConns = intakeCfg.MaxConns
 		relaxedCfg.MinConns = 1
 		lockCfg.MinConns = max(1, lockCfg.MaxConns/4)
@@ -147,10 +149,7 @@ func openPostgres(ctx context.Context, url string, o options) (*pgStore, error) 
 		// pgxpool would open MinConns in the background; open them now, so that a replica is warm
 		// by the time it listens.
 		for _, p := range []*pgxpool.Pool{pool, intakePool, lockPool, relaxedPool} {
-			if err := warmPool(ctx, p); err != nil {
-				s.closePools()
-				return nil, fmt.Errorf("database.url: postgres at %s: open connections: %w", where, err)
-			}
+			warmPool(ctx, p)
 		}
 	}
 	s.closed, s.markClose = context.WithCancel(context.Background())
@@ -163,37 +162,47 @@ func openPostgres(ctx context.Context, url string, o options) (*pgStore, error) 
 	return s, nil
 }
 
-// warmPool opens the pool's MinConns connections at once: it holds that many, then gives them back.
-func warmPool(ctx context.Context, p *pgxpool.Pool) error {
-	n := int(p.Config().MinConns)
-	conns := make([]*pgxpool.Conn, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() { conns[i], errs[i] = p.Acquire(ctx) })
-	}
-	wg.Wait()
-	for _, c := range conns {
-		if c != nil {
-			c.Release()
+// warmPool waits until the pool has opened its MinConns connections, which pgxpool does in the
+// background from its creation (acquiring them here as well would open up to twice as many). It is
+// best effort: a connection that fails to open is retried by the pool's health check, and the
+// queries open their own meanwhile, so it gives up quietly after warmWait.
+func warmPool(ctx context.Context, p *pgxpool.Pool) {
+	ctx, cancel := context.WithTimeout(ctx, warmWait)
+	defer cancel()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for p.Stat().TotalConns() < p.Config().MinConns {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
 		}
 	}
-	return errors.Join(errs...)
 }
 
-// relaxedConns is the relaxed pool's size: its writes are single small statements.
+// warmWait bounds warmPool.
+const warmWait = 10 * time.Second
+
+// relaxedConns is the relaxed pool's size: its writes are single small statements, but every
+// running turn's liveness touch goes through it.
 //
 // Relaxed writes (synchronous_commit off) return once committed in the server's memory, visible to
 // every other connection at once, without waiting for the WAL flush: on this project's test disk a
 // flush takes 1–2 ms and its tail tens. A server crash can lose the last ~0.6 s of them (three
 // wal_writer_delay), never a later synchronous commit's. Only writes whose loss costs a repeat the
 // design allows anyway are relaxed:
-//   - TurnMarkDelivered: recovery posts the outcome again (delivery is at least once);
-//   - SessionTouch: the idle timers count from an activity a moment older;
+//   - SessionTouch: the idle timers count from the activity recorded before, so the idle pass may
+//     pause the sandbox early (its files are kept; the next message resumes it), and the hand-off
+//     note is the one before (the history replays the turns anyway);
 //   - TurnTouch: the watchdog's clock, which counts in minutes.
 //
-// A turn's insert (the ack), start (never run twice) and outcome stay synchronous.
-const relaxedConns = 2
+// The SET is per connection, so a pooler in front of PostgreSQL must pin a server connection to
+// each client connection (PgBouncer's session mode), as the advisory locks require anyway.
+//
+// A turn's insert (the ack), start (never run twice), outcome and delivery mark stay synchronous: a
+// lost mark on a live process's turn would be posted again only at that process's next restart,
+// maybe days later.
+const relaxedConns = 4
 
 // defaultQueryConns is the least size of the query pool when database.url sets no pool_max_conns.
 const defaultQueryConns = 8

@@ -254,7 +254,7 @@ func (s *pgStore) TurnUsageTop(ctx context.Context, since time.Time, limit int) 
 }
 
 func (s *pgStore) TurnMarkDelivered(ctx context.Context, id int64) error {
-	if _, err := s.q.TurnMarkDelivered(ctx, s.relaxed, pgsqlc.TurnMarkDeliveredParams{Now: pgTime(s.clock()), ID: id}); err != nil {
+	if _, err := s.q.TurnMarkDelivered(ctx, s.dbtx, pgsqlc.TurnMarkDeliveredParams{Now: pgTime(s.clock()), ID: id}); err != nil {
 		return pgErr("mark turn "+turnKey(id)+" delivered", err)
 	}
 	return nil

@@ -24,7 +24,7 @@ func TestPostgresWarmPools(t *testing.T) {
 		query, intake, locks int
 	}{
 		{"warm", []db.Option{db.WithWarmPools(), db.WithLockConns(16)}, 4, 2, 4},
-		{"cold", []db.Option{db.WithLockConns(16)}, -1, 0, 1},
+		{"cold", []db.Option{db.WithLockConns(16)}, 0, 0, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -51,13 +51,31 @@ func TestPostgresWarmPools(t *testing.T) {
 			}
 			// The admin connection carries the same name: not counted.
 			if tc.name == "warm" {
+				// pgxpool opens them in the background, and Open waits for them without opening more
+				// of its own; Open's ping and the migration may each have used one besides.
 				require.GreaterOrEqual(t, count(app)-1, tc.query, "query pool")
+				require.LessOrEqual(t, count(app)-1, tc.query+1, "query pool")
 				require.Equal(t, tc.intake, count(app+"-intake"), "intake")
 				require.GreaterOrEqual(t, count(app+"-locks"), tc.locks, "lock pool")
+				require.LessOrEqual(t, count(app+"-locks"), tc.locks+1, "lock pool")
+				require.Equal(t, 1, count(app+"-relaxed"), "relaxed pool")
 				return
 			}
 			require.Equal(t, tc.intake, count(app+"-intake"), "intake")
-			require.LessOrEqual(t, count(app+"-locks"), tc.locks, "lock pool")
+			require.LessOrEqual(t, count(app+"-locks"), tc.locks, "lock pool: the one migrating used at most")
+			require.Zero(t, count(app+"-relaxed"), "relaxed pool")
 		})
+	}
+}
+
+// TestPostgresRelaxedWrites: only the relaxed pool's connections skip waiting for the disk; the
+// ack's insert, the turn's start and outcome (intake and query pools) wait for it.
+func TestPostgresRelaxedWrites(t *testing.T) {
+	t.Parallel()
+	s := dbtest.OpenPostgres(t)
+	for pool, want := range map[string]string{"query": "on", "intake": "on", "locks": "on", "relaxed": "off"} {
+		got, err := db.PoolSetting(pgCtx(t), s, pool, "synchronous_commit")
+		require.NoError(t, err)
+		require.Equal(t, want, got, pool)
 	}
 }
