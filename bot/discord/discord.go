@@ -112,7 +112,8 @@ func (o Options) withDefaults() Options {
 		o.Now = time.Now
 	}
 	if o.HTTPClient == nil {
-		o.HTTPClient = bot.APIClient()
+		// Uploads go to the API host along with the reactions: room for both.
+		o.HTTPClient = bot.APIClient(256)
 	}
 	return o
 }

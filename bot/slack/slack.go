@@ -134,7 +134,8 @@ func (o Options) withDefaults() Options {
 		o.Now = time.Now
 	}
 	if o.HTTPClient == nil {
-		o.HTTPClient = bot.APIClient()
+		// Uploads go to files.slack.com, not the API host: 64 connections are plenty.
+		o.HTTPClient = bot.APIClient(64)
 	}
 	return o
 }
