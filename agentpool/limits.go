@@ -62,8 +62,57 @@ type limitReading struct {
 }
 
 // limitState remembers, per sandbox, the last reading, so a warm turn needs no probe before it runs.
+//
+// Sandboxes come and go (recreated, destroyed) without telling it, so readings are dropped once a
+// day old, swept every limitSweepEvery stores: what it holds is bounded by the sandboxes that ran a
+// turn in the last day, not by every sandbox the process ever saw. A dropped reading of a sandbox
+// still in use costs one probe.
 type limitState struct {
-	last sync.Map // sandbox id → limitReading
+	mu     sync.Mutex // protects the following
+	last   map[string]timedReading
+	stores int
+}
+
+type timedReading struct {
+	r  limitReading
+	at time.Time
+}
+
+// Limit reading bounds.
+const (
+	limitReadingTTL = 24 * time.Hour
+	limitSweepEvery = 1024
+)
+
+func (s *limitState) load(id string) (limitReading, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.last[id]
+	return t.r, ok
+}
+
+// store records id's reading taken at now, sweeping the day-old ones every limitSweepEvery calls.
+func (s *limitState) store(id string, r limitReading, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.last == nil {
+		s.last = map[string]timedReading{}
+	}
+	s.last[id] = timedReading{r: r, at: now}
+	if s.stores++; s.stores%limitSweepEvery == 0 {
+		for k, t := range s.last {
+			if now.Sub(t.at) > limitReadingTTL {
+				delete(s.last, k)
+			}
+		}
+	}
+}
+
+// len is how many readings are held.
+func (s *limitState) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.last)
 }
 
 func (p *Pool) probeLimits(ctx context.Context, sb sandbox.Sandbox) (limitReading, error) {
@@ -122,11 +171,11 @@ func (p *Pool) watchLimits(ctx context.Context, sb sandbox.Sandbox, created bool
 		return ctx, nil
 	}
 	w := &limitWatch{p: p, sb: sb, done: make(chan struct{})}
-	switch last, ok := p.limits.last.Load(sb.Handle().ID); {
+	switch last, ok := p.limits.load(sb.Handle().ID); {
 	case created:
 		w.base = limitReading{}
 	case ok:
-		w.base = last.(limitReading)
+		w.base = last
 	default:
 		// The first turn on this sandbox in this process: learn where it starts from.
 		r, err := p.probeLimits(ctx, sb)
@@ -193,7 +242,7 @@ func (w *limitWatch) finish(ctx context.Context) error {
 		}
 		return nil
 	}
-	w.p.limits.last.Store(w.sb.Handle().ID, r)
+	w.p.limits.store(w.sb.Handle().ID, r, w.p.now())
 	limit := w.p.cfg.Resources
 	baseOOM := w.base.oomKills
 	if w.base.started != "" && w.base.started != r.started {
