@@ -104,34 +104,24 @@ func openPostgres(ctx context.Context, url string, o options) (*pgStore, error) 
 		return nil
 	}
 
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("database.url: cannot connect to postgres at %s: %w", where, err)
+	// The query pool first, pinged: a wrong URL or password fails here, once.
+	pools := make([]*pgxpool.Pool, 0, 4)
+	for i, c := range []*pgxpool.Config{cfg, lockCfg, intakeCfg, relaxedCfg} {
+		p, err := pgxpool.NewWithConfig(ctx, c)
+		if err == nil && i == 0 {
+			if err = p.Ping(ctx); err != nil {
+				p.Close()
+			}
+		}
+		if err != nil {
+			for _, opened := range pools {
+				opened.Close()
+			}
+			return nil, fmt.Errorf("database.url: cannot connect to postgres at %s: %w", where, err)
+		}
+		pools = append(pools, p)
 	}
-	if err := pool.Ping(ctx); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("database.url: cannot connect to postgres at %s: %w", where, err)
-	}
-	lockPool, err := pgxpool.NewWithConfig(ctx, lockCfg)
-	if err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("database.url: cannot connect to postgres at %s: %w", where, err)
-	}
-
-	intakePool, err := pgxpool.NewWithConfig(ctx, intakeCfg)
-	if err != nil {
-		lockPool.Close()
-		pool.Close()
-		return nil, fmt.Errorf("database.url: cannot connect to postgres at %s: %w", where, err)
-	}
-
-	relaxedPool, err := pgxpool.NewWithConfig(ctx, relaxedCfg)
-	if err != nil {
-		intakePool.Close()
-		lockPool.Close()
-		pool.Close()
-		return nil, fmt.Errorf("database.url: cannot connect to postgres at %s: %w", where, err)
-	}
+	pool, lockPool, intakePool, relaxedPool := pools[0], pools[1], pools[2], pools[3]
 
 	s := &pgStore{
 		pool:        pool,
@@ -146,9 +136,9 @@ func openPostgres(ctx context.Context, url string, o options) (*pgStore, error) 
 	}
 	s.intake = newPGIntake(s, intakePool, intakeConns)
 	if o.warm {
-		// pgxpool would open MinConns in the background; open them now, so that a replica is warm
-		// by the time it listens.
-		for _, p := range []*pgxpool.Pool{pool, intakePool, lockPool, relaxedPool} {
+		// pgxpool opens MinConns in the background: wait for them, so that a replica is warm by the
+		// time it listens.
+		for _, p := range pools {
 			warmPool(ctx, p)
 		}
 	}

@@ -154,7 +154,7 @@ func (r *raw) pause(ctx context.Context, ws *websocket.Conn, id, vol, snap strin
 		if json.Unmarshal(data, &s) == nil && s.Bootable {
 			break
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // the same polling, as the provider waits for a bootable snapshot
 	}
 	_, err := r.must(ctx, http.MethodDelete, "/api/v2/volumes/"+vol, nil)
 	return err
