@@ -364,38 +364,40 @@ func (l *lifecycle) resume(ctx context.Context, sess db.Session, h sandbox.Handl
 // healthRecordEvery is how often a warm thread's runtime health is written down (healthy).
 const healthRecordEvery = time.Minute
 
-// healthy records that the runtime answered in the session's running sandbox. Only now is a resume
-// complete, so only now is the failed-resume count reset: a sandbox that starts but whose runtime
-// never comes up keeps counting towards a recreate.
+// healthDue reports whether a runtime that answered at `at` must be written down (record). Only then
+// is a resume complete, so only then is the failed-resume count reset: a sandbox that starts but
+// whose runtime never comes up keeps counting towards a recreate.
 //
 // A warm turn, whose session is active with nothing to reset and was recorded healthy less than
 // healthRecordEvery ago, writes nothing: the write (a commit) would sit between the message and its
 // prompt on every turn only to move a timestamp that nothing decides on. The turn holds the thread's
 // lock and read the session under it, so there is no newer generation to fence against.
-func (l *lifecycle) healthy(ctx context.Context, sess db.Session, at time.Time) error {
-	if since := at.Sub(sess.LastHealthOKAt); sess.Status == db.SessionActive && sess.ResumeFailCount == 0 &&
-		!sess.LastHealthOKAt.IsZero() && since >= 0 && since < healthRecordEvery {
-		return nil
-	}
-	_, err := l.store.SessionTransition(ctx, sess.ThreadKey, db.Transition{
-		From: []db.SessionStatus{db.SessionActive}, To: db.SessionActive, IfGeneration: gen(sess),
-		Patch: db.SessionPatch{LastHealthOKAt: &at}, ResumeFail: db.ResumeFailReset,
-	})
-	if err != nil {
-		return fmt.Errorf("recording runtime health: %w", err)
-	}
-	return nil
+func healthDue(sess db.Session, at time.Time) bool {
+	since := at.Sub(sess.LastHealthOKAt)
+	return sess.Status != db.SessionActive || sess.ResumeFailCount != 0 || sess.LastHealthOKAt.IsZero() ||
+		since < 0 || since >= healthRecordEvery
 }
 
-// recordAgentSession saves the runtime's agent session id for the sandbox it lives in: fenced, so a
-// stale turn cannot record its session over a newer sandbox's.
-func (l *lifecycle) recordAgentSession(ctx context.Context, sess db.Session, sid string) (db.Session, error) {
-	s, err := l.store.SessionTransition(ctx, sess.ThreadKey, db.Transition{
+// record writes what a turn learned of its sandbox's runtime, in one fenced write (a stale turn
+// cannot record over a newer sandbox): that it answered at *health (which resets the failed-resume
+// count), and its agent session id *sid. A nil field is left as it is; with both nil nothing is
+// written. A new sandbox learns both within milliseconds, so a turn writes them together: one commit
+// fewer between a new thread's message and its prompt.
+func (l *lifecycle) record(ctx context.Context, sess db.Session, health *time.Time, sid *string) (db.Session, error) {
+	if health == nil && sid == nil {
+		return sess, nil
+	}
+	t := db.Transition{
 		From: []db.SessionStatus{db.SessionActive}, To: db.SessionActive, IfGeneration: gen(sess),
-		Patch: db.SessionPatch{AgentSessionID: &sid},
-	})
+		Patch: db.SessionPatch{LastHealthOKAt: health, AgentSessionID: sid},
+	}
+	what := "saving agent session"
+	if health != nil {
+		t.ResumeFail, what = db.ResumeFailReset, "recording runtime health"
+	}
+	s, err := l.store.SessionTransition(ctx, sess.ThreadKey, t)
 	if err != nil {
-		return sess, fmt.Errorf("saving agent session: %w", err)
+		return sess, fmt.Errorf("%s: %w", what, err)
 	}
 	return s, nil
 }

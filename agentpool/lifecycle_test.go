@@ -214,9 +214,14 @@ func TestLifecycleFencing(t *testing.T) {
 			_, err := l.markDestroyed(context.Background(), s, "stale")
 			return err
 		},
-		"healthy": func(l *lifecycle, s db.Session) error { return l.healthy(context.Background(), s, time.Now()) },
-		"recordAgentSession": func(l *lifecycle, s db.Session) error {
-			_, err := l.recordAgentSession(context.Background(), s, "stale-agent")
+		"record health": func(l *lifecycle, s db.Session) error {
+			at := time.Now()
+			_, err := l.record(context.Background(), s, &at, nil)
+			return err
+		},
+		"record agent session": func(l *lifecycle, s db.Session) error {
+			sid := "stale-agent"
+			_, err := l.record(context.Background(), s, nil, &sid)
 			return err
 		},
 		"resolve": func(l *lifecycle, s db.Session) error {
@@ -482,22 +487,55 @@ func TestLifecycleHealthyWarm(t *testing.T) {
 	l := newTestLifecycle(t, st, prov)
 	sessionWith(t, st, prov, "web:h", db.SessionActive, boxRunning)
 	t0 := time.Now().UTC().Truncate(time.Second)
+	healthy := func(s db.Session, at time.Time) {
+		t.Helper()
+		if healthDue(s, at) {
+			_, err := l.record(ctx, s, &at, nil)
+			require.NoError(t, err)
+		}
+	}
 
-	require.NoError(t, l.healthy(ctx, sessionStatus(t, st, "web:h"), t0)) // never recorded: written
+	healthy(sessionStatus(t, st, "web:h"), t0) // never recorded: written
 	recorded := sessionStatus(t, st, "web:h")
 	require.True(t, recorded.LastHealthOKAt.Equal(t0))
 
-	require.NoError(t, l.healthy(ctx, recorded, t0.Add(healthRecordEvery/2)))
+	healthy(recorded, t0.Add(healthRecordEvery/2))
 	require.Equal(t, recorded, sessionStatus(t, st, "web:h"), "a recent record is not written again")
 
 	later := t0.Add(healthRecordEvery)
-	require.NoError(t, l.healthy(ctx, recorded, later))
+	healthy(recorded, later)
 	require.True(t, sessionStatus(t, st, "web:h").LastHealthOKAt.Equal(later), "an old record is refreshed")
 
 	_, err := st.SessionTransition(ctx, "web:h", db.Transition{From: []db.SessionStatus{db.SessionActive}, To: db.SessionActive, ResumeFail: db.ResumeFailIncrement})
 	require.NoError(t, err)
 	failing := sessionStatus(t, st, "web:h")
 	require.Equal(t, 1, int(failing.ResumeFailCount))
-	require.NoError(t, l.healthy(ctx, failing, later.Add(time.Second)))
+	healthy(failing, later.Add(time.Second))
 	require.Zero(t, sessionStatus(t, st, "web:h").ResumeFailCount, "a failed-resume count is reset at once")
+}
+
+// TestLifecycleRecordTogether: health and the agent session id go down in one write, both kept; a
+// record with neither writes nothing.
+func TestLifecycleRecordTogether(t *testing.T) {
+	ctx := context.Background()
+	st, prov := newSQLiteStore(t), sandboxfake.New()
+	l := newTestLifecycle(t, st, prov)
+	sessionWith(t, st, prov, "web:rt", db.SessionActive, boxRunning)
+	_, err := st.SessionTransition(ctx, "web:rt", db.Transition{From: []db.SessionStatus{db.SessionActive}, To: db.SessionActive, ResumeFail: db.ResumeFailIncrement})
+	require.NoError(t, err)
+	before := sessionStatus(t, st, "web:rt")
+
+	same, err := l.record(ctx, before, nil, nil)
+	require.NoError(t, err)
+	require.Equal(t, before, same)
+	require.Equal(t, before, sessionStatus(t, st, "web:rt"), "nothing to record, nothing written")
+
+	at, sid := time.Now().UTC().Truncate(time.Second), "agent-7"
+	got, err := l.record(ctx, before, &at, &sid)
+	require.NoError(t, err)
+	require.Equal(t, got, sessionStatus(t, st, "web:rt"), "the returned session is the row")
+	require.True(t, got.LastHealthOKAt.Equal(at))
+	require.Equal(t, sid, got.AgentSessionID)
+	require.Zero(t, got.ResumeFailCount, "health resets the failed-resume count")
+	require.Equal(t, before.Generation, got.Generation)
 }

@@ -105,7 +105,12 @@ func (p *Pool) Resume(ctx context.Context, threadKey string) error {
 		if err != nil {
 			return err
 		}
-		return p.ensureRuntime(ctx, r, 0)
+		health, err := p.ensureRuntime(ctx, r, 0)
+		if err != nil {
+			return err
+		}
+		_, err = p.life.record(ctx, r.sess, health, nil)
+		return err
 	})
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -431,4 +432,35 @@ func TestStartOfUnknownOutcomeIsAnswered(t *testing.T) {
 	turn, err := st.TurnGet(context.Background(), tk.TurnID)
 	require.NoError(t, err)
 	require.Equal(t, db.TurnFailed, turn.Status)
+}
+
+// transitionCounter counts the session writes a store is asked for.
+type transitionCounter struct {
+	db.Store
+	n atomic.Int32
+}
+
+func (s *transitionCounter) SessionTransition(ctx context.Context, key string, t db.Transition) (db.Session, error) {
+	s.n.Add(1)
+	return s.Store.SessionTransition(ctx, key, t)
+}
+
+// TestNewThreadWritesSessionThrice: a new thread's first turn writes its session three times (begin
+// create, the sandbox's handle, then the runtime's health with its agent session together), and a warm
+// turn after it none.
+func TestNewThreadWritesSessionThrice(t *testing.T) {
+	st := &transitionCounter{Store: newSQLiteStore(t)}
+	f := newFixture(t, st, sandboxfake.New(), &scriptRuntime{})
+	sink := newCollector()
+	submit(t, f.pool, "web:w3", "e1", "hi", sink)
+	require.NoError(t, sink.wait(t, 1)[0].Err)
+	require.Equal(t, int32(3), st.n.Load())
+	sess, err := st.SessionGet(context.Background(), "web:w3")
+	require.NoError(t, err)
+	require.NotEmpty(t, sess.AgentSessionID)
+	require.False(t, sess.LastHealthOKAt.IsZero())
+
+	submit(t, f.pool, "web:w3", "e2", "again", sink)
+	require.NoError(t, sink.wait(t, 1)[0].Err)
+	require.Equal(t, int32(3), st.n.Load(), "a warm turn writes no session transition")
 }

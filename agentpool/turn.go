@@ -207,7 +207,10 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch,
 		if r.recreate != "" {
 			out.Recreate = r.recreate
 		}
-		if err := p.ensureRuntime(ctx, r, turnID); err != nil {
+		// health is when the runtime answered, if that is due to be written: it goes down with the
+		// agent session id below, in one write.
+		health, err := p.ensureRuntime(ctx, r, turnID)
+		if err != nil {
 			if runtime.Classify(err) == runtime.ClassSandboxDown {
 				lastRecoverErr = err
 				continue
@@ -222,6 +225,10 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch,
 		t0 = p.now()
 		sid, replaced, err := rt.Session(ctx, r.sb, prev, req.ThreadKey)
 		if err != nil {
+			// The runtime did answer: that is recorded even though its session failed.
+			if _, herr := p.life.record(ctx, sess, health, nil); herr != nil {
+				p.log.Warn("recording runtime health", fields(zap.Error(herr))...)
+			}
 			if runtime.Classify(err) == runtime.ClassSandboxDown {
 				lastRecoverErr = err
 				continue
@@ -241,11 +248,13 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch,
 				return out
 			}
 		}
+		var newSid *string
 		if sid != sess.AgentSessionID {
-			if sess, err = p.life.recordAgentSession(ctx, sess, sid); err != nil {
-				out.Err = classify(EINTERNAL, "save agent session", err)
-				return out
-			}
+			newSid = &sid
+		}
+		if sess, err = p.life.record(ctx, sess, health, newSid); err != nil {
+			out.Err = classify(EINTERNAL, "save agent session", err)
+			return out
 		}
 		if filesInGen != sess.Generation {
 			ws, err := p.prepareWorkspace(ctx, r, req)
@@ -332,9 +341,11 @@ func (p *Pool) finishAnswer(ctx context.Context, r resolved, res runtime.Result,
 }
 
 // ensureRuntime brings the runtime up, giving it a second chance (the runtime restarts its process on
-// Ensure) before marking the session as failing.
+// Ensure) before marking the session as failing. It returns when the runtime answered if that is due
+// to be written down (healthDue; nil: nothing to write): the caller writes it (lifecycle.record),
+// with whatever else it learns of the runtime next.
 // turnID names the turn in the log (0 for an admin resume).
-func (p *Pool) ensureRuntime(ctx context.Context, r resolved, turnID int64) error {
+func (p *Pool) ensureRuntime(ctx context.Context, r resolved, turnID int64) (*time.Time, error) {
 	var err error
 	prov := r.sb.Handle().Provider
 	rt := p.runtimeOf(r.sess)
@@ -346,7 +357,10 @@ func (p *Pool) ensureRuntime(ctx context.Context, r resolved, turnID int64) erro
 			if attempt > 0 {
 				p.met.Retry(prov, RetryRuntimeRestart)
 			}
-			return p.life.healthy(ctx, r.sess, p.now())
+			if at := p.now(); healthDue(r.sess, at) {
+				return &at, nil
+			}
+			return nil, nil
 		}
 		if ctx.Err() != nil || runtime.Classify(err) == runtime.ClassSandboxDown {
 			break
@@ -360,7 +374,7 @@ func (p *Pool) ensureRuntime(ctx context.Context, r resolved, turnID int64) erro
 	if ctx.Err() == nil && runtime.Classify(err) != runtime.ClassSandboxDown {
 		p.life.runtimeFailed(ctx, r.sess, r.sb.Handle(), fmt.Sprintf("runtime %s unhealthy: %v", rt.Name(), err))
 	}
-	return fmt.Errorf("runtime %s: %w", rt.Name(), err)
+	return nil, fmt.Errorf("runtime %s: %w", rt.Name(), err)
 }
 
 // copyInbound puts the user's attachments into input/, reading each only now and at most
