@@ -40,11 +40,15 @@ func WithLockConns(n int) Option {
 	}
 }
 
-// WithWarmPools makes Open connect ahead of need (PostgreSQL; SQLite ignores it): both intake
-// connections, half the query pool, a quarter of the lock pool and one relaxed connection, before
-// it returns (waiting at most 10 s for them), and keeps them open while idle. A connection costs its first user a TCP handshake, the server's fork and a
-// SCRAM exchange (deliberately slow hashing on both sides), several milliseconds of CPU: a replica
-// that met its first burst of events with empty pools spent the first few hundred of them opening
-// connections, and their acks waited (BenchmarkEventsAck). serve uses it; one-shot commands and
-// tests, which open many stores, do not.
+// WithWarmPools makes Open's pools fixed-size (PostgreSQL; SQLite ignores it): every connection of
+// every pool is opened before Open returns (it waits at most warmWait for them) and kept open while
+// idle, so a replica has exactly the connections it is budgeted for (README: lock_conns + 14), from
+// the start. A connection costs its first user a TCP handshake, the server's fork and a SCRAM
+// exchange (deliberately slow hashing on both sides), several milliseconds of CPU on each side: a
+// replica whose pools grew on demand spent its first burst of events opening them, and their acks
+// waited (BenchmarkEventsAck's uncounted first burst: p50 53–73 ms with a quarter of the lock pool
+// open ahead, 8–9 ms with all of it), and so again after every quiet spell long enough for idle
+// connections to be closed. HikariCP's advice is the same: a fixed-size pool. pool_min_conns in the
+// URL still sets the query pool's floor. serve uses it; one-shot commands and tests, which open many
+// stores, do not.
 func WithWarmPools() Option { return func(o *options) { o.warm = true } }

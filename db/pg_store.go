@@ -83,12 +83,13 @@ func openPostgres(ctx context.Context, url string, o options) (*pgStore, error) 
 	lockCfg.MaxConns = o.lockConns
 	lockCfg.MinConns = 0
 	if o.warm {
+		// Fixed-size pools (see WithWarmPools).
 		if !strings.Contains(url, "pool_min_conns") {
-			cfg.MinConns = max(1, cfg.MaxConns/2)
+			cfg.MinConns = cfg.MaxConns
 		}
 		intakeCfg.MinConns = intakeCfg.MaxConns
-		relaxedCfg.MinConns = 1
-		lockCfg.MinConns = max(1, lockCfg.MaxConns/4)
+		relaxedCfg.MinConns = relaxedCfg.MaxConns
+		lockCfg.MinConns = lockCfg.MaxConns
 	}
 	lockCfg.ConnConfig.RuntimeParams["application_name"] += "-locks"
 	// A lock holder that vanishes without closing its socket (a dead host) must lose its locks in
