@@ -8,6 +8,7 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -195,4 +196,11 @@ const IntakeConns = intakeConns
 func PoolSizes(s Store) (query, intake, locks int32) {
 	ps := s.(*pgStore)
 	return ps.pool.Config().MaxConns, ps.intakePool.Config().MaxConns, ps.lockPool.Config().MaxConns
+}
+
+// SetWarmWait bounds the warm pools' wait (WithWarmPools) until the returned restore is called.
+func SetWarmWait(d time.Duration) (restore func()) {
+	prev := warmWait
+	warmWait = d
+	return func() { warmWait = prev }
 }

@@ -11,6 +11,8 @@ type options struct {
 	lockNamespace *string
 	lockConns     int32
 	warm          bool
+	// warmed, if set, is told how many connections the warm pools opened in time, of how many.
+	warmed func(opened, wanted int)
 }
 
 func defaultOptions() options {
@@ -51,4 +53,10 @@ func WithLockConns(n int) Option {
 // connections to be closed. HikariCP's advice is the same: a fixed-size pool. pool_min_conns in the
 // URL still sets the query pool's floor. serve uses it; one-shot commands and tests, which open many
 // stores, do not.
-func WithWarmPools() Option { return func(o *options) { o.warm = true } }
+//
+// report, if not nil, is told how many connections were open when Open returned, of how many: fewer
+// (the server's max_connections reached, or it is slow) is no failure, the rest open on demand, but
+// the operator should hear of it.
+func WithWarmPools(report func(opened, wanted int)) Option {
+	return func(o *options) { o.warm, o.warmed = true, report }
+}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
@@ -110,7 +111,7 @@ func openPostgres(ctx context.Context, url string, o options) (*pgStore, error) 
 	for i, c := range []*pgxpool.Config{cfg, lockCfg, intakeCfg, relaxedCfg} {
 		p, err := pgxpool.NewWithConfig(ctx, c)
 		if err == nil && i == 0 {
-			if err = p.Ping(ctx); err != nil {
+			if err = ping(ctx, p, o.warm); err != nil {
 				p.Close()
 			}
 		}
@@ -138,9 +139,17 @@ func openPostgres(ctx context.Context, url string, o options) (*pgStore, error) 
 	s.intake = newPGIntake(s, intakePool, intakeConns)
 	if o.warm {
 		// pgxpool opens MinConns in the background: wait for them, so that a replica is warm by the
-		// time it listens.
+		// time it listens. One deadline for all the pools.
+		wctx, cancel := context.WithTimeout(ctx, warmWait)
+		opened, wanted := 0, 0
 		for _, p := range pools {
-			warmPool(ctx, p)
+			warmPool(wctx, p)
+			opened += int(min(established(p), p.Config().MinConns))
+			wanted += int(p.Config().MinConns)
+		}
+		cancel()
+		if o.warmed != nil {
+			o.warmed(opened, wanted)
 		}
 	}
 	s.closed, s.markClose = context.WithCancel(context.Background())
@@ -154,15 +163,13 @@ func openPostgres(ctx context.Context, url string, o options) (*pgStore, error) 
 }
 
 // warmPool waits until the pool has opened its MinConns connections, which pgxpool does in the
-// background from its creation (acquiring them here as well would open up to twice as many). It is
-// best effort: a connection that fails to open is retried by the pool's health check, and the
-// queries open their own meanwhile, so it gives up quietly after warmWait.
+// background from its creation (acquiring them here as well would open up to twice as many), or ctx
+// ends. It is best effort: a connection that fails to open is retried by the pool's health check,
+// and the queries open their own meanwhile.
 func warmPool(ctx context.Context, p *pgxpool.Pool) {
-	ctx, cancel := context.WithTimeout(ctx, warmWait)
-	defer cancel()
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
-	for p.Stat().TotalConns() < p.Config().MinConns {
+	for established(p) < p.Config().MinConns {
 		select {
 		case <-ctx.Done():
 			return
@@ -171,8 +178,35 @@ func warmPool(ctx context.Context, p *pgxpool.Pool) {
 	}
 }
 
-// warmWait bounds warmPool.
-const warmWait = 10 * time.Second
+// ping checks that the server answers. With warm pools, the query pool's own background connections
+// race the ping for the server's last free slots: a refusal for too many connections (SQLSTATE
+// 53300) is waited out while the pool opens them (up to warmWait), then the ping uses one of those.
+func ping(ctx context.Context, p *pgxpool.Pool, warm bool) error {
+	wctx, cancel := context.WithTimeout(ctx, warmWait)
+	defer cancel()
+	for {
+		err := p.Ping(ctx)
+		var pe *pgconn.PgError
+		if err == nil || !warm || !errors.As(err, &pe) || pe.Code != "53300" {
+			return err
+		}
+		select {
+		case <-wctx.Done():
+			return err
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// established counts the pool's open connections: pgxpool's total also counts those still being
+// opened, which may yet fail.
+func established(p *pgxpool.Pool) int32 {
+	st := p.Stat()
+	return st.TotalConns() - st.ConstructingConns()
+}
+
+// warmWait bounds the wait for the warm pools, all of them together (a variable for a test).
+var warmWait = 10 * time.Second
 
 // relaxedConns is the relaxed pool's size: its writes are single small statements, but every
 // running turn's liveness touch goes through it.

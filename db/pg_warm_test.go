@@ -13,16 +13,17 @@ import (
 	"github.com/threadbox/threadbox/db/dbtest"
 )
 
-// TestPostgresWarmPools: with WithWarmPools, Open returns with every pool full (fixed-size pools);
-// without it, the intake has none and the lock pool at most the one migrating used.
+// TestPostgresWarmPools: with WithWarmPools, Open returns with every pool full (fixed-size pools),
+// and reports so; without it, the intake has none and the lock pool at most the one migrating used.
 func TestPostgresWarmPools(t *testing.T) {
 	t.Parallel()
+	var opened, wanted int // what the warm store reported; only its subtest uses them
 	for _, tc := range []struct {
 		name                 string
 		opts                 []db.Option
 		query, intake, locks int
 	}{
-		{"warm", []db.Option{db.WithWarmPools(), db.WithLockConns(16)}, 8, 2, 16},
+		{"warm", []db.Option{db.WithWarmPools(func(o, w int) { opened, wanted = o, w }), db.WithLockConns(16)}, 8, 2, 16},
 		{"cold", []db.Option{db.WithLockConns(16)}, 0, 0, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -58,6 +59,8 @@ func TestPostgresWarmPools(t *testing.T) {
 				require.GreaterOrEqual(t, count(app+"-locks"), tc.locks, "lock pool")
 				require.LessOrEqual(t, count(app+"-locks"), tc.locks+1, "lock pool")
 				require.Equal(t, 4, count(app+"-relaxed"), "relaxed pool")
+				require.Equal(t, 8+16+2+4, wanted, "reported: every pool full")
+				require.Equal(t, wanted, opened, "reported: all opened in time")
 				return
 			}
 			require.Equal(t, tc.intake, count(app+"-intake"), "intake")
@@ -65,6 +68,39 @@ func TestPostgresWarmPools(t *testing.T) {
 			require.Zero(t, count(app+"-relaxed"), "relaxed pool")
 		})
 	}
+}
+
+// TestPostgresWarmPoolsShortOfConnections: a server that lets the store open fewer connections than
+// its pools want (max_connections, or here a role's connection limit) does not stop Open: it returns
+// once the wait is over, and reports the shortfall for serve to warn about.
+func TestPostgresWarmPoolsShortOfConnections(t *testing.T) {
+	defer db.SetWarmWait(time.Second)()
+	u, err := url.Parse(dbtest.PostgresSchemaURL(t))
+	require.NoError(t, err)
+	admin, err := pgx.Connect(pgCtx(t), u.String())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = admin.Close(pgCtx(t)) })
+	role := fmt.Sprintf("tbwarm%d", time.Now().UnixNano())
+	_, err = admin.Exec(pgCtx(t), fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD 'warm' CONNECTION LIMIT 6; GRANT ALL ON SCHEMA %s TO %s",
+		role, u.Query().Get("search_path"), role))
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = admin.Exec(pgCtx(t), fmt.Sprintf("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '%s'", role))
+		_, _ = admin.Exec(pgCtx(t), fmt.Sprintf("REVOKE ALL ON SCHEMA %s FROM %s; DROP ROLE %s", u.Query().Get("search_path"), role, role))
+	})
+	u.User = url.UserPassword(role, "warm")
+	q := u.Query()
+	q.Set("pool_max_conns", "8")
+	u.RawQuery = q.Encode()
+
+	var opened, wanted int
+	st, err := db.Open(pgCtx(t), u.String(), db.WithLockConns(16), db.WithWarmPools(func(o, w int) { opened, wanted = o, w }))
+	require.NoError(t, err, "too few connections is no failure")
+	t.Cleanup(func() { _ = st.Close() })
+	require.Equal(t, 8+16+2+4, wanted)
+	require.LessOrEqual(t, opened, 6, "the role's limit")
+	require.Less(t, opened, wanted, "the shortfall is reported")
+	require.NoError(t, st.Ping(pgCtx(t)), "and the store works with what it has")
 }
 
 // TestPostgresRelaxedWrites: only the relaxed pool's connections skip waiting for the disk; the

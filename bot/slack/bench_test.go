@@ -73,7 +73,7 @@ func BenchmarkEventsAck(b *testing.B) {
 
 // benchPoolHandler is the real bot.Handler on an agent pool on the fake provider and PostgreSQL.
 func benchPoolHandler(b *testing.B, rt agentrt.Runtime) *bot.Handler {
-	st := dbtest.OpenPostgres(b, db.WithWarmPools()) // as serve opens it
+	st := dbtest.OpenPostgres(b, db.WithWarmPools(nil)) // as serve opens it
 	pool, err := agentpool.New(agentpool.Config{Deployment: "slackbench", Image: "fake"},
 		agentpool.Deps{Store: st, Provider: sandboxfake.New(), Runtime: rt, Logger: zap.NewNop()})
 	require.NoError(b, err)

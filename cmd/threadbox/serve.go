@@ -36,7 +36,12 @@ func (m *Main) runServe(ctx context.Context) error {
 	if err := m.Config.ValidateServe(); err != nil {
 		return err
 	}
-	a, err := m.buildApp(ctx, db.WithWarmPools())
+	a, err := m.buildApp(ctx, db.WithWarmPools(func(opened, wanted int) {
+		if opened < wanted {
+			log.Warn("PostgreSQL: not every connection opened ahead; the rest open on demand, and a burst of events waits for them. "+
+				"Check max_connections: it needs replicas × (database.lock_conns + 14)", zap.Int("opened", opened), zap.Int("wanted", wanted))
+		}
+	}))
 	if err != nil {
 		return err
 	}
