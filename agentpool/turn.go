@@ -189,7 +189,7 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch,
 		p.log.Info(EventResolveStart, fields(zap.Int("attempt", attempt))...)
 		t0 := p.now()
 		r, err := p.life.resolve(ctx, sess, func() {
-			w.emitter().emit(runtime.Event{Kind: runtime.EventStatus, Text: NoteWaitingForProvider, At: p.now()})
+			w.emitter().emit(runtime.Event{Kind: runtime.EventStatus, Note: NoteWaitingForProvider, At: p.now()})
 		})
 		took := p.now().Sub(t0)
 		if err != nil {

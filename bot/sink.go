@@ -82,7 +82,7 @@ func (s *replySink) Progress(ev runtime.Event) {
 		s.tools++
 		s.status = fmt.Sprintf("working… (%d tool call(s); last: %s)", s.tools, oneLineCut(ev.Tool+" "+ev.Text, 120))
 	case runtime.EventStatus:
-		s.status = oneLineCut(ev.Text, 200)
+		s.status = oneLineCut(statusText(ev), 200)
 	default:
 		if s.status != "working…" && !strings.HasPrefix(s.status, "working") {
 			s.status = "working…"

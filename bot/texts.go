@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/threadbox/threadbox/agentpool"
+	"github.com/threadbox/threadbox/agentpool/runtime"
 )
 
 // Texts the access policy and the sandbox limits show users, kept together so that the coded error
@@ -41,4 +42,20 @@ func limitText(e *agentpool.LimitError) string {
 	}
 	return fmt.Sprintf("This thread's sandbox is over its %d MiB disk limit (its files use %s). "+
 		"Delete files you no longer need, or send \"reset\" to start a fresh sandbox.", e.LimitMB, used)
+}
+
+// statusText is the progress headline for a status event: the pool reports facts (ev.Note, with its
+// numbers) and they are worded here; a runtime's own status (no Note) is shown as it is.
+func statusText(ev runtime.Event) string {
+	switch ev.Note {
+	case agentpool.NoteInLine:
+		return fmt.Sprintf("at capacity: all %d sandboxes are busy; you are number %d in line", ev.Max, ev.Place)
+	case agentpool.NoteWaitingForProvider:
+		return "waiting for the sandbox service"
+	case agentpool.NoteReadingThread:
+		return "reading the thread…"
+	case "":
+		return ev.Text
+	}
+	return "working…" // a note this bot does not know yet: better a plain headline than a code
 }
