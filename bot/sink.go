@@ -155,7 +155,12 @@ func (s *replySink) Deliver(ctx context.Context, out agentpool.Outcome) ([]strin
 		if out.Replayed || out.Recreate != "" {
 			post(replayNote(out))
 		}
-		lay := LayoutAnswer(out.Answer, s.r.Limits())
+		answer := out.Answer
+		if out.Refusal != nil {
+			// Refused, not failed (a budget used up): its own words, in place of the answer.
+			answer = Explain(s.log, "turn refused", out.Refusal, turn).String()
+		}
+		lay := LayoutAnswer(answer, s.r.Limits())
 		for _, c := range lay.Chunks {
 			post(c)
 		}

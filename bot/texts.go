@@ -44,6 +44,25 @@ func limitText(e *agentpool.LimitError) string {
 		"Delete files you no longer need, or send \"reset\" to start a fresh sandbox.", e.LimitMB, used)
 }
 
+// budgetText explains a turn the model gateway refused because a budget is used up, with the
+// numbers, and when it renews (Explain shows it for agentpool.EBUDGET).
+func budgetText(e *runtime.BudgetError) string {
+	if e.Money {
+		used, limit := formatMoney(e.Used), formatMoney(e.Limit)+" "+e.Currency
+		if e.Scope == runtime.ScopeUser {
+			return fmt.Sprintf("You have used your model budget for today (%s of %s). It renews at midnight UTC.", used, limit)
+		}
+		return fmt.Sprintf("The bot has used its model budget for today (%s of %s). It renews at midnight UTC.", used, limit)
+	}
+	switch e.Scope {
+	case runtime.ScopeThread:
+		return fmt.Sprintf("This thread has used its model budget (%d of %d tokens). Start a new thread to go on.", e.Used, e.Limit)
+	case runtime.ScopeUser:
+		return fmt.Sprintf("You have used your model budget for today (%d of %d tokens). It renews at midnight UTC.", e.Used, e.Limit)
+	}
+	return fmt.Sprintf("The bot has used its model budget for today (%d of %d tokens). It renews at midnight UTC.", e.Used, e.Limit)
+}
+
 // statusText is the progress headline for a status event: the pool reports facts (ev.Note, with its
 // numbers) and they are worded here; a runtime's own status (no Note) is shown as it is.
 func statusText(ev runtime.Event) string {

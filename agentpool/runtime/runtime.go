@@ -111,6 +111,10 @@ type Result struct {
 	ExitCode int
 	Usage    Usage
 	Duration time.Duration
+	// Refusal is set when the turn was refused rather than run to its end (a *BudgetError from the
+	// model gateway); IsError is then true, and Answer is the refusal's message for the record, while
+	// the bot words the refusal itself for the user.
+	Refusal error
 }
 
 // Error classes for prompt failures (seed 003's send-failure classification). The pool re-resolves
