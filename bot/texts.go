@@ -7,8 +7,9 @@ import (
 	"github.com/threadbox/threadbox/agentpool/runtime"
 )
 
-// Texts the access policy and the sandbox limits show users, kept together so that the coded error
-// model can take them over in one place.
+// Texts the access policy, the sandbox limits, the model budgets and the pool's status notes show
+// users. Below bot the pool and the gateway report facts (a *LimitError, a *runtime.BudgetError, an
+// event's Note with its numbers); they are worded here, and only here.
 
 // refusalText is the one polite reply a refused person gets per refusal window.
 func refusalText(reason string) string {

@@ -64,3 +64,36 @@ func TestStatusNotesAreWordedHere(t *testing.T) {
 		})
 	}
 }
+
+// budgetThread is a thread's token budget used up, as the gateway reports it.
+var budgetThread = &runtime.BudgetError{Scope: runtime.ScopeThread, Limit: 15, Used: 15}
+
+// TestBudgetRefusalsReadAsBudgets: the gateway's refusal reaches the user in words, with its numbers
+// and when it renews; it is no fault, so there is nothing to look up.
+func TestBudgetRefusalsReadAsBudgets(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"thread tokens", budgetThread,
+			"This thread has used its model budget (15 of 15 tokens). Start a new thread to go on."},
+		{"user tokens", fmt.Errorf("prompt: %w", &runtime.BudgetError{Scope: runtime.ScopeUser, Limit: 1000, Used: 1002}),
+			"You have used your model budget for today (1002 of 1000 tokens). It renews at midnight UTC."},
+		{"deployment tokens", &runtime.BudgetError{Scope: runtime.ScopeDay, Limit: 50, Used: 50},
+			"The bot has used its model budget for today (50 of 50 tokens). It renews at midnight UTC."},
+		{"user money", &runtime.BudgetError{Scope: runtime.ScopeUser, Limit: 105, Used: 105, Money: true, Currency: "USD"},
+			"You have used your model budget for today (0.000105 of 0.000105 USD). It renews at midnight UTC."},
+		{"deployment money", &runtime.BudgetError{Scope: runtime.ScopeDay, Limit: 2_000_000, Used: 2_012_345, Money: true, Currency: "EUR"},
+			"The bot has used its model budget for today (2.01 of 2.00 EUR). It renews at midnight UTC."},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := Explain(nil, "turn refused", tc.err)
+			require.Equal(t, agentpool.EBUDGET, p.Code)
+			require.Equal(t, agentpool.EBUDGET, agentpool.ErrorCode(tc.err), "the pool's codes know it too")
+			require.Empty(t, p.Ref, "nothing to look up")
+			require.Equal(t, tc.want, p.String())
+			require.Equal(t, 429, p.HTTPStatus())
+		})
+	}
+}
