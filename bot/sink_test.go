@@ -89,7 +89,7 @@ func TestDeliverSaysWhatHappenedAndLogsTheRef(t *testing.T) {
 		{name: "interrupted", out: agentpool.Outcome{Err: agentpool.ErrInterrupted},
 			wantPost: `send "retry"`, wantRef: true, wantReact: ReactError},
 		{name: "refused by the model budget: worded here, in place of the recorded answer",
-			out: agentpool.Outcome{Answer: budgetThread.Error(), IsError: true, Refusal: budgetThread},
+			out:      agentpool.Outcome{Answer: budgetThread.Error(), IsError: true, Refusal: budgetThread},
 			wantPost: "This thread has used its model budget (15 of 15 tokens). Start a new thread to go on.", wantReact: ReactError},
 	}
 	for _, tt := range tests {
