@@ -87,6 +87,14 @@ func Explain(log *zap.Logger, msg string, err error, fields ...zap.Field) Proble
 		log.Info(msg, append(fields, zap.String("code", string(agentpool.EBUDGET)), zap.Error(err))...)
 		return Problem{Code: agentpool.EBUDGET, Text: budgetText(be)}
 	}
+	var ne *runtime.NoPublicURLError
+	if errors.As(err, &ne) {
+		// The operator's setting, not the user's doing: the text says whom to ask and what to set;
+		// the ref finds the thread for the operator.
+		p := Problem{Code: agentpool.ERUNTIME, Text: noPublicURLText(ne), Ref: newRef()}
+		log.Warn(msg, append(fields, zap.String("ref", p.Ref), zap.String("code", string(p.Code)), zap.Error(err))...)
+		return p
+	}
 	var we *agentpool.WorkspaceError
 	if errors.As(err, &we) {
 		// The workspace's own words (a repository off the allowlist, a failing clone); the cause,

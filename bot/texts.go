@@ -8,8 +8,8 @@ import (
 )
 
 // Texts the access policy, the sandbox limits, the model budgets and the pool's status notes show
-// users. Below bot the pool and the gateway report facts (a *LimitError, a *runtime.BudgetError, an
-// event's Note with its numbers); they are worded here, and only here.
+// users. Below bot the pool and the gateway report facts (a *LimitError, a *runtime.BudgetError or
+// *runtime.NoPublicURLError, an event's Note with its numbers); they are worded here, and only here.
 
 // refusalText is the one polite reply a refused person gets per refusal window.
 func refusalText(reason string) string {
@@ -62,6 +62,13 @@ func budgetText(e *runtime.BudgetError) string {
 		return fmt.Sprintf("You have used your model budget for today (%d of %d tokens). It renews at midnight UTC.", e.Used, e.Limit)
 	}
 	return fmt.Sprintf("The bot has used its model budget for today (%d of %d tokens). It renews at midnight UTC.", e.Used, e.Limit)
+}
+
+// noPublicURLText explains a turn on a cloud sandbox that the model gateway cannot serve (Explain
+// shows it for a *runtime.NoPublicURLError).
+func noPublicURLText(e *runtime.NoPublicURLError) string {
+	return fmt.Sprintf("This thread's sandbox runs in the cloud (%s), and the bot's model gateway has no public URL for it "+
+		"to reach: ask the operator to set gateway.public_url.", e.Provider)
 }
 
 // statusText is the progress headline for a status event: the pool reports facts (ev.Note, with its

@@ -97,3 +97,21 @@ func TestBudgetRefusalsReadAsBudgets(t *testing.T) {
 		})
 	}
 }
+
+// TestNoPublicURLSaysWhatToSet: a turn the gateway cannot serve on a cloud sandbox says whom to ask
+// and what to set, as a reply (the refusal) or as a failure (Ensure's error), with a ref.
+func TestNoPublicURLSaysWhatToSet(t *testing.T) {
+	want := "This thread's sandbox runs in the cloud (deno), and the bot's model gateway has no public URL for it to reach: ask the operator to set gateway.public_url."
+	ne := &runtime.NoPublicURLError{Provider: "deno"}
+	p := Explain(nil, "turn failed", &agentpool.Error{Code: agentpool.ERUNTIME, Op: "ensure runtime", Err: ne})
+	require.Equal(t, agentpool.ERUNTIME, p.Code)
+	require.Equal(t, want, p.Text)
+	require.NotEmpty(t, p.Ref)
+
+	r := newChatReplier()
+	s := newReplySink(t.Context(), r, time.Millisecond, zap.NewNop())
+	_, err := s.Deliver(t.Context(), agentpool.Outcome{Answer: ne.Error(), IsError: true, Refusal: ne})
+	require.NoError(t, err)
+	require.Len(t, r.posts, 1)
+	require.Equal(t, want+" (ref "+refOf(r.posts[0])+")", r.posts[0])
+}

@@ -28,8 +28,8 @@ type gatedRuntime struct {
 // with the public URL and the sandbox's token.
 func (r *gatedRuntime) Ensure(ctx context.Context, sb sandbox.Sandbox) error {
 	sb, _, refusal, err := r.g.forCloud(ctx, sb)
-	if err == nil && refusal != "" {
-		err = errors.New(refusal)
+	if err == nil && refusal != nil {
+		err = refusal
 	}
 	if err != nil {
 		return err
@@ -40,8 +40,8 @@ func (r *gatedRuntime) Ensure(ctx context.Context, sb sandbox.Sandbox) error {
 // Session implements runtime.Runtime, with the sandbox Ensure saw.
 func (r *gatedRuntime) Session(ctx context.Context, sb sandbox.Sandbox, prevID, title string) (string, bool, error) {
 	sb, _, refusal, err := r.g.forCloud(ctx, sb)
-	if err == nil && refusal != "" {
-		err = errors.New(refusal)
+	if err == nil && refusal != nil {
+		err = refusal
 	}
 	if err != nil {
 		return "", false, err
@@ -54,12 +54,12 @@ func (r *gatedRuntime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID
 	var id ident
 	known := false
 	if _, ok := r.g.cloud(sb.Handle()); ok {
-		var refusal string
+		var refusal *runtime.NoPublicURLError
 		var err error
 		if sb, id, refusal, err = r.g.forCloud(ctx, sb); err != nil {
 			return runtime.Result{}, err
-		} else if refusal != "" {
-			return runtime.Result{Answer: refusal, IsError: true}, nil
+		} else if refusal != nil {
+			return runtime.Result{Answer: refusal.Error(), IsError: true, Refusal: refusal}, nil
 		}
 		p.Env = sb.(*publicSandbox).rw.env(p.Env)
 		known = true

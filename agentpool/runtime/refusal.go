@@ -5,9 +5,10 @@ import (
 	"fmt"
 )
 
-// The model gateway (agentpool/gateway) refuses a turn's model calls once a budget is used up; its
-// runtime wrapper ends the turn with a *BudgetError in Result.Refusal. The type lives here, beside
-// Result, so that the bot can word it for users without importing the gateway.
+// The model gateway (agentpool/gateway) refuses a turn's model calls once a budget is used up, and a
+// turn on a cloud sandbox it has no public URL for; its runtime wrapper ends the turn with a
+// *BudgetError or a *NoPublicURLError in Result.Refusal. The types live here, beside Result, so that
+// the bot can word them for users without importing the gateway.
 
 // BudgetScope names the budget a call ran out of.
 type BudgetScope string
@@ -46,3 +47,11 @@ func (e *BudgetError) Error() string {
 
 // Is makes errors.Is(err, ErrBudget) hold.
 func (e *BudgetError) Is(target error) bool { return target == ErrBudget }
+
+// NoPublicURLError refuses a turn on a cloud sandbox (Provider) when the model gateway has no public
+// URL for it to reach: gateway.public_url is unset, an operator's setting.
+type NoPublicURLError struct{ Provider string }
+
+func (e *NoPublicURLError) Error() string {
+	return "the model gateway has no public URL for a sandbox on " + e.Provider + " to reach: gateway.public_url is empty"
+}
