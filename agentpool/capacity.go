@@ -24,6 +24,10 @@ import (
 // last slot here. Across replicas the cap can be overshot by the admissions racing in the same
 // instant: it bounds cost, it is not a lock.
 
+// NoteInLine is the status note of a turn waiting in line for a sandbox slot: every live sandbox is
+// busy; the event's Place is the turn's place in line, its Max the cap.
+const NoteInLine = "in_line"
+
 // capacityRecheck is how often a waiting turn looks again without being woken (a slot freed by
 // another replica wakes nobody here).
 const capacityRecheck = 2 * time.Second
@@ -83,8 +87,7 @@ func (p *Pool) admit(ctx context.Context, threadKey string, sink Sink) (release 
 	wait := func(changed <-chan struct{}, place int) error {
 		if place != lastPlace {
 			lastPlace = place
-			sink.Progress(runtime.Event{Kind: runtime.EventStatus,
-				Text: fmt.Sprintf("at capacity: all %d sandboxes are busy; you are number %d in line", c.max, place)})
+			sink.Progress(runtime.Event{Kind: runtime.EventStatus, Note: NoteInLine, Place: place, Max: c.max, At: p.now()})
 		}
 		t := time.NewTimer(capacityRecheck)
 		defer t.Stop()

@@ -62,7 +62,7 @@ func TestDockerChaosLeavesNoLeaks(t *testing.T) {
 		for i := range threads {
 			submit(t, f.pool, fmt.Sprint("web:chaos-", i), fmt.Sprintf("e%d-%d", round, i), fmt.Sprintf("echo r%d", round), SinkFuncs{
 				ProgressFunc: func(ev agentrt.Event) {
-					if ev.Kind == agentrt.EventStatus && ev.Text == NoteWaitingForProvider {
+					if ev.Kind == agentrt.EventStatus && ev.Note == NoteWaitingForProvider {
 						waiting <- struct{}{}
 					}
 				},

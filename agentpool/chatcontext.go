@@ -42,8 +42,8 @@ type ContextNote struct {
 // chatContextTimeout bounds reading the thread: the turn goes on without it rather than wait.
 const chatContextTimeout = 30 * time.Second
 
-// NoteReadingThread is the progress status while the thread's earlier messages are read.
-const NoteReadingThread = "reading the thread…"
+// NoteReadingThread is the status note while the thread's earlier messages are read (the bot words it).
+const NoteReadingThread = "reading_thread"
 
 // chatContext reads the thread's earlier messages for the thread's first turn, rendered for the
 // prompt. A thread is past its first turn once any turn of it finished with an answer (a reset does
@@ -65,7 +65,7 @@ func (p *Pool) chatContext(ctx context.Context, req Request, sess db.Session, em
 	if !first {
 		return "", ContextNote{}
 	}
-	emit(runtime.Event{Kind: runtime.EventStatus, Text: NoteReadingThread, At: p.now()})
+	emit(runtime.Event{Kind: runtime.EventStatus, Note: NoteReadingThread, At: p.now()})
 	rctx, cancel := context.WithTimeout(ctx, chatContextTimeout)
 	defer cancel()
 	cc, err := req.Context(rctx)

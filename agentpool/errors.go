@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/threadbox/threadbox/agentpool/runtime"
 	"github.com/threadbox/threadbox/db"
 	"github.com/threadbox/threadbox/sandbox"
 )
@@ -51,12 +52,15 @@ const (
 	// EPROVIDERBUSY: the sandbox provider runs as many sandboxes as it allows (Deno's concurrency
 	// limit); it outlasted the wait.
 	EPROVIDERBUSY Code = "provider_busy"
+	// EBUDGET: the model gateway refused the turn's model calls, a budget being used up; the error is
+	// a *runtime.BudgetError with the numbers (a turn refused this way ends with Outcome.Refusal).
+	EBUDGET Code = "budget"
 )
 
 // Codes lists every code, for tables that must cover them all.
 func Codes() []Code {
 	return []Code{ECANCELLED, ECAPACITY, ECONFLICT, EINTERNAL, EINTERRUPTED, ELIMIT, EINVALID, ENOTFOUND, ERESET,
-		ERUNTIME, ESANDBOX, ESHUTDOWN, ESTUCK, ETIMEOUT, ETOOLARGE, EUNAVAILABLE, EPROVIDERBUSY}
+		ERUNTIME, ESANDBOX, ESHUTDOWN, ESTUCK, ETIMEOUT, ETOOLARGE, EUNAVAILABLE, EPROVIDERBUSY, EBUDGET}
 }
 
 // Error is a classified failure: Op is what was being done ("prepare sandbox"), for the log; Err is
@@ -150,6 +154,8 @@ func causeCode(err error) (Code, bool) {
 		return EUNAVAILABLE, true
 	case errors.Is(err, sandbox.ErrFileTooLarge):
 		return ETOOLARGE, true
+	case errors.Is(err, runtime.ErrBudget):
+		return EBUDGET, true
 	}
 	return "", false
 }

@@ -121,8 +121,8 @@ const (
 // turn that waited lifecycle.provider_wait for the sandbox service and gave up wraps it.
 var ErrProviderUnavailable = sandbox.ErrUnavailable
 
-// NoteWaitingForProvider is the progress note of a turn held by a provider outage.
-const NoteWaitingForProvider = "waiting for the sandbox service"
+// NoteWaitingForProvider is the status note of a turn held by a provider outage (the bot words it).
+const NoteWaitingForProvider = "waiting_for_provider"
 
 // resolved is a session whose sandbox is running.
 type resolved struct {

@@ -465,7 +465,7 @@ func TestTurnWaitsOutProviderOutage(t *testing.T) {
 		wrapped := SinkFuncs{
 			ProgressFunc: func(ev runtime.Event) {
 				if ev.Kind == runtime.EventStatus {
-					notes = append(notes, ev.Text)
+					notes = append(notes, ev.Note)
 				}
 			},
 			DeliverFunc: sink.Deliver,

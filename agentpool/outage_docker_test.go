@@ -106,7 +106,7 @@ func TestDockerDaemonOutageHoldsTheTurn(t *testing.T) {
 	sink := newCollector()
 	submit(t, f.pool, "web:outage", "e2", "cat notes.txt", SinkFuncs{
 		ProgressFunc: func(ev agentrt.Event) {
-			if ev.Kind == agentrt.EventStatus && ev.Text == NoteWaitingForProvider {
+			if ev.Kind == agentrt.EventStatus && ev.Note == NoteWaitingForProvider {
 				once.Do(func() { close(waiting) })
 			}
 		},

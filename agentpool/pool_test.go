@@ -250,6 +250,28 @@ func TestStuckTurnIsAbortedAndReported(t *testing.T) {
 	require.Equal(t, db.TurnFailed, turn.Status)
 }
 
+// TestRefusedTurnIsDoneWithItsFacts: a turn the runtime refused (the model gateway's budget) reaches
+// the sink with the refusal's facts, for the bot to word, and is recorded as done, not failed: the
+// refusal's message is its recorded answer.
+func TestRefusedTurnIsDoneWithItsFacts(t *testing.T) {
+	be := &runtime.BudgetError{Scope: runtime.ScopeThread, Limit: 15, Used: 15}
+	rt := &scriptRuntime{promptFunc: func(context.Context, sandbox.Sandbox, string, runtime.Prompt, func(runtime.Event)) (runtime.Result, error) {
+		return runtime.Result{Answer: be.Error(), IsError: true, Refusal: be}, nil
+	}}
+	f := newFixture(t, newSQLiteStore(t), sandboxfake.New(), rt)
+	sink := newCollector()
+	tk := submit(t, f.pool, "web:b", "e1", "hi", sink)
+	out := sink.wait(t, 1)[0]
+	require.NoError(t, out.Err)
+	require.True(t, out.IsError)
+	require.Same(t, be, out.Refusal)
+	require.Equal(t, EBUDGET, ErrorCode(out.Refusal))
+	turn, err := f.store.TurnGet(context.Background(), tk.TurnID)
+	require.NoError(t, err)
+	require.Equal(t, db.TurnDone, turn.Status)
+	require.Equal(t, be.Error(), turn.Answer)
+}
+
 func TestShutdownDrainsAndRefusesNewTurns(t *testing.T) {
 	prov := sandboxfake.New()
 	f := newFixture(t, newSQLiteStore(t), prov, &scriptRuntime{})

@@ -17,12 +17,23 @@ import (
 	"github.com/threadbox/threadbox/sandbox/sandboxfake"
 )
 
-// statusSink records the status lines it is shown, and signals each.
+// statusSink records the status events it is shown (statusLine of each), and signals each.
 type statusSink struct {
 	*collector
 	mu       sync.Mutex
 	statuses []string
 	seen     chan string
+}
+
+// statusLine is a status event as the tests compare it: its note with the numbers, else its text.
+func statusLine(ev runtime.Event) string {
+	if ev.Note == NoteInLine {
+		return fmt.Sprintf("%s %d of max %d", ev.Note, ev.Place, ev.Max)
+	}
+	if ev.Note != "" {
+		return ev.Note
+	}
+	return ev.Text
 }
 
 func newStatusSink() *statusSink {
@@ -32,10 +43,10 @@ func newStatusSink() *statusSink {
 func (s *statusSink) Progress(ev runtime.Event) {
 	if ev.Kind == runtime.EventStatus {
 		s.mu.Lock()
-		s.statuses = append(s.statuses, ev.Text)
+		s.statuses = append(s.statuses, statusLine(ev))
 		s.mu.Unlock()
 		select {
-		case s.seen <- ev.Text:
+		case s.seen <- statusLine(ev):
 		default:
 		}
 	}
@@ -193,7 +204,7 @@ func TestCapacityLine(t *testing.T) {
 	<-running // A holds the only slot
 	submit(t, f.pool, "B", "e2", "quick", b)
 	for line := range b.seen {
-		if strings.Contains(line, "number 1 in line") {
+		if line == NoteInLine+" 1 of max 1" {
 			break
 		}
 	}
@@ -232,7 +243,7 @@ func TestCapacityLongLine(t *testing.T) {
 	}
 	for _, s := range sinks { // every one of them is in line
 		for line := range s.seen {
-			if strings.Contains(line, "in line") {
+			if strings.HasPrefix(line, NoteInLine+" ") {
 				break
 			}
 		}

@@ -23,6 +23,10 @@ type Outcome struct {
 	// Answer is the agent's answer, also when IsError (the agent reported failure).
 	Answer  string
 	IsError bool
+	// Refusal is set when the turn was refused rather than run to its end (a *runtime.BudgetError,
+	// code EBUDGET): the bot words it for the user in place of Answer, which holds the refusal's
+	// message for the record. The turn still counts as done: nothing failed.
+	Refusal error
 	// Artifacts are new or changed files from output/display/; Skipped what was over a cap, to be
 	// listed in the reply, never silently dropped.
 	Artifacts []Artifact

@@ -189,7 +189,7 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch,
 		p.log.Info(EventResolveStart, fields(zap.Int("attempt", attempt))...)
 		t0 := p.now()
 		r, err := p.life.resolve(ctx, sess, func() {
-			w.emitter().emit(runtime.Event{Kind: runtime.EventStatus, Text: NoteWaitingForProvider, At: p.now()})
+			w.emitter().emit(runtime.Event{Kind: runtime.EventStatus, Note: NoteWaitingForProvider, At: p.now()})
 		})
 		took := p.now().Sub(t0)
 		if err != nil {
@@ -328,7 +328,7 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch,
 
 // finishAnswer collects artifacts after a successful prompt.
 func (p *Pool) finishAnswer(ctx context.Context, r resolved, res runtime.Result, out Outcome) Outcome {
-	out.Answer, out.IsError, out.Usage = res.Answer, res.IsError, res.Usage
+	out.Answer, out.IsError, out.Usage, out.Refusal = res.Answer, res.IsError, res.Usage, res.Refusal
 	found, skipped, err := CollectArtifacts(ctx, r.sb, p.store, r.sess.ThreadKey, p.cfg.Artifacts)
 	if err != nil {
 		// The answer matters more than the files: deliver it, and say what went wrong.

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/threadbox/threadbox/agentpool"
+	"github.com/threadbox/threadbox/agentpool/runtime"
 )
 
 // The error model at the user edge (DESIGN §10, after benbjohnson/wtf): the pool classifies a failure
@@ -48,7 +49,7 @@ func (p Problem) HTTPStatus() int {
 		return http.StatusConflict
 	case agentpool.ETOOLARGE:
 		return http.StatusRequestEntityTooLarge
-	case agentpool.ECAPACITY:
+	case agentpool.ECAPACITY, agentpool.EBUDGET:
 		return http.StatusTooManyRequests
 	case agentpool.EUNAVAILABLE, agentpool.ESHUTDOWN, agentpool.EPROVIDERBUSY:
 		return http.StatusServiceUnavailable
@@ -78,6 +79,21 @@ func Explain(log *zap.Logger, msg string, err error, fields ...zap.Field) Proble
 		// The sandbox's limit, with its numbers: the text says it all, nothing to look up.
 		log.Info(msg, append(fields, zap.String("code", string(agentpool.ELIMIT)), zap.Error(err))...)
 		return Problem{Code: agentpool.ELIMIT, Text: limitText(le)}
+	}
+	var be *runtime.BudgetError
+	if errors.As(err, &be) {
+		// The gateway's refusal, with its numbers: the user's (or the deployment's) budget, not a
+		// fault; the text says it all, nothing to look up.
+		log.Info(msg, append(fields, zap.String("code", string(agentpool.EBUDGET)), zap.Error(err))...)
+		return Problem{Code: agentpool.EBUDGET, Text: budgetText(be)}
+	}
+	var ne *runtime.NoPublicURLError
+	if errors.As(err, &ne) {
+		// The operator's setting, not the user's doing: the text says whom to ask and what to set;
+		// the ref finds the thread for the operator.
+		p := Problem{Code: agentpool.ERUNTIME, Text: noPublicURLText(ne), Ref: newRef()}
+		log.Warn(msg, append(fields, zap.String("ref", p.Ref), zap.String("code", string(p.Code)), zap.Error(err))...)
+		return p
 	}
 	var we *agentpool.WorkspaceError
 	if errors.As(err, &we) {
@@ -137,6 +153,8 @@ func userText(code agentpool.Code) (text string, ok bool) {
 			HumanSize(agentpool.MaxInboundFile)), true
 	case agentpool.EPROVIDERBUSY:
 		return "The sandbox service is running as many sandboxes as it allows right now. This thread gets one as soon as another goes idle: send it again in a few minutes.", true
+	case agentpool.EBUDGET:
+		return "The model budget is used up, so I did not run this. Budgets per user and for the bot renew at midnight UTC; a thread's budget does not, so start a new thread to go on.", true
 	case agentpool.EUNAVAILABLE:
 		return "A service I depend on (the sandbox service or the database) is not answering right now. Try again in a few minutes; if it lasts, tell an operator and quote the ref.", true
 	}
@@ -148,7 +166,7 @@ func userText(code agentpool.Code) (text string, ok bool) {
 // otherwise.
 func logLevel(code agentpool.Code) zapcore.Level {
 	switch code {
-	case agentpool.ECANCELLED, agentpool.ECAPACITY, agentpool.EINTERRUPTED, agentpool.ELIMIT, agentpool.EINVALID,
+	case agentpool.ECANCELLED, agentpool.ECAPACITY, agentpool.EBUDGET, agentpool.EINTERRUPTED, agentpool.ELIMIT, agentpool.EINVALID,
 		agentpool.ENOTFOUND, agentpool.ERESET, agentpool.ESHUTDOWN, agentpool.ETOOLARGE:
 		return zapcore.InfoLevel
 	case agentpool.EINTERNAL:

@@ -72,6 +72,7 @@ func TestEveryCodeSaysWhatToDo(t *testing.T) {
 		{agentpool.ETOOLARGE, "over a size limit (attachments may be up to 256 MiB)", "Send a smaller one", zapcore.InfoLevel, http.StatusRequestEntityTooLarge},
 		{agentpool.EUNAVAILABLE, "not answering", "Try again in a few minutes", zapcore.WarnLevel, http.StatusServiceUnavailable},
 		{agentpool.EPROVIDERBUSY, "as many sandboxes as it allows", "send it again in a few minutes", zapcore.WarnLevel, http.StatusServiceUnavailable},
+		{agentpool.EBUDGET, "model budget is used up", "start a new thread", zapcore.InfoLevel, http.StatusTooManyRequests},
 	}
 	covered := map[agentpool.Code]bool{}
 	for _, tt := range tests {

@@ -82,7 +82,7 @@ func (s *replySink) Progress(ev runtime.Event) {
 		s.tools++
 		s.status = fmt.Sprintf("working… (%d tool call(s); last: %s)", s.tools, oneLineCut(ev.Tool+" "+ev.Text, 120))
 	case runtime.EventStatus:
-		s.status = oneLineCut(ev.Text, 200)
+		s.status = oneLineCut(statusText(ev), 200)
 	default:
 		if s.status != "working…" && !strings.HasPrefix(s.status, "working") {
 			s.status = "working…"
@@ -155,7 +155,12 @@ func (s *replySink) Deliver(ctx context.Context, out agentpool.Outcome) ([]strin
 		if out.Replayed || out.Recreate != "" {
 			post(replayNote(out))
 		}
-		lay := LayoutAnswer(out.Answer, s.r.Limits())
+		answer := out.Answer
+		if out.Refusal != nil {
+			// Refused, not failed (a budget used up): its own words, in place of the answer.
+			answer = Explain(s.log, "turn refused", out.Refusal, turn).String()
+		}
+		lay := LayoutAnswer(answer, s.r.Limits())
 		for _, c := range lay.Chunks {
 			post(c)
 		}

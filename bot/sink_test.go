@@ -88,6 +88,9 @@ func TestDeliverSaysWhatHappenedAndLogsTheRef(t *testing.T) {
 			wantPost: "Sorry, that failed: I could not get this thread's sandbox running", wantRef: true, wantReact: ReactError},
 		{name: "interrupted", out: agentpool.Outcome{Err: agentpool.ErrInterrupted},
 			wantPost: `send "retry"`, wantRef: true, wantReact: ReactError},
+		{name: "refused by the model budget: worded here, in place of the recorded answer",
+			out:      agentpool.Outcome{Answer: budgetThread.Error(), IsError: true, Refusal: budgetThread},
+			wantPost: "This thread has used its model budget (15 of 15 tokens). Start a new thread to go on.", wantReact: ReactError},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -105,6 +108,9 @@ func TestDeliverSaysWhatHappenedAndLogsTheRef(t *testing.T) {
 				require.Equal(t, []string{tt.wantReact}, r.reacts)
 			}
 			require.Contains(t, post, tt.wantPost)
+			if tt.out.Refusal != nil {
+				require.Equal(t, tt.wantPost, post, "the refusal's words, not its operator message")
+			}
 			for _, leak := range internalDetail {
 				require.NotContains(t, post, leak)
 			}

@@ -2,53 +2,27 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strconv"
 	"time"
+
+	"github.com/threadbox/threadbox/agentpool/runtime"
 )
 
-// BudgetScope names the budget a call ran out of.
-type BudgetScope string
+// The budget refusal's types live in agentpool/runtime, where the bot can read them; these names
+// keep the gateway's own spelling.
+type (
+	BudgetScope = runtime.BudgetScope
+	BudgetError = runtime.BudgetError
+)
 
 const (
-	ScopeThread BudgetScope = "thread"
-	ScopeUser   BudgetScope = "user"
-	ScopeDay    BudgetScope = "day"
+	ScopeThread = runtime.ScopeThread
+	ScopeUser   = runtime.ScopeUser
+	ScopeDay    = runtime.ScopeDay
 )
 
 // ErrBudget matches every *BudgetError.
-var ErrBudget = errors.New("model budget exhausted")
-
-// BudgetError is a call refused because a budget is used up. Its message is meant for the chat.
-type BudgetError struct {
-	Scope BudgetScope
-	Limit int64
-	Used  int64
-	// Money: Limit and Used are costs in millionths of Currency, not tokens.
-	Money    bool
-	Currency string
-}
-
-func (e *BudgetError) Error() string {
-	if e.Money {
-		used, limit := formatMoney(e.Used), formatMoney(e.Limit)+" "+e.Currency
-		if e.Scope == ScopeUser {
-			return fmt.Sprintf("You have used your model budget for today (%s of %s). It renews at midnight UTC.", used, limit)
-		}
-		return fmt.Sprintf("The bot has used its model budget for today (%s of %s). It renews at midnight UTC.", used, limit)
-	}
-	switch e.Scope {
-	case ScopeThread:
-		return fmt.Sprintf("This thread has used its model budget (%d of %d tokens). Start a new thread to go on.", e.Used, e.Limit)
-	case ScopeUser:
-		return fmt.Sprintf("You have used your model budget for today (%d of %d tokens). It renews at midnight UTC.", e.Used, e.Limit)
-	}
-	return fmt.Sprintf("The bot has used its model budget for today (%d of %d tokens). It renews at midnight UTC.", e.Used, e.Limit)
-}
-
-// Is makes errors.Is(err, ErrBudget) hold.
-func (e *BudgetError) Is(target error) bool { return target == ErrBudget }
+var ErrBudget = runtime.ErrBudget
 
 // checkBudget returns a *BudgetError when the thread, the user (today) or the deployment (today) has
 // used its budget. A call is let through while under the cap; the call that crosses it is counted,
@@ -105,12 +79,4 @@ func (g *Gateway) takeRefusal(thread string) *BudgetError {
 	e := g.refused[thread]
 	delete(g.refused, thread)
 	return e
-}
-
-// formatMoney renders millionths of a currency unit: cents from one cent up, every digit below.
-func formatMoney(micros int64) string {
-	if micros >= 10_000 || micros <= -10_000 {
-		return strconv.FormatFloat(float64(micros)/1e6, 'f', 2, 64)
-	}
-	return strconv.FormatFloat(float64(micros)/1e6, 'f', -1, 64)
 }

@@ -142,7 +142,10 @@ func TestDockerRuntimesThroughGateway(t *testing.T) {
 			out = submit(t, pool, thread, "ev2", "And now something else.")
 			require.NoError(t, out.Err)
 			require.True(t, out.IsError)
-			require.Contains(t, out.Answer, "This thread has used its model budget")
+			var be *gateway.BudgetError
+			require.ErrorAs(t, out.Refusal, &be, "the refusal reaches the bot as facts")
+			require.Equal(t, gateway.ScopeThread, be.Scope)
+			require.Equal(t, used, be.Used)
 			require.Len(t, fake.Requests(), before, "no model call once over budget")
 		})
 	}

@@ -233,10 +233,9 @@ func TestMoneyBudgets(t *testing.T) {
 		name   string
 		budget Budget
 		scope  BudgetScope
-		text   string
 	}{
-		{"user per day", Budget{UserDailyMicros: cost}, ScopeUser, "You have used your model budget for today (0.000105 of 0.000105 USD)"},
-		{"deployment per day", Budget{DailyMicros: cost}, ScopeDay, "The bot has used its model budget for today (0.000105 of 0.000105 USD)"},
+		{"user per day", Budget{UserDailyMicros: cost}, ScopeUser},
+		{"deployment per day", Budget{DailyMicros: cost}, ScopeDay},
 	}
 	anthropic := apiCalls[0]
 	for _, tc := range tests {
@@ -255,9 +254,8 @@ func TestMoneyBudgets(t *testing.T) {
 			require.Equal(t, http.StatusForbidden, resp.StatusCode, body)
 			be := e.g.takeRefusal("web:c1")
 			require.NotNil(t, be)
-			require.Equal(t, tc.scope, be.Scope)
-			require.True(t, be.Money)
-			require.Contains(t, be.Error(), tc.text)
+			require.Equal(t, BudgetError{Scope: tc.scope, Limit: cost, Used: cost, Money: true, Currency: "USD"}, *be)
+			require.Contains(t, body, be.Error(), "the agent's model client is told why")
 		})
 	}
 }
@@ -282,7 +280,4 @@ func TestPricesLookup(t *testing.T) {
 	_, ok := Prices{"gpt-5": {}}.Lookup("o3")
 	require.False(t, ok, "no \"*\": unpriced")
 	require.Equal(t, int64(105), Price{Input: 3, Output: 15}.CostMicros(Usage{Input: 10, Output: 5}))
-	require.Equal(t, "12.35", formatMoney(12_345_678))
-	require.Equal(t, "0.000105", formatMoney(105))
-	require.Equal(t, "0", formatMoney(0))
 }

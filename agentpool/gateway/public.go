@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/threadbox/threadbox/agentpool/runtime"
 	"github.com/threadbox/threadbox/db"
 	"github.com/threadbox/threadbox/sandbox"
 )
@@ -94,29 +95,25 @@ func (g *Gateway) PublicHandler() http.Handler {
 	})
 }
 
-// errNoPublicURL is the reply of a turn on a cloud sandbox when the gateway has no public URL.
-const errNoPublicURL = "This thread's sandbox runs in the cloud (%s), and the bot's model gateway has no public URL for it " +
-	"to reach: ask the operator to set gateway.public_url."
-
 // forCloud is sb as the runtime must see it: on a cloud sandbox, one that rewrites the runtime's
 // gateway settings to the public URL and this sandbox's token (publicSandbox), with its thread and
-// generation; any other sandbox unchanged. A non-empty refusal is the turn's reply instead.
-func (g *Gateway) forCloud(ctx context.Context, sb sandbox.Sandbox) (sandbox.Sandbox, ident, string, error) {
+// generation; any other sandbox unchanged. A non-nil refusal ends the turn instead.
+func (g *Gateway) forCloud(ctx context.Context, sb sandbox.Sandbox) (sandbox.Sandbox, ident, *runtime.NoPublicURLError, error) {
 	h := sb.Handle()
 	p, ok := g.cloud(h)
 	if !ok {
-		return sb, ident{}, "", nil
+		return sb, ident{}, nil, nil
 	}
 	if g.PublicURL() == "" {
 		g.log.Warn("a turn on a cloud sandbox, but gateway.public_url is empty", zap.String("provider", h.Provider))
-		return nil, ident{}, fmt.Sprintf(errNoPublicURL, h.Provider), nil
+		return nil, ident{}, &runtime.NoPublicURLError{Provider: h.Provider}, nil
 	}
 	id, err := g.identifyCloud(ctx, p, h)
 	if err != nil {
-		return nil, ident{}, "", err
+		return nil, ident{}, nil, err
 	}
 	rw := publicRewrite{local: g.LocalURL(), public: g.PublicURL(), token: Token(g.cfg.Secret, id.Thread, id.Gen)}
-	return &publicSandbox{Sandbox: sb, rw: rw}, id, "", nil
+	return &publicSandbox{Sandbox: sb, rw: rw}, id, nil, nil
 }
 
 // publicRewrite turns the runtime's gateway settings, made for the in-sandbox forwarder, into a

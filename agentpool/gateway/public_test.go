@@ -165,8 +165,8 @@ func TestCloudSandboxRuntime(t *testing.T) {
 	require.JSONEq(t, `{"input_tokens":10,"output_tokens":5,"cost_micros":0}`, usageOf(t, e.store, turnID))
 }
 
-// TestCloudSandboxWithoutPublicURL: with no public URL, a turn on a cloud sandbox ends with a reply
-// that says what to set, and its runtime never starts.
+// TestCloudSandboxWithoutPublicURL: with no public URL, a turn on a cloud sandbox ends refused (a
+// *runtime.NoPublicURLError, which the bot words: what to set), and its runtime never starts.
 func TestCloudSandboxWithoutPublicURL(t *testing.T) {
 	e := newEnv(t, Budget{})
 	prov := sandboxfake.NewNamed("deno")
@@ -182,10 +182,14 @@ func TestCloudSandboxWithoutPublicURL(t *testing.T) {
 	require.NoError(t, err)
 	rt := e.g.Runtime(claudecode.New(claudecode.Config{BaseURL: e.g.LocalURL() + AnthropicPath, APIKey: PlaceholderKey}))
 	err = rt.Ensure(t.Context(), sandbox.Bind(prov, h))
-	require.ErrorContains(t, err, "gateway.public_url")
+	var ne *runtime.NoPublicURLError
+	require.ErrorAs(t, err, &ne, "the facts, for the bot to word")
+	require.Equal(t, "deno", ne.Provider)
+	require.ErrorContains(t, err, "gateway.public_url", "the operator's message names the setting")
 	res, err := rt.Prompt(t.Context(), sandbox.Bind(prov, h), "s", runtime.Prompt{Text: "hi"}, func(runtime.Event) {})
 	require.NoError(t, err)
 	require.True(t, res.IsError)
-	require.Contains(t, res.Answer, "gateway.public_url")
+	require.ErrorAs(t, res.Refusal, &ne)
+	require.Equal(t, "deno", ne.Provider)
 	require.False(t, ran, "nothing ran in the sandbox")
 }

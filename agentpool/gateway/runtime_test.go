@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -38,8 +37,8 @@ func (r *callingRuntime) Prompt(ctx context.Context, _ sandbox.Sandbox, _ string
 	return runtime.Result{Answer: "done", Usage: r.usage}, nil
 }
 
-// TestRuntimeBudgetReply: a turn that starts over budget gets the budget reply without running; a
-// turn whose call is refused midway ends with the budget reply instead of the runtime's error text;
+// TestRuntimeBudgetReply: a turn that starts over budget is refused without running; a turn whose
+// call is refused midway ends refused instead of with the runtime's error text;
 // a turn within budget keeps its answer, and its usage is the gateway's record, not the runtime's.
 func TestRuntimeBudgetReply(t *testing.T) {
 	tests := []struct {
@@ -49,8 +48,8 @@ func TestRuntimeBudgetReply(t *testing.T) {
 		answer string
 	}{
 		{"within budget", false, 1, "done"},
-		{"refused midway", false, 2, "This thread has used its model budget (15 of 15 tokens)."},
-		{"over budget before the turn", true, 1, "This thread has used its model budget (15 of 15 tokens)."},
+		{"refused midway", false, 2, "model budget exhausted: the thread budget is used up (15 of 15 tokens)"},
+		{"over budget before the turn", true, 1, "model budget exhausted: the thread budget is used up (15 of 15 tokens)"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -73,8 +72,15 @@ func TestRuntimeBudgetReply(t *testing.T) {
 			inner := &callingRuntime{e: e, t: t, tok: tok, calls: tc.calls, usage: runtime.Usage{InputTokens: 999}}
 			res, err := e.g.Runtime(inner).Prompt(t.Context(), sandbox.Bind(prov, h), "s", runtime.Prompt{}, func(runtime.Event) {})
 			require.NoError(t, err)
-			require.True(t, strings.HasPrefix(res.Answer, tc.answer), "the answer is the budget reply itself, not the runtime's error: %q", res.Answer)
+			require.Equal(t, tc.answer, res.Answer, "the answer is the refusal itself, not the runtime's error")
 			require.Equal(t, tc.answer != "done", res.IsError)
+			if tc.answer == "done" {
+				require.NoError(t, res.Refusal)
+			} else {
+				var be *BudgetError
+				require.ErrorAs(t, res.Refusal, &be, "the refusal's facts, for the bot to word")
+				require.Equal(t, BudgetError{Scope: ScopeThread, Limit: fakeTokens, Used: fakeTokens}, *be)
+			}
 			require.Zero(t, res.Usage, "the turn's usage is what the gateway recorded")
 			if tc.answer == "done" {
 				require.JSONEq(t, `{"input_tokens":10,"output_tokens":5,"cost_micros":0}`, usageOf(t, e.store, turnID))

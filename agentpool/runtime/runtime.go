@@ -72,7 +72,8 @@ const (
 	EventText EventKind = "text"
 	// EventTool is a tool use, with a short summary ("bash: ls -la").
 	EventTool EventKind = "tool"
-	// EventStatus is a lifecycle note ("starting runtime", "resuming sandbox").
+	// EventStatus is a lifecycle note: a runtime's own words in Text ("model API busy, retrying"),
+	// or, from the pool, a fact in Note (with its numbers) that the bot words for the user.
 	EventStatus EventKind = "status"
 )
 
@@ -81,7 +82,12 @@ type Event struct {
 	Kind EventKind
 	Text string
 	Tool string
-	At   time.Time
+	// Note names a status event's fact when the pool reports one (agentpool's Note constants): the
+	// bot, which alone speaks to users, words it, so Text is empty. Place and Max go with a turn
+	// waiting in line for a sandbox slot: its place (from 1), and the deployment's live sandbox cap.
+	Note       string
+	Place, Max int
+	At         time.Time
 }
 
 // MaxAnswerBytes bounds an answer a runtime assembles from many pieces (streamed text chunks). A
@@ -105,6 +111,10 @@ type Result struct {
 	ExitCode int
 	Usage    Usage
 	Duration time.Duration
+	// Refusal is set when the turn was refused rather than run to its end (a *BudgetError from the
+	// model gateway); IsError is then true, and Answer is the refusal's message for the record, while
+	// the bot words the refusal itself for the user.
+	Refusal error
 }
 
 // Error classes for prompt failures (seed 003's send-failure classification). The pool re-resolves
