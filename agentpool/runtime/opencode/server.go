@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/threadbox/threadbox/agentpool/runtime"
 	"github.com/threadbox/threadbox/agentpool/runtime/internal/sandboxhttp"
 	"github.com/threadbox/threadbox/sandbox"
 )
@@ -17,7 +16,7 @@ var (
 	// errUnauthorized: the server refused our password (it was started with another secret).
 	errUnauthorized = errors.New("opencode server refused the password")
 	// errNoAnswer: a health check got no answer in time.
-	errNoAnswer = errors.New("no answer")
+	errNoAnswer = sandboxhttp.ErrNoAnswer
 )
 
 // request sends one call to the server in sb and decodes a 2xx JSON answer into out. Failures are
@@ -94,7 +93,7 @@ func (r *Runtime) launch(ctx context.Context, sb sandbox.Sandbox, restart bool) 
 	r.clients.Reset(sb)
 	switch {
 	case err != nil:
-		return false, fmt.Errorf("opencode: launching the server: %w", sandboxDown(err))
+		return false, fmt.Errorf("opencode: launching the server: %w", sandboxhttp.SandboxDown(err))
 	case res.ExitCode == 3:
 		return false, fmt.Errorf("opencode: %q is not installed in the sandbox image (use threadbox/sandbox, see deploy/sandbox-image)", r.cfg.Binary)
 	case res.ExitCode != 0:
@@ -128,7 +127,9 @@ func (r *Runtime) Ensure(ctx context.Context, sb sandbox.Sandbox) error {
 		if err != nil {
 			return err
 		}
-		err = r.waitHealthy(ctx, sb, started)
+		err = sandboxhttp.WaitHealthy(ctx, started, errUnauthorized, func(ctx context.Context, attempt time.Duration) error {
+			return r.healthy(ctx, sb, attempt)
+		})
 		if err == nil {
 			return nil
 		}
@@ -138,51 +139,4 @@ func (r *Runtime) Ensure(ctx context.Context, sb sandbox.Sandbox) error {
 		restart = true
 	}
 	return nil
-}
-
-// startupGrace is how long a server we did not start ourselves may take to become healthy before it
-// is considered hung and restarted.
-const startupGrace = 45 * time.Second
-
-// waitHealthy polls health with a backoff from 20 ms to 500 ms. Each attempt is bounded (0.5 s, doubled
-// after an attempt that got no answer), since a request that lands while the server is starting may
-// never be answered.
-func (r *Runtime) waitHealthy(ctx context.Context, sb sandbox.Sandbox, started bool) error {
-	wctx := ctx
-	if !started {
-		var cancel context.CancelFunc
-		wctx, cancel = context.WithTimeout(ctx, startupGrace)
-		defer cancel()
-	}
-	delay, attempt := 20*time.Millisecond, 500*time.Millisecond
-	for {
-		err := r.healthy(wctx, sb, attempt)
-		switch {
-		case err == nil:
-			return nil
-		case errors.Is(err, errUnauthorized):
-			return err
-		case wctx.Err() != nil:
-			return err
-		case errors.Is(err, errNoAnswer):
-			// Hung in the startup window, or the machine is slow: allow more next time.
-			attempt = min(attempt*2, 5*time.Second)
-		}
-		t := time.NewTimer(delay)
-		select {
-		case <-wctx.Done():
-			t.Stop()
-			return err
-		case <-t.C:
-		}
-		delay = min(delay*3/2, 500*time.Millisecond)
-	}
-}
-
-// sandboxDown marks a failure to reach the sandbox at all, unless the caller gave up.
-func sandboxDown(err error) error {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, runtime.ErrSandboxDown) {
-		return err
-	}
-	return fmt.Errorf("%w: %w", runtime.ErrSandboxDown, err)
 }

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/threadbox/threadbox/agentpool/runtime"
 	"github.com/threadbox/threadbox/agentpool/runtime/internal/sandboxhttp"
 	"github.com/threadbox/threadbox/agentpool/runtime/opencode"
 	"github.com/threadbox/threadbox/sandbox"
@@ -21,7 +20,7 @@ var (
 	// errUnauthorized: the server refused our token (it was started with another secret).
 	errUnauthorized = errors.New("sandbox-agent refused the token")
 	// errNoAnswer: a health check got no answer in time.
-	errNoAnswer = errors.New("no answer")
+	errNoAnswer = sandboxhttp.ErrNoAnswer
 )
 
 // Token derives the server token of one sandbox from the service secret: nothing extra is stored,
@@ -104,7 +103,7 @@ func (r *Runtime) launch(ctx context.Context, sb sandbox.Sandbox, restart bool) 
 	lines := strings.Fields(out.String())
 	switch {
 	case err != nil:
-		return false, "", fmt.Errorf("sandbox-agent: launching the server: %w", sandboxDown(err))
+		return false, "", fmt.Errorf("sandbox-agent: launching the server: %w", sandboxhttp.SandboxDown(err))
 	case res.ExitCode == 3:
 		return false, "", fmt.Errorf("sandbox-agent: %q is not installed in the sandbox image (use threadbox/sandbox, see deploy/sandbox-image)", r.cfg.Binary)
 	case res.ExitCode != 0 || len(lines) < 2:
@@ -139,7 +138,9 @@ func (r *Runtime) Ensure(ctx context.Context, sb sandbox.Sandbox) error {
 		if started || restart {
 			r.state.forget(sb) // a new server has no ACP process and no loaded sessions
 		}
-		if err = r.waitHealthy(ctx, sb, started); err == nil {
+		if err = sandboxhttp.WaitHealthy(ctx, started, errUnauthorized, func(ctx context.Context, attempt time.Duration) error {
+			return r.healthy(ctx, sb, attempt)
+		}); err == nil {
 			// Healthy means ready for a turn: spawn the agent now, not in the first Session.
 			return r.initialize(ctx, sb)
 		}
@@ -149,44 +150,4 @@ func (r *Runtime) Ensure(ctx context.Context, sb sandbox.Sandbox) error {
 		restart = true
 	}
 	return nil
-}
-
-const startupGrace = 45 * time.Second
-
-// waitHealthy polls health with a backoff from 20 ms to 500 ms, each attempt bounded (0.5 s, doubled
-// after an attempt that got no answer).
-func (r *Runtime) waitHealthy(ctx context.Context, sb sandbox.Sandbox, started bool) error {
-	wctx := ctx
-	if !started {
-		var cancel context.CancelFunc
-		wctx, cancel = context.WithTimeout(ctx, startupGrace)
-		defer cancel()
-	}
-	delay, attempt := 20*time.Millisecond, 500*time.Millisecond
-	for {
-		err := r.healthy(wctx, sb, attempt)
-		switch {
-		case err == nil:
-			return nil
-		case errors.Is(err, errUnauthorized), wctx.Err() != nil:
-			return err
-		case errors.Is(err, errNoAnswer):
-			attempt = min(attempt*2, 5*time.Second)
-		}
-		t := time.NewTimer(delay)
-		select {
-		case <-wctx.Done():
-			t.Stop()
-			return err
-		case <-t.C:
-		}
-		delay = min(delay*3/2, 500*time.Millisecond)
-	}
-}
-
-func sandboxDown(err error) error {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, runtime.ErrSandboxDown) {
-		return err
-	}
-	return fmt.Errorf("%w: %w", runtime.ErrSandboxDown, err)
 }
