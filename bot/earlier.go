@@ -3,6 +3,7 @@ package bot
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -52,6 +53,32 @@ type EarlierReader interface {
 type EarlierLimits struct {
 	// Messages is the most messages kept; Chars the most characters (runes) of their text.
 	Messages, Chars int
+}
+
+// On reports whether earlier messages are read at all: both caps are set.
+func (l EarlierLimits) On() bool { return l.Messages > 0 && l.Chars > 0 }
+
+// ReadEarlierRef is an adapter's EarlierReader.ReadEarlier, for references that parse into R: a
+// reference parse refuses is an error; with reading off (lim) nothing is read; else read reads it.
+func ReadEarlierRef[R any](ctx context.Context, ref string, lim EarlierLimits,
+	parse func(string) (R, error), read func(context.Context, R) (EarlierMessages, error)) (EarlierMessages, error) {
+	r, err := parse(ref)
+	if err != nil {
+		return EarlierMessages{}, err
+	}
+	if !lim.On() {
+		return EarlierMessages{}, nil
+	}
+	return read(ctx, r)
+}
+
+// WithAttached adds the names of a message's attached files to its text, so the agent knows the
+// files were there even though it does not get them.
+func WithAttached(text string, files []string) string {
+	if len(files) == 0 {
+		return text
+	}
+	return strings.TrimSpace(text + "\n[attached: " + strings.Join(files, ", ") + "]")
 }
 
 // minCut is the least text worth keeping of a message cut to fit the character cap.

@@ -3,6 +3,7 @@ package bot
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -52,6 +53,67 @@ func TestCapEarlier(t *testing.T) {
 				chars += len([]rune(m.Text))
 			}
 			require.LessOrEqual(t, chars, max(tc.lim.Chars, 0), "within the character cap")
+		})
+	}
+}
+
+func TestReadEarlierRef(t *testing.T) {
+	errBad := errors.New("bad reference")
+	errRead := errors.New("history unavailable")
+	parse := func(s string) (string, error) {
+		if s == "" {
+			return "", errBad
+		}
+		return strings.ToUpper(s), nil
+	}
+	read := func(_ context.Context, r string) (EarlierMessages, error) {
+		if r == "FAIL" {
+			return EarlierMessages{}, errRead
+		}
+		return EarlierMessages{Messages: []EarlierMessage{{Text: r}}, Omitted: 1}, nil
+	}
+	on := EarlierLimits{Messages: 20, Chars: 8000}
+	tests := []struct {
+		name    string
+		ref     string
+		lim     EarlierLimits
+		want    EarlierMessages
+		wantErr error
+	}{
+		{name: "reads the parsed reference", ref: "c/t/1", lim: on,
+			want: EarlierMessages{Messages: []EarlierMessage{{Text: "C/T/1"}}, Omitted: 1}},
+		{name: "a bad reference is an error even with reading off", ref: "", lim: EarlierLimits{}, wantErr: errBad},
+		{name: "no messages cap: nothing read", ref: "c/t/1", lim: EarlierLimits{Chars: 8000}},
+		{name: "no characters cap: nothing read", ref: "c/t/1", lim: EarlierLimits{Messages: 20}},
+		{name: "a failed read is returned", ref: "fail", lim: on, wantErr: errRead},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ReadEarlierRef(t.Context(), tt.ref, tt.lim, parse, read)
+			if tt.wantErr != nil {
+				require.ErrorIs(t, err, tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func TestWithAttached(t *testing.T) {
+	tests := []struct {
+		name, text string
+		files      []string
+		want       string
+	}{
+		{name: "no files: text as is", text: " hi ", want: " hi "},
+		{name: "one file", text: "see this", files: []string{"log.txt"}, want: "see this\n[attached: log.txt]"},
+		{name: "several files", text: "both", files: []string{"a.png", "b.png"}, want: "both\n[attached: a.png, b.png]"},
+		{name: "files alone", text: "", files: []string{"a.png"}, want: "[attached: a.png]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			require.Equal(t, tt.want, WithAttached(tt.text, tt.files))
 		})
 	}
 }

@@ -55,7 +55,7 @@ func parseEarlierRef(s string) (earlierRef, error) {
 // earlierOf is the reference for the messages before m where it was posted, or nil when there are
 // none to read (a DM, whose session spans every DM) or reading is off.
 func (a *Adapter) earlierOf(pl place, m *discordgo.Message) *bot.Earlier {
-	if a.opts.ContextMessages <= 0 || a.opts.ContextChars <= 0 || (pl != placeThread && pl != placeChannel) {
+	if !a.earlierLimits().On() || (pl != placeThread && pl != placeChannel) {
 		return nil
 	}
 	ref := earlierRef{Channel: m.ChannelID, Before: m.ID, Whole: pl == placeThread}
@@ -66,14 +66,12 @@ func (a *Adapter) earlierOf(pl place, m *discordgo.Message) *bot.Earlier {
 
 // ReadEarlier implements bot.EarlierReader, for a turn taken over from another process.
 func (a *Adapter) ReadEarlier(ctx context.Context, ref string) (bot.EarlierMessages, error) {
-	r, err := parseEarlierRef(ref)
-	if err != nil {
-		return bot.EarlierMessages{}, err
-	}
-	if a.opts.ContextMessages <= 0 || a.opts.ContextChars <= 0 {
-		return bot.EarlierMessages{}, nil
-	}
-	return a.readEarlier(ctx, r)
+	return bot.ReadEarlierRef(ctx, ref, a.earlierLimits(), parseEarlierRef, a.readEarlier)
+}
+
+// earlierLimits are the caps of discord.context_messages and discord.context_chars.
+func (a *Adapter) earlierLimits() bot.EarlierLimits {
+	return bot.EarlierLimits{Messages: a.opts.ContextMessages, Chars: a.opts.ContextChars}
 }
 
 // readEarlier pages back from the mention (Discord serves history newest first), keeping the
@@ -130,7 +128,7 @@ func (a *Adapter) readEarlier(ctx context.Context, r earlierRef) (bot.EarlierMes
 	for i := len(kept) - 1; i >= 0; i-- {
 		out = append(out, earlierMessage(kept[i]))
 	}
-	return bot.CapEarlier(out, oldest != nil, seen, bot.EarlierLimits{Messages: a.opts.ContextMessages, Chars: a.opts.ContextChars}), nil
+	return bot.CapEarlier(out, oldest != nil, seen, a.earlierLimits()), nil
 }
 
 // earlierKept is the message of the conversation m stands for, or nil: not the bot's own posts, not
@@ -170,9 +168,7 @@ func earlierMessage(m *discordgo.Message) bot.EarlierMessage {
 			files = append(files, f.Filename)
 		}
 	}
-	if len(files) > 0 {
-		out.Text = strings.TrimSpace(out.Text + "\n[attached: " + strings.Join(files, ", ") + "]")
-	}
+	out.Text = bot.WithAttached(out.Text, files)
 	return out
 }
 

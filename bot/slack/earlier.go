@@ -32,7 +32,7 @@ const (
 // earlierOf is the reference for the messages before ts in the thread rooted at threadTS, or nil
 // when there are none to read (a top-level mention, a DM) or reading is off.
 func (a *Adapter) earlierOf(k kind, ev event) *bot.Earlier {
-	if k != kindMention || ev.ThreadTS == "" || ev.ThreadTS == ev.TS || a.opts.ContextMessages <= 0 || a.opts.ContextChars <= 0 {
+	if k != kindMention || ev.ThreadTS == "" || ev.ThreadTS == ev.TS || !a.earlierLimits().On() {
 		return nil
 	}
 	ref := earlierRef{Channel: ev.Channel, ThreadTS: ev.ThreadTS, Before: ev.TS}
@@ -58,14 +58,12 @@ func parseEarlierRef(s string) (earlierRef, error) {
 
 // ReadEarlier implements bot.EarlierReader, for a turn taken over from another process.
 func (a *Adapter) ReadEarlier(ctx context.Context, ref string) (bot.EarlierMessages, error) {
-	r, err := parseEarlierRef(ref)
-	if err != nil {
-		return bot.EarlierMessages{}, err
-	}
-	if a.opts.ContextMessages <= 0 || a.opts.ContextChars <= 0 {
-		return bot.EarlierMessages{}, nil
-	}
-	return a.readEarlier(ctx, r)
+	return bot.ReadEarlierRef(ctx, ref, a.earlierLimits(), parseEarlierRef, a.readEarlier)
+}
+
+// earlierLimits are the caps of slack.context_messages and slack.context_chars.
+func (a *Adapter) earlierLimits() bot.EarlierLimits {
+	return bot.EarlierLimits{Messages: a.opts.ContextMessages, Chars: a.opts.ContextChars}
 }
 
 // readEarlier pages through the thread up to the mention, keeps its first message and the newest
@@ -109,7 +107,7 @@ func (a *Adapter) readEarlier(ctx context.Context, r earlierRef) (bot.EarlierMes
 	for _, m := range newest {
 		out = append(out, a.earlierMessage(ctx, m, botID.UserID))
 	}
-	return bot.CapEarlier(out, first != nil, seen, bot.EarlierLimits{Messages: a.opts.ContextMessages, Chars: a.opts.ContextChars}), nil
+	return bot.CapEarlier(out, first != nil, seen, a.earlierLimits()), nil
 }
 
 // earlierKept reports whether a message of the thread is part of the conversation before the
@@ -167,9 +165,7 @@ func (a *Adapter) earlierMessage(ctx context.Context, m slack.Message, botUserID
 	for _, f := range m.Files {
 		files = append(files, f.Name)
 	}
-	if len(files) > 0 {
-		out.Text = strings.TrimSpace(out.Text + "\n[attached: " + strings.Join(files, ", ") + "]")
-	}
+	out.Text = bot.WithAttached(out.Text, files)
 	return out
 }
 
