@@ -110,57 +110,44 @@ func (p *Pool) RecoverPass(ctx context.Context) (RecoverReport, error) {
 		}
 		return live, nil
 	}
-	var after int64
-	for {
-		page, err := p.store.TurnsPending(ctx, after, db.DefaultBatch)
-		if err != nil {
-			return rep, fmt.Errorf("recover: %w", err)
-		}
-		for _, t := range page {
-			after = t.ID
-			live, err := isAlive(t.Owner)
-			if err != nil {
-				return rep, err
-			}
-			if live {
-				continue
-			}
-			if err := p.recoverTurn(ctx, t, &rep); err != nil {
-				if ctx.Err() != nil {
-					return rep, ctx.Err()
-				}
-				p.log.Warn("recovering a turn", zap.Int64("turn", t.ID), zap.String("thread", t.ThreadKey), zap.Error(err))
-			}
-		}
-		if len(page) < db.DefaultBatch {
-			break
-		}
+	if err := p.recoverEach(ctx, p.store.TurnsPending, isAlive, &rep, p.recoverTurn, "recovering a turn"); err != nil {
+		return rep, err
 	}
 	// Finished turns whose outcome a dead process never posted.
-	after = 0
+	err := p.recoverEach(ctx, p.store.TurnsUndelivered, isAlive, &rep, p.recoverUndelivered, "recovering an undelivered turn")
+	return rep, err
+}
+
+// recoverEach pages through the turns list gives (in id order) and hands those of dead owners to
+// take. A turn that cannot be recovered is logged as what and skipped, so one bad turn does
+// not hold up the others; a failed listing or liveness check ends the pass.
+func (p *Pool) recoverEach(ctx context.Context, list func(ctx context.Context, afterID int64, limit int) ([]db.Turn, error),
+	isAlive func(owner string) (bool, error), rep *RecoverReport,
+	take func(ctx context.Context, t db.Turn, rep *RecoverReport) error, what string) error {
+	var after int64
 	for {
-		page, err := p.store.TurnsUndelivered(ctx, after, db.DefaultBatch)
+		page, err := list(ctx, after, db.DefaultBatch)
 		if err != nil {
-			return rep, fmt.Errorf("recover: %w", err)
+			return fmt.Errorf("recover: %w", err)
 		}
 		for _, t := range page {
 			after = t.ID
 			live, err := isAlive(t.Owner)
 			if err != nil {
-				return rep, err
+				return err
 			}
 			if live {
 				continue
 			}
-			if err := p.recoverUndelivered(ctx, t, &rep); err != nil {
+			if err := take(ctx, t, rep); err != nil {
 				if ctx.Err() != nil {
-					return rep, ctx.Err()
+					return ctx.Err()
 				}
-				p.log.Warn("recovering an undelivered turn", zap.Int64("turn", t.ID), zap.String("thread", t.ThreadKey), zap.Error(err))
+				p.log.Warn(what, zap.Int64("turn", t.ID), zap.String("thread", t.ThreadKey), zap.Error(err))
 			}
 		}
 		if len(page) < db.DefaultBatch {
-			return rep, nil
+			return nil
 		}
 	}
 }
