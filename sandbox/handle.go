@@ -68,3 +68,32 @@ func DecodeHandleAmong(raw json.RawMessage, providers []string) (Handle, error) 
 	return h, fmt.Errorf("%w: it belongs to provider %q, which this process does not run (it runs %s)",
 		ErrBadHandle, h.Provider, strings.Join(providers, ", "))
 }
+
+// NewHandle is a provider's Handle of sandbox id, with its private state (a plain struct, which
+// cannot fail to encode) saved as JSON under the state's version.
+func NewHandle(provider, id string, version int, state any) Handle {
+	raw, _ := json.Marshal(state)
+	return Handle{Provider: provider, ID: id, Version: version, State: raw}
+}
+
+// DecodeState checks that h is a handle of provider (or names none, as a hand-built one may), with an
+// id and a state version no newer than version, and decodes its private state into state (left as
+// it is when the handle has none). Another provider's handle or a newer or broken state is
+// ErrInvalidSpec; an empty id is ErrNotFound.
+func (h Handle) DecodeState(provider string, version int, state any) error {
+	if h.Provider != "" && h.Provider != provider {
+		return fmt.Errorf("handle of provider %q given to %q: %w", h.Provider, provider, ErrInvalidSpec)
+	}
+	if h.ID == "" {
+		return fmt.Errorf("empty sandbox handle: %w", ErrNotFound)
+	}
+	if h.Version > version {
+		return fmt.Errorf("handle version %d is newer than this build understands (%d): %w", h.Version, version, ErrInvalidSpec)
+	}
+	if len(h.State) > 0 {
+		if err := json.Unmarshal(h.State, state); err != nil {
+			return fmt.Errorf("handle state: %w: %w", ErrInvalidSpec, err)
+		}
+	}
+	return nil
+}

@@ -154,25 +154,13 @@ type handleState struct {
 }
 
 func newHandle(id string, st handleState) sandbox.Handle {
-	raw, _ := json.Marshal(st) // plain struct: cannot fail
-	return sandbox.Handle{Provider: Name, ID: id, Version: handleVersion, State: raw}
+	return sandbox.NewHandle(Name, id, handleVersion, st)
 }
 
 func decodeHandle(h sandbox.Handle) (handleState, error) {
 	var st handleState
-	if h.Provider != "" && h.Provider != Name {
-		return st, fmt.Errorf("handle of provider %q given to %q: %w", h.Provider, Name, sandbox.ErrInvalidSpec)
-	}
-	if h.ID == "" {
-		return st, fmt.Errorf("empty sandbox handle: %w", sandbox.ErrNotFound)
-	}
-	if h.Version > handleVersion {
-		return st, fmt.Errorf("handle version %d is newer than this build understands (%d): %w", h.Version, handleVersion, sandbox.ErrInvalidSpec)
-	}
-	if len(h.State) > 0 {
-		if err := json.Unmarshal(h.State, &st); err != nil {
-			return st, fmt.Errorf("handle state: %w: %w", sandbox.ErrInvalidSpec, err)
-		}
+	if err := h.DecodeState(Name, handleVersion, &st); err != nil {
+		return st, err
 	}
 	if st.WorkDir == "" {
 		st.WorkDir = sandbox.DefaultWorkDir

@@ -16,7 +16,6 @@ package docker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -154,28 +153,14 @@ type handleState struct {
 func (s handleState) complete() bool { return s.WorkDir != "" && s.User != "" }
 
 func newHandle(id string, st handleState) sandbox.Handle {
-	raw, _ := json.Marshal(st) // plain struct: cannot fail
-	return sandbox.Handle{Provider: Name, ID: id, Version: handleVersion, State: raw}
+	return sandbox.NewHandle(Name, id, handleVersion, st)
 }
 
 // decodeHandle checks that h is ours and returns its state (possibly incomplete).
 func decodeHandle(h sandbox.Handle) (handleState, error) {
 	var st handleState
-	if h.Provider != "" && h.Provider != Name {
-		return st, fmt.Errorf("handle of provider %q given to %q: %w", h.Provider, Name, sandbox.ErrInvalidSpec)
-	}
-	if h.ID == "" {
-		return st, fmt.Errorf("empty sandbox handle: %w", sandbox.ErrNotFound)
-	}
-	if h.Version > handleVersion {
-		return st, fmt.Errorf("handle version %d is newer than this build understands (%d): %w", h.Version, handleVersion, sandbox.ErrInvalidSpec)
-	}
-	if len(h.State) > 0 {
-		if err := json.Unmarshal(h.State, &st); err != nil {
-			return st, fmt.Errorf("handle state: %w: %w", sandbox.ErrInvalidSpec, err)
-		}
-	}
-	return st, nil
+	err := h.DecodeState(Name, handleVersion, &st)
+	return st, err
 }
 
 // wrapErr maps a Docker error to the sandbox sentinels. The daemon's error is kept as text only, so
