@@ -140,19 +140,15 @@ func (p *Provider) Exec(ctx context.Context, h sandbox.Handle, req sandbox.ExecR
 	copied := make(chan error, 1)
 	go func() { copied <- demuxStream(ws, stdout, stderr) }()
 
-	var timeout <-chan time.Time
-	if req.Timeout > 0 {
-		t := time.NewTimer(req.Timeout)
-		defer t.Stop()
-		timeout = t.C
-	}
+	timeout, stopTimeout := sandbox.ExecTimeout(req.Timeout)
+	defer stopTimeout()
 	res := sandbox.ExecResult{}
 	select {
 	case err = <-copied:
 	case <-timeout:
 		res.TimedOut = true
 		kill()
-		err = drain(copied, ws)
+		_, err = sandbox.DrainAfterKill(copied, ws, sandbox.DrainGrace)
 	case <-ctx.Done():
 		kill()
 		_ = ws.Close()
@@ -184,21 +180,6 @@ func (p *Provider) Exec(ctx context.Context, h sandbox.Handle, req sandbox.ExecR
 	}
 	res.Duration = time.Since(start)
 	return res, nil
-}
-
-// drain waits for the stream to end after a kill; a process that escaped the kill (it wiped its
-// environment) may hold it open, so after a grace period the connection is cut instead.
-func drain(copied <-chan error, ws io.Closer) error {
-	grace := time.NewTimer(5 * time.Second)
-	defer grace.Stop()
-	select {
-	case err := <-copied:
-		return err
-	case <-grace.C:
-		_ = ws.Close()
-		<-copied
-		return nil
-	}
 }
 
 var errTimedOut = errors.New("timed out")

@@ -274,12 +274,8 @@ func (p *Provider) Exec(ctx context.Context, h sandbox.Handle, req sandbox.ExecR
 		waited <- lv.conn.call(context.WithoutCancel(ctx), "processWait", map[string]int{"pid": sp.PID}, &wr, nil)
 	}()
 
-	var timeout <-chan time.Time
-	if req.Timeout > 0 {
-		t := time.NewTimer(req.Timeout)
-		defer t.Stop()
-		timeout = t.C
-	}
+	timeout, stopTimeout := sandbox.ExecTimeout(req.Timeout)
+	defer stopTimeout()
 	res := sandbox.ExecResult{}
 	select {
 	case err = <-waited:

@@ -101,12 +101,8 @@ func (p *Provider) Exec(ctx context.Context, h sandbox.Handle, req sandbox.ExecR
 			_ = resp.CloseWrite()
 		}()
 	}
-	var timeout <-chan time.Time
-	if req.Timeout > 0 {
-		t := time.NewTimer(req.Timeout)
-		defer t.Stop()
-		timeout = t.C
-	}
+	timeout, stopTimeout := sandbox.ExecTimeout(req.Timeout)
+	defer stopTimeout()
 
 	res := sandbox.ExecResult{}
 	select {
@@ -152,20 +148,14 @@ func (p *Provider) Exec(ctx context.Context, h sandbox.Handle, req sandbox.ExecR
 	return res, nil
 }
 
-// drain waits for the output stream to end after a kill. A process that escaped the kill (it wiped
-// its environment) may still hold the pipe; after a grace period the connection is cut instead.
+// drain waits for the output stream to end after a kill (sandbox.DrainAfterKill), noting a stream
+// that had to be cut.
 func (p *Provider) drain(copied <-chan error, conn io.Closer) error {
-	grace := time.NewTimer(5 * time.Second)
-	defer grace.Stop()
-	select {
-	case err := <-copied:
-		return err
-	case <-grace.C:
+	cut, err := sandbox.DrainAfterKill(copied, conn, sandbox.DrainGrace)
+	if cut {
 		p.log.Warn("exec output still open after kill; closing it")
-		_ = conn.Close()
-		<-copied
-		return nil
 	}
+	return err
 }
 
 // errTimedOut is exitCode's report that the timeout fired first.

@@ -86,12 +86,8 @@ func (p *Provider) Exec(ctx context.Context, h sandbox.Handle, req sandbox.ExecR
 
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	var timeout <-chan time.Time
-	if req.Timeout > 0 {
-		t := time.NewTimer(req.Timeout)
-		defer t.Stop()
-		timeout = t.C
-	}
+	timeout, stopTimeout := sandbox.ExecTimeout(req.Timeout)
+	defer stopTimeout()
 	res := sandbox.ExecResult{}
 	select {
 	case err = <-done:
