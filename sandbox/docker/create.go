@@ -147,6 +147,12 @@ func containerConfig(spec sandbox.Spec, vol string, labels map[string]string) (*
 // containerName is threadbox-<deployment>-<random>, with the deployment reduced to what Docker
 // accepts in a name; the labels, not the name, are what attribute a container.
 func containerName(deployment string) string {
+	return "threadbox-" + nameSafe(deployment) + "-" + strings.ToLower(rand.Text()[:10])
+}
+
+// nameSafe is the deployment as a part of a Docker object name: the characters Docker accepts, the
+// others as '-', at most 40.
+func nameSafe(deployment string) string {
 	var b strings.Builder
 	for _, c := range deployment {
 		switch {
@@ -159,7 +165,7 @@ func containerName(deployment string) string {
 			break
 		}
 	}
-	return "threadbox-" + b.String() + "-" + strings.ToLower(rand.Text()[:10])
+	return b.String()
 }
 
 // bestEffort runs a cleanup step under its own bounded context, so that it still runs when the

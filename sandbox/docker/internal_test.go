@@ -236,6 +236,21 @@ func TestContainerName(t *testing.T) {
 	require.LessOrEqual(t, len(containerName(strings.Repeat("x", 200))), 64)
 }
 
+func TestNameSafe(t *testing.T) {
+	for _, tc := range []struct{ name, in, want string }{
+		{name: "kept as is", in: "prod_eu.1-a", want: "prod_eu.1-a"},
+		{name: "others become dashes", in: "prod/eu 1", want: "prod-eu-1"},
+		{name: "non-ASCII is one dash a rune", in: "café", want: "caf-"},
+		{name: "cut at 40", in: strings.Repeat("x", 200), want: strings.Repeat("x", 40)},
+		{name: "empty", in: "", want: ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, nameSafe(tc.in))
+		})
+	}
+	require.Equal(t, "threadbox-prod-eu-1-full", NetworkName("prod/eu 1"))
+}
+
 func TestDecodeHandle(t *testing.T) {
 	for _, tc := range []struct {
 		name string

@@ -33,19 +33,7 @@ type networks struct {
 
 // NetworkName is the bridge network of a deployment's sandboxes with network full.
 func NetworkName(deployment string) string {
-	var b strings.Builder
-	for _, c := range deployment {
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '.', c == '-':
-			b.WriteRune(c)
-		default:
-			b.WriteByte('-')
-		}
-		if b.Len() >= 40 {
-			break
-		}
-	}
-	return "threadbox-" + b.String() + "-full"
+	return "threadbox-" + nameSafe(deployment) + "-full"
 }
 
 // ensureNetwork makes the deployment's full network if it is missing, and checks one it finds: a
