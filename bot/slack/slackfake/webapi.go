@@ -165,28 +165,45 @@ func (s *Server) authTest(map[string]string) (map[string]any, string) {
 func (s *Server) chatPostMessage(p map[string]string) (map[string]any, string) {
 	ch := p["channel"]
 	text := p["text"]
-	switch {
-	case ch == "":
+	if ch == "" {
 		return nil, "channel_not_found"
-	case text == "" && p["blocks"] == "" && p["attachments"] == "":
-		return nil, "no_text"
-	case utf8.RuneCountInString(text) > maxText:
-		return nil, "msg_too_long"
+	}
+	if code := textError(p); code != "" {
+		return nil, code
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	thread := p["thread_ts"]
-	if thread != "" {
-		if _, ok := s.messages[ch+"/"+thread]; !ok {
-			// The fake refuses a reply to a thread it never saw: in tests that is always a bug in the
-			// bot (a wrong ts), which real Slack would not flag as loudly.
-			return nil, "thread_not_found"
-		}
+	if !s.threadKnownLocked(ch, thread) {
+		return nil, "thread_not_found"
 	}
 	m := &Message{Channel: ch, TS: s.nextTSLocked(), ThreadTS: thread, User: s.opts.BotUserID, BotID: s.opts.BotID, Text: text}
 	s.messages[ch+"/"+m.TS] = m
 	s.changedLocked()
 	return map[string]any{"channel": ch, "ts": m.TS, "message": wireMessage(m)}, ""
+}
+
+// textError is Slack's error code for a post's text and parameters p ("" when fine): nothing to
+// show at all, or text over maxText.
+func textError(p map[string]string) string {
+	switch text := p["text"]; {
+	case text == "" && p["blocks"] == "" && p["attachments"] == "":
+		return "no_text"
+	case utf8.RuneCountInString(text) > maxText:
+		return "msg_too_long"
+	}
+	return ""
+}
+
+// threadKnownLocked reports whether a post to thread ("" for none) in ch may go ahead. The fake
+// refuses a reply to a thread it never saw: in tests that is always a bug in the bot (a wrong ts),
+// which real Slack would not flag as loudly.
+func (s *Server) threadKnownLocked(ch, thread string) bool {
+	if thread == "" {
+		return true
+	}
+	_, ok := s.messages[ch+"/"+thread]
+	return ok
 }
 
 // chatPostEphemeral is chat.postEphemeral: a message only user sees, in channel (and thread_ts's
@@ -199,18 +216,15 @@ func (s *Server) chatPostEphemeral(p map[string]string) (map[string]any, string)
 		return nil, "channel_not_found"
 	case user == "":
 		return nil, "user_not_found"
-	case text == "" && p["blocks"] == "" && p["attachments"] == "":
-		return nil, "no_text"
-	case utf8.RuneCountInString(text) > maxText:
-		return nil, "msg_too_long"
+	}
+	if code := textError(p); code != "" {
+		return nil, code
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	thread := p["thread_ts"]
-	if thread != "" {
-		if _, ok := s.messages[ch+"/"+thread]; !ok {
-			return nil, "thread_not_found" // as chat.postMessage: a wrong ts is a bug in the bot
-		}
+	if !s.threadKnownLocked(ch, thread) {
+		return nil, "thread_not_found"
 	}
 	e := Ephemeral{Channel: ch, User: user, ThreadTS: thread, Text: text, MessageTS: s.nextTSLocked()}
 	s.ephemerals = append(s.ephemerals, e)
