@@ -6,6 +6,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/threadbox/threadbox/sandbox"
@@ -125,6 +126,16 @@ var (
 	// ErrSandboxDown: connection refused, 5xx, sandbox not started; re-resolve the sandbox.
 	ErrSandboxDown = errors.New("sandbox down")
 )
+
+// SandboxDown marks a failure to reach the sandbox at all (an exec or a connection that failed) as
+// ErrSandboxDown, so the pool re-resolves the sandbox; unless the caller gave up (a context error),
+// or it is marked already.
+func SandboxDown(err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrSandboxDown) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrSandboxDown, err)
+}
 
 // Class is a prompt failure's recovery class.
 type Class int

@@ -7,7 +7,6 @@ package claudecode
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -81,7 +80,7 @@ func (r *Runtime) Ensure(ctx context.Context, sb sandbox.Sandbox) error {
 		Timeout: 30 * time.Second,
 	})
 	if err != nil {
-		return fmt.Errorf("claude-code: %w", sandboxDown(err))
+		return fmt.Errorf("claude-code: %w", runtime.SandboxDown(err))
 	}
 	if res.ExitCode != 0 {
 		return fmt.Errorf("claude-code: %q is not installed in the sandbox image (use threadbox/sandbox, see deploy/sandbox-image)", r.cfg.Binary)
@@ -115,7 +114,7 @@ func (r *Runtime) Session(ctx context.Context, sb sandbox.Sandbox, prevID, title
 func (r *Runtime) hasTranscript(ctx context.Context, sb sandbox.Sandbox, id string) (bool, error) {
 	res, err := sb.Exec(ctx, sandbox.ExecRequest{Cmd: []string{"/bin/sh", "-c", transcriptScript, "sh", id}, Timeout: 30 * time.Second})
 	if err != nil {
-		return false, fmt.Errorf("claude-code: looking for session %s: %w", id, sandboxDown(err))
+		return false, fmt.Errorf("claude-code: looking for session %s: %w", id, runtime.SandboxDown(err))
 	}
 	return res.ExitCode == 0, nil
 }
@@ -165,7 +164,7 @@ func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID stri
 		if ctx.Err() != nil {
 			return runtime.Result{}, fmt.Errorf("claude-code: turn stopped: %w", context.Cause(ctx))
 		}
-		return runtime.Result{}, fmt.Errorf("claude-code: %w", sandboxDown(err))
+		return runtime.Result{}, fmt.Errorf("claude-code: %w", runtime.SandboxDown(err))
 	}
 	result, lastText, bad, perr := parser.outcome()
 	if perr != nil {
@@ -265,7 +264,7 @@ func (r *Runtime) Abort(ctx context.Context, sb sandbox.Sandbox, sessionID strin
 	for {
 		res, err := sb.Exec(ctx, sandbox.ExecRequest{Cmd: []string{"pkill", "-KILL", "-f", "--", pattern}, Timeout: 30 * time.Second})
 		if err != nil {
-			return fmt.Errorf("claude-code: abort: %w", sandboxDown(err))
+			return fmt.Errorf("claude-code: abort: %w", runtime.SandboxDown(err))
 		}
 		if res.ExitCode == 1 { // no process matched: the session is idle
 			return nil
@@ -282,15 +281,6 @@ func (r *Runtime) Abort(ctx context.Context, sb sandbox.Sandbox, sessionID strin
 		}
 		delay = min(2*delay, 500*time.Millisecond)
 	}
-}
-
-// sandboxDown marks a failure to exec at all as the sandbox being down (the pool then re-resolves
-// it), unless the caller gave up.
-func sandboxDown(err error) error {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, runtime.ErrSandboxDown) {
-		return err
-	}
-	return fmt.Errorf("%w: %w", runtime.ErrSandboxDown, err)
 }
 
 func newUUID() string {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/threadbox/threadbox/agentpool/runtime"
 	"github.com/threadbox/threadbox/agentpool/runtime/internal/sandboxhttp"
 	"github.com/threadbox/threadbox/sandbox"
 )
@@ -93,7 +94,7 @@ func (r *Runtime) launch(ctx context.Context, sb sandbox.Sandbox, restart bool) 
 	r.clients.Reset(sb)
 	switch {
 	case err != nil:
-		return false, fmt.Errorf("opencode: launching the server: %w", sandboxhttp.SandboxDown(err))
+		return false, fmt.Errorf("opencode: launching the server: %w", runtime.SandboxDown(err))
 	case res.ExitCode == 3:
 		return false, fmt.Errorf("opencode: %q is not installed in the sandbox image (use threadbox/sandbox, see deploy/sandbox-image)", r.cfg.Binary)
 	case res.ExitCode != 0:

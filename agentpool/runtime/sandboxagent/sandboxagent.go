@@ -169,7 +169,7 @@ func (r *Runtime) workDir(ctx context.Context, sb sandbox.Sandbox) (string, erro
 	}
 	var out strings.Builder
 	if _, err := sb.Exec(ctx, sandbox.ExecRequest{Cmd: []string{"pwd"}, Stdout: &out, Timeout: 30 * time.Second}); err != nil {
-		return "", fmt.Errorf("sandbox-agent: %w", sandboxhttp.SandboxDown(err))
+		return "", fmt.Errorf("sandbox-agent: %w", runtime.SandboxDown(err))
 	}
 	dir = strings.TrimSpace(out.String())
 	r.state.setWorkDir(sb, dir)

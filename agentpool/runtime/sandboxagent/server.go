@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/threadbox/threadbox/agentpool/runtime"
 	"github.com/threadbox/threadbox/agentpool/runtime/internal/sandboxhttp"
 	"github.com/threadbox/threadbox/agentpool/runtime/opencode"
 	"github.com/threadbox/threadbox/sandbox"
@@ -103,7 +104,7 @@ func (r *Runtime) launch(ctx context.Context, sb sandbox.Sandbox, restart bool) 
 	lines := strings.Fields(out.String())
 	switch {
 	case err != nil:
-		return false, "", fmt.Errorf("sandbox-agent: launching the server: %w", sandboxhttp.SandboxDown(err))
+		return false, "", fmt.Errorf("sandbox-agent: launching the server: %w", runtime.SandboxDown(err))
 	case res.ExitCode == 3:
 		return false, "", fmt.Errorf("sandbox-agent: %q is not installed in the sandbox image (use threadbox/sandbox, see deploy/sandbox-image)", r.cfg.Binary)
 	case res.ExitCode != 0 || len(lines) < 2:

@@ -3,10 +3,7 @@ package sandboxhttp
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
-
-	"github.com/threadbox/threadbox/agentpool/runtime"
 )
 
 // ErrNoAnswer is a health check that got no answer within its attempt's bound.
@@ -48,13 +45,4 @@ func WaitHealthy(ctx context.Context, started bool, fatal error, check func(ctx 
 		}
 		delay = min(delay*3/2, 500*time.Millisecond)
 	}
-}
-
-// SandboxDown marks a failure to reach the sandbox at all (runtime.ErrSandboxDown), unless the
-// caller gave up or it is marked already.
-func SandboxDown(err error) error {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, runtime.ErrSandboxDown) {
-		return err
-	}
-	return fmt.Errorf("%w: %w", runtime.ErrSandboxDown, err)
 }

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/threadbox/threadbox/agentpool/runtime"
 )
 
 // TestWaitHealthy walks the poll on a fake clock: the attempts' bounds, what ends it, and the grace a
@@ -62,11 +60,4 @@ func TestWaitHealthy(t *testing.T) {
 			})
 		})
 	}
-}
-
-func TestSandboxDown(t *testing.T) {
-	err := SandboxDown(errors.New("connection refused"))
-	require.ErrorIs(t, err, runtime.ErrSandboxDown)
-	require.Equal(t, err, SandboxDown(err), "marked once")
-	require.NotErrorIs(t, SandboxDown(context.Canceled), runtime.ErrSandboxDown, "the caller gave up: not the sandbox")
 }

@@ -1,0 +1,40 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestSandboxDown(t *testing.T) {
+	refused := errors.New("connection refused")
+	marked := fmt.Errorf("%w: %w", ErrSandboxDown, refused)
+	tests := []struct {
+		name     string
+		err      error
+		want     error // errors.Is must hold
+		wantDown bool
+		same     bool // returned unchanged
+	}{
+		{name: "a failure to reach it is marked", err: refused, want: refused, wantDown: true},
+		{name: "marked already: unchanged", err: marked, want: refused, wantDown: true, same: true},
+		{name: "canceled: the caller gave up", err: fmt.Errorf("exec: %w", context.Canceled), want: context.Canceled, same: true},
+		{name: "deadline: the caller gave up", err: context.DeadlineExceeded, want: context.DeadlineExceeded, same: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := SandboxDown(tt.err)
+			require.ErrorIs(t, got, tt.want)
+			require.Equal(t, tt.wantDown, errors.Is(got, ErrSandboxDown))
+			if tt.same {
+				require.True(t, got == tt.err, "returned unchanged")
+			}
+			if tt.wantDown {
+				require.Equal(t, ClassSandboxDown, Classify(got))
+			}
+		})
+	}
+}
