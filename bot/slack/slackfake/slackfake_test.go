@@ -163,6 +163,8 @@ func TestSocketModeWire(t *testing.T) {
 		}
 		return nil
 	})
+	// A lost frame fails the test instead of hanging it.
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(30*time.Second)))
 	var hello map[string]any
 	require.NoError(t, conn.ReadJSON(&hello))
 	require.Equal(t, "hello", hello["type"])

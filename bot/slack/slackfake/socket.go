@@ -74,16 +74,22 @@ func (s *Server) serveSocket(w http.ResponseWriter, r *http.Request) {
 		"debug_info":      map[string]any{"host": "applink-fake", "build_number": 1, "approximate_connection_time": 18060},
 		"connection_info": map[string]any{"app_id": s.opts.AppID},
 	}
-	if err := conn.write(hello); err != nil {
-		conn.close()
-		return
-	}
+	// Registered before the hello is written, and written under the connection's write lock: a
+	// client that has read the hello can be sent events at once (as from Slack), and an event sent
+	// meanwhile waits for the lock, so the hello still comes first on the wire.
+	conn.wmu.Lock()
 	s.mu.Lock()
 	s.conns = append(s.conns, conn)
 	s.opened++
 	s.changedLocked()
 	s.mu.Unlock()
+	_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	err = c.WriteJSON(hello)
+	conn.wmu.Unlock()
 	go s.pingLoop(conn)
+	if err != nil {
+		conn.close() // readAcks then fails at once and unregisters it
+	}
 	s.readAcks(conn)
 }
 
