@@ -51,8 +51,9 @@ test: services lint ## bring up real services, check generated code and lint, ru
 	deploy/test-leaks.sh check "$$snap" || rc=1; exit $$rc
 
 .PHONY: bench
+# The benchmarks run with the binary's collector setting (cmd/threadbox/gc.go), unless GOGC is set.
 bench: services ## run the benchmarks (provider latency vs raw Docker, store loop queries, …)
-	$(SERVICES_ENV) && THREADBOX_REQUIRE_SERVICES=1 $(GO) test $(BENCH_FLAGS) ./...
+	$(SERVICES_ENV) && GOGC=$${GOGC:-400} THREADBOX_REQUIRE_SERVICES=1 $(GO) test $(BENCH_FLAGS) ./...
 
 .PHONY: fuzz
 fuzz: ## run every fuzz target for FUZZTIME (default 10s), one at a time; crashers land in testdata/fuzz

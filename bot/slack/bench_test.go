@@ -30,7 +30,8 @@ import (
 // with an open-loop sender on loopback: events leave on schedule whether or not earlier ones were
 // answered, and latency counts from the scheduled send time, so a stall shows up instead of slowing
 // the sender down. THREADBOX_BENCH_SLACK_EVENTS and THREADBOX_BENCH_SLACK_RATE override the 2,000
-// events at 200/s.
+// events at 2,000/s. `make bench` runs it with the binary's collector setting (GOGC=400,
+// cmd/threadbox/gc.go); a bare `go test -bench` runs at Go's 100 unless GOGC is set.
 //
 //   - stub: a handler that does nothing, so only the ack path is measured (verify, parse, dedupe,
 //     queue);

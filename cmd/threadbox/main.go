@@ -17,6 +17,7 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	gcPolicyFor(os.Getenv, cgroupMemoryMax).apply()
 	m := NewMain(os.Stdout, os.Stderr, os.Environ())
 	code := 0
 	if err := m.ParseFlags(os.Args[1:]); err != nil {

@@ -45,8 +45,10 @@ func (m *Main) runServe(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	gogc, memLimit := gcSettings()
 	log.Info("ready", zap.String("provider", a.provs[0].Name()), zap.Strings("providers", a.pool.Providers()), zap.String("runtime", a.rts[0].Name()), zap.Strings("runtimes", a.pool.Runtimes()),
-		zap.String("database", config.RedactURL(m.Config.Database.URL)), zap.String("deployment", m.Config.Deployment))
+		zap.String("database", config.RedactURL(m.Config.Database.URL)), zap.String("deployment", m.Config.Deployment),
+		zap.Int64("gogc", gogc), zap.Int64("memory_limit_bytes", memLimit))
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {

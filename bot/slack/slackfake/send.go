@@ -49,9 +49,10 @@ func WithFiles(files ...UserFile) MsgOption { return func(m *msgSpec) { m.files 
 func RawText() MsgOption { return func(m *msgSpec) { m.raw = true } }
 
 // Escape escapes text the way Slack does for what a user typed: &, < and >.
-func Escape(text string) string {
-	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(text)
-}
+func Escape(text string) string { return escaper.Replace(text) }
+
+// escaper is built once: a Replacer builds its tables on first use, per Replacer.
+var escaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
 
 // Mention records a user message that mentions the bot ("<@BOT> text") and returns its app_mention.
 func (s *Server) Mention(channel, user, text string, opts ...MsgOption) Event {
