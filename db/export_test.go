@@ -204,3 +204,10 @@ func SetWarmWait(d time.Duration) (restore func()) {
 	warmWait = d
 	return func() { warmWait = prev }
 }
+
+// SetShortIdle sets how long a replica short of connections keeps an idle one.
+func SetShortIdle(d time.Duration) (restore func()) {
+	prev := shortIdle
+	shortIdle = d
+	return func() { shortIdle = prev }
+}

@@ -44,7 +44,7 @@ func WithLockConns(n int) Option {
 
 // WithWarmPools makes Open's pools fixed-size (PostgreSQL; SQLite ignores it): every connection of
 // every pool is opened before Open returns (it waits at most warmWait for them) and kept open while
-// idle, so a replica has exactly the connections it is budgeted for (README: lock_conns + 14), from
+// idle, so a replica has exactly the connections it is budgeted for (README: database.lock_conns), from
 // the start. A connection costs its first user a TCP handshake, the server's fork and a SCRAM
 // exchange (deliberately slow hashing on both sides), several milliseconds of CPU on each side: a
 // replica whose pools grew on demand spent its first burst of events opening them, and their acks
@@ -54,9 +54,10 @@ func WithLockConns(n int) Option {
 // URL still sets the query pool's floor. serve uses it; one-shot commands and tests, which open many
 // stores, do not.
 //
-// report, if not nil, is told how many connections were open when Open returned, of how many: fewer
-// (the server's max_connections reached, or it is slow) is no failure, the rest open on demand, but
-// the operator should hear of it.
+// report, if not nil, is told how many connections were open when the wait ended, of how many: fewer
+// (the server's max_connections reached, or it is slow) is no failure, but the pools are then opened
+// again growing on demand and giving idle connections back (shortIdle): fixed-size pools would keep
+// what they got, and a pool that got none would have none for good. The operator should hear of it.
 func WithWarmPools(report func(opened, wanted int)) Option {
 	return func(o *options) { o.warm, o.warmed = true, report }
 }

@@ -83,15 +83,6 @@ func openPostgres(ctx context.Context, url string, o options) (*pgStore, error) 
 	intakeCfg.ConnConfig.RuntimeParams["application_name"] += "-intake"
 	lockCfg.MaxConns = o.lockConns
 	lockCfg.MinConns = 0
-	if o.warm {
-		// Fixed-size pools (see WithWarmPools).
-		if !strings.Contains(url, "pool_min_conns") {
-			cfg.MinConns = cfg.MaxConns
-		}
-		intakeCfg.MinConns = intakeCfg.MaxConns
-		relaxedCfg.MinConns = relaxedCfg.MaxConns
-		lockCfg.MinConns = lockCfg.MaxConns
-	}
 	lockCfg.ConnConfig.RuntimeParams["application_name"] += "-locks"
 	// A lock holder that vanishes without closing its socket (a dead host) must lose its locks in
 	// about a minute, not after the kernel's two-hour keepalive default. These are SET after
@@ -105,23 +96,53 @@ func openPostgres(ctx context.Context, url string, o options) (*pgStore, error) 
 		}
 		return nil
 	}
+	configs := []*pgxpool.Config{cfg, lockCfg, intakeCfg, relaxedCfg}
+	onDemand := make([]*pgxpool.Config, len(configs))
+	for i, c := range configs {
+		onDemand[i] = c.Copy()
+	}
+	if o.warm {
+		// Fixed-size pools (see WithWarmPools).
+		if !strings.Contains(url, "pool_min_conns") {
+			cfg.MinConns = cfg.MaxConns
+		}
+		intakeCfg.MinConns = intakeCfg.MaxConns
+		relaxedCfg.MinConns = relaxedCfg.MaxConns
+		lockCfg.MinConns = lockCfg.MaxConns
+	}
 
-	// The query pool first, pinged: a wrong URL or password fails here, once.
-	pools := make([]*pgxpool.Pool, 0, 4)
-	for i, c := range []*pgxpool.Config{cfg, lockCfg, intakeCfg, relaxedCfg} {
-		p, err := pgxpool.NewWithConfig(ctx, c)
-		if err == nil && i == 0 {
-			if err = ping(ctx, p, o.warm); err != nil {
-				p.Close()
+	pools, err := openPools(ctx, configs, o.warm)
+	if err != nil {
+		return nil, fmt.Errorf("database.url: cannot connect to postgres at %s: %w", where, err)
+	}
+	if o.warm {
+		// pgxpool opens MinConns in the background: wait for them, so that a replica is warm by the
+		// time it listens. One deadline for all the pools.
+		wctx, cancel := context.WithTimeout(ctx, warmWait)
+		opened, wanted := 0, 0
+		for _, p := range pools {
+			warmPool(wctx, p)
+			opened += int(min(established(p), p.Config().MinConns))
+			wanted += int(p.Config().MinConns)
+		}
+		cancel()
+		if opened < wanted {
+			// The server is short of connections. Fixed-size pools would keep the ones they got for
+			// good (pgxpool closes an idle connection only above MinConns), and a pool that got none
+			// could never open one while the others hold the server's last slots: every turn's lock,
+			// or every ack, would fail. So a short replica runs on pools that grow on demand and give
+			// idle connections back soon (shortIdle), slower but whole, and serve says why.
+			for _, c := range onDemand {
+				c.MaxConnIdleTime, c.HealthCheckPeriod = shortIdle, min(c.HealthCheckPeriod, shortIdle)
+			}
+			closePools(pools)
+			if pools, err = openPools(ctx, onDemand, false); err != nil {
+				return nil, fmt.Errorf("database.url: cannot connect to postgres at %s: %w", where, err)
 			}
 		}
-		if err != nil {
-			for _, opened := range pools {
-				opened.Close()
-			}
-			return nil, fmt.Errorf("database.url: cannot connect to postgres at %s: %w", where, err)
+		if o.warmed != nil {
+			o.warmed(opened, wanted)
 		}
-		pools = append(pools, p)
 	}
 	pool, lockPool, intakePool, relaxedPool := pools[0], pools[1], pools[2], pools[3]
 
@@ -137,21 +158,6 @@ func openPostgres(ctx context.Context, url string, o options) (*pgStore, error) 
 		holds:       make(map[*pgHold]struct{}),
 	}
 	s.intake = newPGIntake(s, intakePool, intakeConns)
-	if o.warm {
-		// pgxpool opens MinConns in the background: wait for them, so that a replica is warm by the
-		// time it listens. One deadline for all the pools.
-		wctx, cancel := context.WithTimeout(ctx, warmWait)
-		opened, wanted := 0, 0
-		for _, p := range pools {
-			warmPool(wctx, p)
-			opened += int(min(established(p), p.Config().MinConns))
-			wanted += int(p.Config().MinConns)
-		}
-		cancel()
-		if o.warmed != nil {
-			o.warmed(opened, wanted)
-		}
-	}
 	s.closed, s.markClose = context.WithCancel(context.Background())
 	if o.lockNamespace != nil {
 		s.ns = *o.lockNamespace
@@ -161,6 +167,35 @@ func openPostgres(ctx context.Context, url string, o options) (*pgStore, error) 
 	}
 	return s, nil
 }
+
+// openPools opens the query, lock, intake and relaxed pools from their configs. The query pool first,
+// pinged: a wrong URL or password fails here, once.
+func openPools(ctx context.Context, configs []*pgxpool.Config, warm bool) ([]*pgxpool.Pool, error) {
+	pools := make([]*pgxpool.Pool, 0, len(configs))
+	for i, c := range configs {
+		p, err := pgxpool.NewWithConfig(ctx, c)
+		if err == nil && i == 0 {
+			if err = ping(ctx, p, warm); err != nil {
+				p.Close()
+			}
+		}
+		if err != nil {
+			closePools(pools)
+			return nil, err
+		}
+		pools = append(pools, p)
+	}
+	return pools, nil
+}
+
+func closePools(pools []*pgxpool.Pool) {
+	for _, p := range pools {
+		p.Close()
+	}
+}
+
+// shortIdle is how long a replica short of connections keeps an idle one (a variable for a test).
+var shortIdle = time.Minute
 
 // warmPool waits until the pool has opened its MinConns connections, which pgxpool does in the
 // background from its creation (acquiring them here as well would open up to twice as many), or ctx

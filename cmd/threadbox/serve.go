@@ -38,8 +38,8 @@ func (m *Main) runServe(ctx context.Context) error {
 	}
 	a, err := m.buildApp(ctx, db.WithWarmPools(func(opened, wanted int) {
 		if opened < wanted {
-			log.Warn("PostgreSQL: not every connection opened ahead; the rest open on demand, and a burst of events waits for them. "+
-				"Check max_connections: it needs replicas × (database.lock_conns + 14)", zap.Int("opened", opened), zap.Int("wanted", wanted))
+			log.Warn("PostgreSQL is short of connections: this replica runs on pools that open connections on demand and give idle ones back, "+
+				"slower under a burst. Give max_connections room for `wanted` per replica (README: database.lock_conns)", zap.Int("opened", opened), zap.Int("wanted", wanted))
 		}
 	}))
 	if err != nil {
