@@ -385,21 +385,30 @@ func (p *Pool) dropTurn(req Request, turnID int64, reason error) {
 	if errors.Is(reason, ErrClosed) {
 		return
 	}
-	p.finishQuietly(turnID, db.TurnResult{Status: db.TurnCancelled, Error: reason.Error()})
+	if !p.finishQuietly(turnID, db.TurnResult{Status: db.TurnCancelled, Error: reason.Error()}) {
+		return // another process's now: it answers
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), dropTimeout)
 	defer cancel()
 	_, _ = req.Sink.Deliver(ctx, Outcome{TurnID: turnID, Cancelled: true, Err: reason})
 }
 
-// finishQuietly records a turn's end when nothing else can be done about a failure to record it.
-func (p *Pool) finishQuietly(turnID int64, r db.TurnResult) {
+// finishQuietly records the end of a turn this process holds, when nothing else can be done about a
+// failure to record it. It reports false if another process has claimed the turn (and answers it).
+func (p *Pool) finishQuietly(turnID int64, r db.TurnResult) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := p.store.TurnFinish(ctx, turnID, r); err != nil && !errors.Is(err, db.ErrConflict) {
+	r.Owner = p.instance
+	_, err := p.store.TurnFinish(ctx, turnID, r)
+	switch {
+	case errors.Is(err, db.ErrNotOwner):
+		return false
+	case err != nil && !errors.Is(err, db.ErrConflict):
 		p.log.Warn("recording turn end", zap.Int64("turn", turnID), zap.Error(err))
 	}
 	// These ends are told by their caller, or have no one to tell: nothing to redeliver.
 	p.markDelivered(ctx, turnID)
+	return true
 }
 
 // markDelivered records that a turn's outcome was posted, so recovery never posts it again.

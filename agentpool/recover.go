@@ -195,7 +195,7 @@ func (p *Pool) recoverInterrupted(ctx context.Context, t db.Turn, rep *RecoverRe
 		}
 		return err
 	}
-	if _, err := p.store.TurnFinish(ctx, t.ID, db.TurnResult{Status: db.TurnFailed, Error: InterruptedText}); err != nil {
+	if _, err := p.store.TurnFinish(ctx, t.ID, db.TurnResult{Status: db.TurnFailed, Error: InterruptedText, Owner: p.instance}); err != nil {
 		return err
 	}
 	rep.Interrupted++
@@ -245,7 +245,7 @@ func (p *Pool) takeOverThread(ctx context.Context, threadKey string, turnID int6
 			continue
 		}
 		if t.Status == db.TurnRunning {
-			if _, err := p.store.TurnFinish(ctx, t.ID, db.TurnResult{Status: db.TurnFailed, Error: InterruptedText}); err != nil {
+			if _, err := p.store.TurnFinish(ctx, t.ID, db.TurnResult{Status: db.TurnFailed, Error: InterruptedText, Owner: p.instance}); err != nil {
 				continue
 			}
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deliverTimeout)

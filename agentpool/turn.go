@@ -218,6 +218,15 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch,
 			out.Err = classify(ERUNTIME, "start agent runtime", err)
 			return out
 		}
+		// recordHealth records alone that the runtime answered, when the turn fails before the
+		// write below: even if it was cancelled meanwhile (the failure may be the cancel).
+		recordHealth := func() {
+			sctx, cancel := settleCtx(ctx)
+			defer cancel()
+			if _, herr := p.life.record(sctx, sess, health, nil); herr != nil {
+				p.log.Warn("recording runtime health", fields(zap.Error(herr))...)
+			}
+		}
 		prev := sess.AgentSessionID
 		if forceNew {
 			prev = ""
@@ -225,10 +234,7 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch,
 		t0 = p.now()
 		sid, replaced, err := rt.Session(ctx, r.sb, prev, req.ThreadKey)
 		if err != nil {
-			// The runtime did answer: that is recorded even though its session failed.
-			if _, herr := p.life.record(ctx, sess, health, nil); herr != nil {
-				p.log.Warn("recording runtime health", fields(zap.Error(herr))...)
-			}
+			recordHealth()
 			if runtime.Classify(err) == runtime.ClassSandboxDown {
 				lastRecoverErr = err
 				continue
@@ -244,6 +250,8 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch,
 		var history string
 		if r.created || replaced || forceNew || (sess.AgentSessionID != "" && sid != sess.AgentSessionID) {
 			if history, err = p.history(ctx, sess); err != nil {
+				// Not the new agent session: the next turn must replay the history to it.
+				recordHealth()
 				out.Err = classify(EINTERNAL, "load history", err)
 				return out
 			}
@@ -442,7 +450,15 @@ func (p *Pool) endTurn(req Request, turnID int64, out Outcome, start time.Time) 
 	if out.Usage != (runtime.Usage{}) {
 		result.Usage, _ = json.Marshal(out.Usage)
 	}
-	if _, err := p.store.TurnFinish(ctx, turnID, result); err != nil && !errors.Is(err, db.ErrConflict) {
+	result.Owner = p.instance
+	switch _, err := p.store.TurnFinish(ctx, turnID, result); {
+	case errors.Is(err, db.ErrNotOwner):
+		// Another process claimed the turn (it found this one's locks gone: a partition, a lost
+		// connection) and answers it: recording over its run, or a second reply, would be wrong.
+		p.log.Info("turn taken over by another process; not answering it here", zap.Int64("turn", turnID), zap.Error(err))
+		p.met.TurnFinished(TurnOutcomeTakenOver, p.now().Sub(start))
+		return
+	case err != nil && !errors.Is(err, db.ErrConflict):
 		p.log.Warn("recording turn", zap.Int64("turn", turnID), zap.Error(err))
 	}
 	p.met.TurnFinished(string(result.Status), p.now().Sub(start))

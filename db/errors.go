@@ -15,6 +15,9 @@ var (
 	// ErrConflict means a compare-and-set found the row in another state. The error is a
 	// *TransitionError that says which.
 	ErrConflict = errors.New("state conflict")
+	// ErrNotOwner means a write fenced to a turn's owner found it held by another process (it
+	// claimed the turn, taking this one for dead). It is also an ErrConflict.
+	ErrNotOwner = errors.New("turn held by another process")
 	// ErrLocked means another process holds the SQLite database.
 	ErrLocked = errors.New("database locked")
 	// ErrInvalid means the caller passed arguments the store refuses (an empty key, an unknown status).
@@ -37,6 +40,9 @@ type TransitionError struct {
 	// Generation and ActualGeneration are set when the transition was fenced to a generation
 	// (Transition.IfGeneration): the one it expected, and the one read after the failed update.
 	Generation, ActualGeneration int64
+	// Owner and ActualOwner are set when the transition was fenced to a turn's owner
+	// (TurnResult.Owner): the one it expected, and the one read after the failed update.
+	Owner, ActualOwner string
 }
 
 func (e *TransitionError) Error() string {
@@ -45,11 +51,19 @@ func (e *TransitionError) Error() string {
 	if e.Generation != e.ActualGeneration {
 		msg += fmt.Sprintf(" at generation %d (now %d)", e.Generation, e.ActualGeneration)
 	}
+	if e.notOwner() {
+		msg += fmt.Sprintf(", held by %s (not %s)", e.ActualOwner, e.Owner)
+	}
 	return msg
 }
 
-// Is makes errors.Is(err, ErrConflict) true.
-func (e *TransitionError) Is(target error) bool { return target == ErrConflict }
+// Is makes errors.Is(err, ErrConflict) true, and errors.Is(err, ErrNotOwner) when another process
+// holds the turn.
+func (e *TransitionError) Is(target error) bool {
+	return target == ErrConflict || (target == ErrNotOwner && e.notOwner())
+}
+
+func (e *TransitionError) notOwner() bool { return e.Owner != "" && e.ActualOwner != e.Owner }
 
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("db: %w: %s", ErrInvalid, fmt.Sprintf(format, args...))

@@ -71,9 +71,14 @@ func (s *pgStore) TurnFinish(ctx context.Context, id int64, res TurnResult) (Tur
 		Usage:    res.Usage,
 		Now:      pgTime(s.clock()),
 		ID:       id,
+		Owner:    res.Owner,
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Turn{}, s.turnTransitionFailed(ctx, id, res.Status, TurnQueued, TurnRunning)
+		cur, err := s.TurnGet(ctx, id)
+		if err != nil {
+			return Turn{}, err
+		}
+		return Turn{}, turnFinishError(cur, res)
 	}
 	if err != nil {
 		return Turn{}, pgErr("finish turn "+turnKey(id), err)

@@ -84,9 +84,14 @@ func (s *sqliteStore) TurnFinish(ctx context.Context, id int64, res TurnResult) 
 		Usage:    sqliteJSON(res.Usage),
 		Now:      sqliteNullTime(s.now()),
 		ID:       id,
+		Owner:    res.Owner,
 	})
 	if errors.Is(err, sql.ErrNoRows) {
-		return Turn{}, s.turnTransitionFailed(ctx, id, res.Status, TurnQueued, TurnRunning)
+		cur, err := s.TurnGet(ctx, id)
+		if err != nil {
+			return Turn{}, err
+		}
+		return Turn{}, turnFinishError(cur, res)
 	}
 	if err != nil {
 		return Turn{}, sqliteErr("finish turn "+turnKey(id), err)

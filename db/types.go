@@ -198,6 +198,9 @@ type TurnResult struct {
 	Answer string
 	Error  string
 	Usage  json.RawMessage
+	// Owner, if set, fences the finish to the process that holds the turn: a turn another process
+	// has claimed meanwhile (this one was thought dead) is left to it, with ErrNotOwner.
+	Owner string
 }
 
 // TranscriptLimit caps a transcript. Both caps apply; zero means the default.

@@ -241,6 +241,15 @@ func (a NewArtifact) check() error {
 
 func turnKey(id int64) string { return fmt.Sprint(id) }
 
+// turnFinishError explains a TurnFinish that changed nothing, given the turn as read after it.
+func turnFinishError(cur Turn, res TurnResult) error {
+	e := turnTransitionError(cur.ID, cur.Status, res.Status, []TurnStatus{TurnQueued, TurnRunning})
+	if res.Owner != "" {
+		e.Owner, e.ActualOwner = res.Owner, cur.Owner
+	}
+	return e
+}
+
 func turnTransitionError(id int64, actual, to TurnStatus, from []TurnStatus) *TransitionError {
 	fs := make([]string, len(from))
 	for i, f := range from {

@@ -42,6 +42,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"SessionsByStatus", testSessionsByStatus},
 		{"TurnLifecycle", testTurnLifecycle},
 		{"TurnWrongState", testTurnWrongState},
+		{"TurnFinishFenced", testTurnFinishFenced},
 		{"TurnDedupe", testTurnDedupe},
 		{"TurnDedupeConcurrent", testTurnDedupeConcurrent},
 		{"TurnTranscriptCaps", testTurnTranscriptCaps},

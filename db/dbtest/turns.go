@@ -111,6 +111,41 @@ func testTurnWrongState(t *testing.T, newStore NewStore) {
 	require.ErrorIs(t, s.TurnTouch(ctx, 424242), db.ErrNotFound)
 }
 
+// testTurnFinishFenced: a finish fenced to an owner leaves alone a turn another process claimed
+// (ErrNotOwner, also an ErrConflict), and finishes its own; without an owner it is not fenced.
+func testTurnFinishFenced(t *testing.T, newStore NewStore) {
+	s := newStore(t)
+	ctx := testCtx(t)
+	mine := newTurn("k", "ev1", "p")
+	mine.Owner = "A"
+	turn, err := s.TurnInsert(ctx, mine)
+	require.NoError(t, err)
+	_, err = s.TurnClaim(ctx, turn.ID, "A", "B") // B took A for dead
+	require.NoError(t, err)
+	running, err := s.TurnStart(ctx, turn.ID, "B")
+	require.NoError(t, err)
+
+	_, err = s.TurnFinish(ctx, turn.ID, db.TurnResult{Status: db.TurnFailed, Error: "lost", Owner: "A"})
+	require.ErrorIs(t, err, db.ErrNotOwner)
+	require.ErrorIs(t, err, db.ErrConflict)
+	require.ErrorContains(t, err, "held by B (not A)")
+	got, err := s.TurnGet(ctx, turn.ID)
+	require.NoError(t, err)
+	require.Equal(t, running, got, "the other process's turn is unchanged")
+
+	done, err := s.TurnFinish(ctx, turn.ID, db.TurnResult{Status: db.TurnDone, Answer: "a", Owner: "B"})
+	require.NoError(t, err)
+	require.Equal(t, db.TurnDone, done.Status)
+	_, err = s.TurnFinish(ctx, turn.ID, db.TurnResult{Status: db.TurnFailed, Owner: "B"})
+	require.ErrorIs(t, err, db.ErrConflict, "finished already")
+	require.NotErrorIs(t, err, db.ErrNotOwner, "its own, finished: a conflict, not another's")
+
+	other, err := s.TurnInsert(ctx, newTurn("k", "ev2", "p"))
+	require.NoError(t, err)
+	_, err = s.TurnFinish(ctx, other.ID, db.TurnResult{Status: db.TurnFailed, Error: "stuck"})
+	require.NoError(t, err, "no owner: not fenced (the leader's watchdog)")
+}
+
 func testTurnDedupe(t *testing.T, newStore NewStore) {
 	s := newStore(t)
 	ctx := testCtx(t)

@@ -51,6 +51,7 @@ RETURNING *;
 UPDATE turns SET last_event_at = GREATEST(last_event_at, @now::timestamptz)
 WHERE id = @id AND status = 'running';
 
+-- TurnFinish, fenced to an owner when one is given: a process finishes only a turn it still holds.
 -- name: TurnFinish :one
 UPDATE turns SET
     status      = @to_status::text,
@@ -59,6 +60,7 @@ UPDATE turns SET
     usage       = COALESCE(sqlc.narg('usage')::jsonb, usage),
     finished_at = @now::timestamptz
 WHERE id = @id AND status IN ('queued', 'running')
+  AND (@owner::text = '' OR owner = @owner)
 RETURNING *;
 
 -- TurnListTranscript returns the newest finished turns first; the store trims by characters and reverses.

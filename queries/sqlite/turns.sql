@@ -28,6 +28,7 @@ RETURNING *;
 UPDATE turns SET last_event_at = max(last_event_at, CAST(@now AS TEXT))
 WHERE id = @id AND status = 'running';
 
+-- TurnFinish, fenced to an owner when one is given: a process finishes only a turn it still holds.
 -- name: TurnFinish :one
 UPDATE turns SET
     status      = @to_status,
@@ -36,6 +37,7 @@ UPDATE turns SET
     usage       = COALESCE(sqlc.narg('usage'), usage),
     finished_at = @now
 WHERE id = @id AND status IN ('queued', 'running')
+  AND (@owner = '' OR owner = @owner)
 RETURNING *;
 
 -- TurnListTranscript returns the newest finished turns first; the store trims by characters and reverses.

@@ -123,6 +123,7 @@ UPDATE turns SET
     usage       = COALESCE($4::jsonb, usage),
     finished_at = $5::timestamptz
 WHERE id = $6 AND status IN ('queued', 'running')
+  AND ($7::text = '' OR owner = $7)
 RETURNING id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner, delivered_at
 `
 
@@ -133,8 +134,10 @@ type TurnFinishParams struct {
 	Usage    []byte
 	Now      pgtype.Timestamptz
 	ID       int64
+	Owner    string
 }
 
+// TurnFinish, fenced to an owner when one is given: a process finishes only a turn it still holds.
 func (q *Queries) TurnFinish(ctx context.Context, db DBTX, arg TurnFinishParams) (Turn, error) {
 	row := db.QueryRow(ctx, turnFinish,
 		arg.ToStatus,
@@ -143,6 +146,7 @@ func (q *Queries) TurnFinish(ctx context.Context, db DBTX, arg TurnFinishParams)
 		arg.Usage,
 		arg.Now,
 		arg.ID,
+		arg.Owner,
 	)
 	var i Turn
 	err := row.Scan(

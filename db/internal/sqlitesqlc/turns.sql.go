@@ -122,6 +122,7 @@ UPDATE turns SET
     usage       = COALESCE(?4, usage),
     finished_at = ?5
 WHERE id = ?6 AND status IN ('queued', 'running')
+  AND (?7 = '' OR owner = ?7)
 RETURNING id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner, delivered_at
 `
 
@@ -132,8 +133,10 @@ type TurnFinishParams struct {
 	Usage    sql.NullString
 	Now      sql.NullString
 	ID       int64
+	Owner    interface{}
 }
 
+// TurnFinish, fenced to an owner when one is given: a process finishes only a turn it still holds.
 func (q *Queries) TurnFinish(ctx context.Context, db DBTX, arg TurnFinishParams) (Turn, error) {
 	row := db.QueryRowContext(ctx, turnFinish,
 		arg.ToStatus,
@@ -142,6 +145,7 @@ func (q *Queries) TurnFinish(ctx context.Context, db DBTX, arg TurnFinishParams)
 		arg.Usage,
 		arg.Now,
 		arg.ID,
+		arg.Owner,
 	)
 	var i Turn
 	err := row.Scan(
