@@ -224,9 +224,12 @@ func (s *pgStore) InstanceAlive(ctx context.Context, instance string) (bool, err
 		return false, nil
 	}
 	key := lockKey(s.ns, lockKindInstance, instance)
-	conn, err := s.acquireConn(ctx)
+	// A query connection, not a lock one: the caller may hold a thread's lock connection, and with
+	// every lock connection so held (a takeover of as many threads at once) a wait for another
+	// would never end. The try-lock is released before the connection goes back.
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return false, fmt.Errorf("db: instance %s alive: %w", instance, err)
+		return false, fmt.Errorf("db: instance %s alive: acquire connection: %w", instance, err)
 	}
 	got, err := s.q.LockTryAcquire(ctx, conn, key)
 	if err != nil {

@@ -349,3 +349,31 @@ func TestPostgresThreadHoldLost(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, alive)
 }
+
+// TestPostgresInstanceAliveWithEveryLockConnectionHeld: asking whether another instance is alive
+// needs no lock connection, so a replica whose lock connections are all held by thread locks (a
+// takeover of as many threads at once) still gets its answer instead of waiting for ever.
+func TestPostgresInstanceAliveWithEveryLockConnectionHeld(t *testing.T) {
+	t.Parallel()
+	url := dbtest.PostgresSchemaURL(t)
+	a := dbtest.OpenURL(t, url, db.WithLockConns(2))
+	other := dbtest.OpenURL(t, url)
+	ctx := pgCtx(t)
+	for _, k := range []string{"slack:T:C:a", "slack:T:C:b"} {
+		h, err := a.HoldThread(ctx, k)
+		require.NoError(t, err)
+		t.Cleanup(h.Release)
+	}
+	inst, err := other.HoldInstance(ctx, "replica-b")
+	require.NoError(t, err)
+	t.Cleanup(inst.Release)
+	// Bounded, so that a regression fails rather than hangs.
+	ask, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	alive, err := a.InstanceAlive(ask, "replica-b")
+	require.NoError(t, err)
+	require.True(t, alive)
+	alive, err = a.InstanceAlive(ask, "replica-gone")
+	require.NoError(t, err)
+	require.False(t, alive)
+}
