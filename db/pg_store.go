@@ -135,8 +135,10 @@ func openPostgres(ctx context.Context, url string, o options) (*pgStore, error) 
 			for _, c := range onDemand {
 				c.MaxConnIdleTime, c.HealthCheckPeriod = shortIdle, min(c.HealthCheckPeriod, shortIdle)
 			}
+			// The slots just freed may be taken by another client before this ping: it waits out a
+			// refusal for too many connections as the first one did (up to warmWait).
 			closePools(pools)
-			if pools, err = openPools(ctx, onDemand, false); err != nil {
+			if pools, err = openPools(ctx, onDemand, true); err != nil {
 				return nil, fmt.Errorf("database.url: cannot connect to postgres at %s: %w", where, err)
 			}
 		}
@@ -169,13 +171,14 @@ func openPostgres(ctx context.Context, url string, o options) (*pgStore, error) 
 }
 
 // openPools opens the query, lock, intake and relaxed pools from their configs. The query pool first,
-// pinged: a wrong URL or password fails here, once.
-func openPools(ctx context.Context, configs []*pgxpool.Config, warm bool) ([]*pgxpool.Pool, error) {
+// pinged: a wrong URL or password fails here, once. waitFull makes the ping wait out a server full of
+// connections (see ping).
+func openPools(ctx context.Context, configs []*pgxpool.Config, waitFull bool) ([]*pgxpool.Pool, error) {
 	pools := make([]*pgxpool.Pool, 0, len(configs))
 	for i, c := range configs {
 		p, err := pgxpool.NewWithConfig(ctx, c)
 		if err == nil && i == 0 {
-			if err = ping(ctx, p, warm); err != nil {
+			if err = ping(ctx, p, waitFull); err != nil {
 				p.Close()
 			}
 		}
