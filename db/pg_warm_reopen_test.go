@@ -4,21 +4,17 @@ package db_test
 
 import (
 	"encoding/binary"
-	"fmt"
 	"io"
 	"net"
-	"net/url"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 	"unsafe"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/threadbox/threadbox/db"
-	"github.com/threadbox/threadbox/db/dbtest"
 )
 
 // fullAfterCloseProxy forwards connections to PostgreSQL until every client connection it forwarded
@@ -169,32 +165,9 @@ func refuseFull(c net.Conn) {
 // replica closed its first pools.
 func TestPostgresWarmPoolsShortReopenWhileServerFull(t *testing.T) {
 	defer db.SetWarmWait(time.Second)()
-	u, err := url.Parse(dbtest.PostgresSchemaURL(t))
-	require.NoError(t, err)
-	schema := u.Query().Get("search_path")
-	cold, err := db.Open(pgCtx(t), u.String(), db.WithMigrate())
-	require.NoError(t, err)
-	require.NoError(t, cold.Close())
-	admin, err := pgx.Connect(pgCtx(t), u.String())
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = admin.Close(pgCtx(t)) })
-	role := fmt.Sprintf("tbreopen%d", time.Now().UnixNano())
-	_, err = admin.Exec(pgCtx(t), fmt.Sprintf("CREATE ROLE %[1]s LOGIN PASSWORD 'warm' CONNECTION LIMIT 3; "+
-		"GRANT ALL ON SCHEMA %[2]s TO %[1]s; GRANT ALL ON ALL TABLES IN SCHEMA %[2]s TO %[1]s; "+
-		"GRANT ALL ON ALL SEQUENCES IN SCHEMA %[2]s TO %[1]s", role, schema))
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_, _ = admin.Exec(pgCtx(t), fmt.Sprintf("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '%s'", role))
-		_, _ = admin.Exec(pgCtx(t), fmt.Sprintf("REVOKE ALL ON ALL SEQUENCES IN SCHEMA %[2]s FROM %[1]s; "+
-			"REVOKE ALL ON ALL TABLES IN SCHEMA %[2]s FROM %[1]s; REVOKE ALL ON SCHEMA %[2]s FROM %[1]s; DROP ROLE %[1]s", role, schema))
-	})
-
+	u, _, _ := limitedRole(t, 3)
 	proxy := newFullAfterCloseProxy(t, u.Host, 1)
 	u.Host = proxy.ln.Addr().String()
-	u.User = url.UserPassword(role, "warm")
-	q := u.Query()
-	q.Set("pool_max_conns", "8")
-	u.RawQuery = q.Encode()
 
 	var opened, wanted int
 	st, err := db.Open(pgCtx(t), u.String(), db.WithLockConns(4), db.WithWarmPools(func(o, w int) { opened, wanted = o, w }))

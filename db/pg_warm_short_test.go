@@ -1,17 +1,13 @@
 package db_test
 
 import (
-	"fmt"
-	"net/url"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/threadbox/threadbox/db"
-	"github.com/threadbox/threadbox/db/dbtest"
 )
 
 // TestPostgresWarmPoolsShortOfConnectionsEveryPoolWorks (from a review of the fixed-size pools): a
@@ -23,30 +19,7 @@ import (
 func TestPostgresWarmPoolsShortOfConnectionsEveryPoolWorks(t *testing.T) {
 	defer db.SetWarmWait(time.Second)()
 	defer db.SetShortIdle(100 * time.Millisecond)()
-	u, err := url.Parse(dbtest.PostgresSchemaURL(t))
-	require.NoError(t, err)
-	schema := u.Query().Get("search_path")
-	// Migrate as the test user, so the limited role only runs queries.
-	cold, err := db.Open(pgCtx(t), u.String(), db.WithMigrate())
-	require.NoError(t, err)
-	require.NoError(t, cold.Close())
-	admin, err := pgx.Connect(pgCtx(t), u.String())
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = admin.Close(pgCtx(t)) })
-	role := fmt.Sprintf("tbwarmr%d", time.Now().UnixNano())
-	_, err = admin.Exec(pgCtx(t), fmt.Sprintf("CREATE ROLE %[1]s LOGIN PASSWORD 'warm' CONNECTION LIMIT 3; "+
-		"GRANT ALL ON SCHEMA %[2]s TO %[1]s; GRANT ALL ON ALL TABLES IN SCHEMA %[2]s TO %[1]s; "+
-		"GRANT ALL ON ALL SEQUENCES IN SCHEMA %[2]s TO %[1]s", role, schema))
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_, _ = admin.Exec(pgCtx(t), fmt.Sprintf("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '%s'", role))
-		_, _ = admin.Exec(pgCtx(t), fmt.Sprintf("REVOKE ALL ON ALL SEQUENCES IN SCHEMA %[2]s FROM %[1]s; "+
-			"REVOKE ALL ON ALL TABLES IN SCHEMA %[2]s FROM %[1]s; REVOKE ALL ON SCHEMA %[2]s FROM %[1]s; DROP ROLE %[1]s", role, schema))
-	})
-	u.User = url.UserPassword(role, "warm")
-	q := u.Query()
-	q.Set("pool_max_conns", "8")
-	u.RawQuery = q.Encode()
+	u, admin, role := limitedRole(t, 3)
 
 	var opened, wanted int
 	st, err := db.Open(pgCtx(t), u.String(), db.WithLockConns(16), db.WithWarmPools(func(o, w int) { opened, wanted = o, w }))

@@ -75,23 +75,7 @@ func TestPostgresWarmPools(t *testing.T) {
 // once the wait is over, and reports the shortfall for serve to warn about.
 func TestPostgresWarmPoolsShortOfConnections(t *testing.T) {
 	defer db.SetWarmWait(time.Second)()
-	u, err := url.Parse(dbtest.PostgresSchemaURL(t))
-	require.NoError(t, err)
-	admin, err := pgx.Connect(pgCtx(t), u.String())
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = admin.Close(pgCtx(t)) })
-	role := fmt.Sprintf("tbwarm%d", time.Now().UnixNano())
-	_, err = admin.Exec(pgCtx(t), fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD 'warm' CONNECTION LIMIT 6; GRANT ALL ON SCHEMA %s TO %s",
-		role, u.Query().Get("search_path"), role))
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_, _ = admin.Exec(pgCtx(t), fmt.Sprintf("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '%s'", role))
-		_, _ = admin.Exec(pgCtx(t), fmt.Sprintf("REVOKE ALL ON SCHEMA %s FROM %s; DROP ROLE %s", u.Query().Get("search_path"), role, role))
-	})
-	u.User = url.UserPassword(role, "warm")
-	q := u.Query()
-	q.Set("pool_max_conns", "8")
-	u.RawQuery = q.Encode()
+	u, _, _ := limitedRole(t, 6)
 
 	var opened, wanted int
 	st, err := db.Open(pgCtx(t), u.String(), db.WithLockConns(16), db.WithWarmPools(func(o, w int) { opened, wanted = o, w }))
@@ -113,4 +97,36 @@ func TestPostgresRelaxedWrites(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, want, got, pool)
 	}
+}
+
+// limitedRole migrates the test schema as the test user, then returns its URL for a new role that
+// may open at most limit connections (and the admin connection, for pg_stat_activity), with the
+// query pool at 8: the warm pools' tests of a server short of connections.
+func limitedRole(t *testing.T, limit int) (*url.URL, *pgx.Conn, string) {
+	t.Helper()
+	u, err := url.Parse(dbtest.PostgresSchemaURL(t))
+	require.NoError(t, err)
+	schema := u.Query().Get("search_path")
+	// Migrate as the test user, so the limited role only runs queries.
+	cold, err := db.Open(pgCtx(t), u.String(), db.WithMigrate())
+	require.NoError(t, err)
+	require.NoError(t, cold.Close())
+	admin, err := pgx.Connect(pgCtx(t), u.String())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = admin.Close(pgCtx(t)) })
+	role := fmt.Sprintf("tbwarm%d", time.Now().UnixNano())
+	_, err = admin.Exec(pgCtx(t), fmt.Sprintf("CREATE ROLE %[1]s LOGIN PASSWORD 'warm' CONNECTION LIMIT %[3]d; "+
+		"GRANT ALL ON SCHEMA %[2]s TO %[1]s; GRANT ALL ON ALL TABLES IN SCHEMA %[2]s TO %[1]s; "+
+		"GRANT ALL ON ALL SEQUENCES IN SCHEMA %[2]s TO %[1]s", role, schema, limit))
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = admin.Exec(pgCtx(t), fmt.Sprintf("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '%s'", role))
+		_, _ = admin.Exec(pgCtx(t), fmt.Sprintf("REVOKE ALL ON ALL SEQUENCES IN SCHEMA %[2]s FROM %[1]s; "+
+			"REVOKE ALL ON ALL TABLES IN SCHEMA %[2]s FROM %[1]s; REVOKE ALL ON SCHEMA %[2]s FROM %[1]s; DROP ROLE %[1]s", role, schema))
+	})
+	u.User = url.UserPassword(role, "warm")
+	q := u.Query()
+	q.Set("pool_max_conns", "8")
+	u.RawQuery = q.Encode()
+	return u, admin, role
 }
