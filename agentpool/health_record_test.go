@@ -59,3 +59,27 @@ func TestResumedRuntimeAnsweredResetsFailCountEvenIfCancelled(t *testing.T) {
 	require.Equal(t, db.SessionActive, sess.Status)
 	require.Zero(t, sess.ResumeFailCount, "the runtime answered: the resume is complete")
 }
+
+// transcriptFailStore fails every transcript read: the history of a new sandbox cannot be loaded.
+type transcriptFailStore struct{ db.Store }
+
+func (transcriptFailStore) TurnTranscript(context.Context, string, db.TranscriptLimit) ([]db.Turn, error) {
+	return nil, errors.New("transcript: connection reset")
+}
+
+// TestRuntimeHealthRecordedWhenHistoryFails (from a review of f9faeea): a new sandbox's runtime
+// answered, then the thread's history could not be loaded for its new agent session. The turn
+// fails, but the runtime's health is recorded (it answered), and the agent session is not: the next
+// turn must replay the history to a session, so it opens one again.
+func TestRuntimeHealthRecordedWhenHistoryFails(t *testing.T) {
+	st := transcriptFailStore{Store: newSQLiteStore(t)}
+	f := newFixture(t, st, sandboxfake.New(), &scriptRuntime{})
+	sink := newCollector()
+	submit(t, f.pool, "web:hist", "e1", "x", sink)
+	require.ErrorContains(t, sink.wait(t, 1)[0].Err, "history")
+	sess, err := st.SessionGet(context.Background(), "web:hist")
+	require.NoError(t, err)
+	require.Equal(t, db.SessionActive, sess.Status)
+	require.False(t, sess.LastHealthOKAt.IsZero(), "the runtime answered: recorded")
+	require.Empty(t, sess.AgentSessionID, "no session without its history")
+}

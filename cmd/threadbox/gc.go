@@ -1,9 +1,12 @@
 package main
 
 import (
+	"io/fs"
 	"os"
+	pathpkg "path"
 	"runtime/debug"
 	"runtime/metrics"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -24,8 +27,6 @@ import (
 const (
 	serverGOGC     = 400
 	memLimitShare  = 0.8
-	cgroupV2Max    = "/sys/fs/cgroup/memory.max"
-	cgroupV1Max    = "/sys/fs/cgroup/memory/memory.limit_in_bytes"
 	cgroupV1NoMax  = int64(1) << 60 // v1 reports "no limit" as a huge page-rounded number
 	minSoftLimitMB = 64             // below this a soft limit would mean collecting all the time
 )
@@ -59,14 +60,49 @@ func (p gcPolicy) apply() {
 	}
 }
 
-// cgroupMemoryMax reads the memory limit of the process's cgroup (v2, else v1).
-func cgroupMemoryMax() (int64, bool) {
-	for _, f := range []string{cgroupV2Max, cgroupV1Max} {
-		if b, err := os.ReadFile(f); err == nil {
-			return parseMemoryMax(string(b))
+// cgroupMemoryMax reads the memory limit of the process's cgroup.
+func cgroupMemoryMax() (int64, bool) { return memoryMaxIn(os.DirFS("/")) }
+
+// memoryMaxIn finds the tightest memory limit on the process's cgroup and its parents, as
+// /proc/self/cgroup names them in fsys (the root): a limit may be set on a parent only (a pod's, a
+// systemd slice's), and without a cgroup namespace the process's own is not at the mount's root.
+// cgroup v2 first, then v1's memory controller.
+func memoryMaxIn(fsys fs.FS) (int64, bool) {
+	b, _ := fs.ReadFile(fsys, "proc/self/cgroup")
+	v2, v1 := "/", "/"
+	for _, line := range strings.Split(string(b), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		switch {
+		case parts[0] == "0" && parts[1] == "":
+			v2 = parts[2]
+		case slices.Contains(strings.Split(parts[1], ","), "memory"):
+			v1 = parts[2]
 		}
 	}
-	return 0, false
+	if n, ok := tightest(fsys, "sys/fs/cgroup", v2, "memory.max"); ok {
+		return n, true
+	}
+	return tightest(fsys, "sys/fs/cgroup/memory", v1, "memory.limit_in_bytes")
+}
+
+// tightest reads file in the cgroup directory at path below root and in each of its parents up to
+// root, and returns the smallest limit found.
+func tightest(fsys fs.FS, root, path, file string) (int64, bool) {
+	var best int64
+	found := false
+	for dir := pathpkg.Clean("/" + path); ; dir = pathpkg.Dir(dir) {
+		if b, err := fs.ReadFile(fsys, pathpkg.Join(root, dir, file)); err == nil {
+			if n, ok := parseMemoryMax(string(b)); ok && (!found || n < best) {
+				best, found = n, true
+			}
+		}
+		if dir == "/" {
+			return best, found
+		}
+	}
 }
 
 // parseMemoryMax reads a cgroup memory limit file: a byte count, or "max" (v2) or a huge number (v1)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"testing"
+	"testing/fstest"
 
 	"github.com/stretchr/testify/require"
 )
@@ -48,5 +49,51 @@ func TestParseMemoryMax(t *testing.T) {
 		got, ok := parseMemoryMax(tc.in)
 		require.Equal(t, tc.ok, ok, "%q", tc.in)
 		require.Equal(t, tc.want, got, "%q", tc.in)
+	}
+}
+
+// TestMemoryMaxIn: the tightest limit on the process's cgroup and its parents, cgroup v2 first,
+// then v1's memory controller; none where no level sets one.
+func TestMemoryMaxIn(t *testing.T) {
+	file := func(s string) *fstest.MapFile { return &fstest.MapFile{Data: []byte(s)} }
+	for _, tc := range []struct {
+		name string
+		fs   fstest.MapFS
+		want int64
+		ok   bool
+	}{
+		{"v2, namespaced: the root is the container", fstest.MapFS{
+			"proc/self/cgroup": file("0::/\n"), "sys/fs/cgroup/memory.max": file("536870912\n"),
+		}, 536870912, true},
+		{"v2, no limit", fstest.MapFS{
+			"proc/self/cgroup": file("0::/\n"), "sys/fs/cgroup/memory.max": file("max\n"),
+		}, 0, false},
+		{"v2, the host's view: the limit on a parent (a pod)", fstest.MapFS{
+			"proc/self/cgroup":                           file("0::/kubepods/pod1/ctr\n"),
+			"sys/fs/cgroup/kubepods/pod1/ctr/memory.max": file("max\n"),
+			"sys/fs/cgroup/kubepods/pod1/memory.max":     file("1073741824\n"),
+			"sys/fs/cgroup/kubepods/memory.max":          file("8589934592\n"),
+		}, 1073741824, true},
+		{"v2, the container tighter than its pod", fstest.MapFS{
+			"proc/self/cgroup":                           file("0::/kubepods/pod1/ctr\n"),
+			"sys/fs/cgroup/kubepods/pod1/ctr/memory.max": file("268435456\n"),
+			"sys/fs/cgroup/kubepods/pod1/memory.max":     file("1073741824\n"),
+		}, 268435456, true},
+		{"v1", fstest.MapFS{
+			"proc/self/cgroup": file("12:pids:/docker/abc\n9:cpuset:/docker/abc\n4:memory:/docker/abc\n"),
+			"sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes": file("402653184\n"),
+			"sys/fs/cgroup/memory/memory.limit_in_bytes":            file("9223372036854771712\n"),
+		}, 402653184, true},
+		{"v1, namespaced", fstest.MapFS{
+			"proc/self/cgroup":                           file("4:memory:/\n"),
+			"sys/fs/cgroup/memory/memory.limit_in_bytes": file("402653184\n"),
+		}, 402653184, true},
+		{"nothing readable", fstest.MapFS{}, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := memoryMaxIn(tc.fs)
+			require.Equal(t, tc.ok, ok)
+			require.Equal(t, tc.want, got)
+		})
 	}
 }
