@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"sync"
@@ -181,11 +182,13 @@ func benchAck(b *testing.B, n, rate int, setup func(*testing.B, *Options) burstH
 			evs[i] = fake.Mention(fmt.Sprintf("C%02d", i%50), fmt.Sprintf("U%d", i%7), "echo hi")
 		}
 		hooks.run(hooks.before)
+		gcs := gcCount()
 		b.StartTimer()
 		lat, errs := openLoop(fake, url, evs, rate)
 		b.StopTimer()
 		require.Zero(b, errs, "every event acknowledged with 200")
 		all = append(all, lat...)
+		b.Logf("worst ack (ms) of each 25 ms of the burst, in order, %d collections meanwhile: %v", gcCount()-gcs, worstPer(lat, rate/40))
 		hooks.run(hooks.after)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		require.NoError(b, ad.queue.wait(ctx))
@@ -258,3 +261,22 @@ type nopHandler struct{}
 func (nopHandler) Handle(context.Context, bot.Message, bot.Replier) error { return nil }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// worstPer returns the worst latency, in whole milliseconds, of each run of n events in sending
+// order: where in a burst the slow acks fall (its start, when the new threads' turns start, or a
+// stall later on), which a percentile alone does not say.
+func worstPer(lat []time.Duration, n int) []int64 {
+	n = max(n, 1)
+	var out []int64
+	for i := 0; i < len(lat); i += n {
+		out = append(out, slices.Max(lat[i:min(len(lat), i+n)]).Milliseconds())
+	}
+	return out
+}
+
+// gcCount is how many collections have completed.
+func gcCount() uint64 {
+	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
