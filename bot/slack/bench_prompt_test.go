@@ -71,6 +71,7 @@ func BenchmarkEventToPrompt(b *testing.B) {
 		return (<-rt.at).Sub(start)
 	}
 	send(root) // creates the session and sandbox: not measured
+	key := bot.SlackThread(o.TeamID, "C1", root.TS).String()
 	for range b.N {
 		for range n {
 			ev := fake.Mention("C1", "U1", "echo hi", slackfake.InThread(root.TS))
@@ -78,10 +79,15 @@ func BenchmarkEventToPrompt(b *testing.B) {
 			mu.Lock()
 			lat = append(lat, d)
 			mu.Unlock()
-			// The next message goes once this turn has been answered (✅), as a user would send it.
+			// The next message goes once this turn has been answered (✅) and has ended (its thread's
+			// queue is idle: its outcome recorded, its lock released), as a user would send it,
+			// seconds later: not in the last milliseconds of the turn before.
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			require.NoError(b, fake.Wait(ctx, func() bool { return slices.Contains(fake.Reactions("C1", ev.TS), "white_check_mark") }))
 			cancel()
+			idle := make(chan struct{})
+			require.NoError(b, pool.Do(key, func(context.Context) { close(idle) }, func(error) { close(idle) }))
+			<-idle
 		}
 	}
 	slices.Sort(lat)

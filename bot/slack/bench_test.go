@@ -30,7 +30,8 @@ import (
 // BenchmarkEventsAck measures the Events API ack latency (Core issue: p99 ≤ 10 ms at 2,000 events/s)
 // with an open-loop sender on loopback: events leave on schedule whether or not earlier ones were
 // answered, and latency counts from the scheduled send time, so a stall shows up instead of slowing
-// the sender down. THREADBOX_BENCH_SLACK_EVENTS and THREADBOX_BENCH_SLACK_RATE override the 2,000
+// the sender down. The sender and Slack's Web API are a slackfake.Peer, a process of their own, as
+// Slack is not in the replica's process; they still share the machine's CPUs. THREADBOX_BENCH_SLACK_EVENTS and THREADBOX_BENCH_SLACK_RATE override the 2,000
 // events at 2,000/s. `make bench` runs it with the binary's collector setting (GOGC=400,
 // cmd/threadbox/gc.go); a bare `go test -bench` runs at Go's 100 unless GOGC is set.
 //
@@ -137,10 +138,13 @@ func (h burstHooks) run(f func()) {
 	}
 }
 
-// benchAck sends n events at rate per second. setup fills the adapter's options.
+// benchAck sends n events at rate per second. setup fills the adapter's options. Slack (its Web API
+// and the sender) is a slackfake.Peer, a process of its own, so that the bot's process does only the
+// bot's work.
 func benchAck(b *testing.B, n, rate int, setup func(*testing.B, *Options) burstHooks) {
-	fake := slackfake.New(slackfake.Options{})
-	b.Cleanup(fake.Close)
+	fake, err := slackfake.StartPeer(context.Background(), slackfake.Options{})
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = fake.Close() })
 	o := fake.Options()
 	opts := Options{
 		BotToken: o.BotToken, SigningSecret: o.SigningSecret, APIURL: fake.APIURL(), Logger: zap.NewNop(),
@@ -152,51 +156,46 @@ func benchAck(b *testing.B, n, rate int, setup func(*testing.B, *Options) burstH
 	srv := &http.Server{Handler: ad.EventsHandler(), ReadHeaderTimeout: 5 * time.Second}
 	url := serveLoopback(b, srv)
 	b.Cleanup(func() { _ = ad.Close() })
+	_, real := opts.Handler.(*bot.Handler)
+	// Every turn ran to its ✅: the acks were not bought by dropping work.
+	answered := func(total int) {
+		if real {
+			require.NoError(b, fake.WaitReactions(bot.ReactDone, total, 2*time.Minute))
+		}
+	}
 
 	b.StopTimer() // only the sending of the counted bursts is timed
 	// A first burst, not counted: a process meets its first events with cold caches (statement
-	// plans, HTTP connections, heap); its figures are logged apart.
-	warm := make([]slackfake.Event, max(1, n/5))
-	for i := range warm {
-		warm[i] = fake.Mention(fmt.Sprintf("W%02d", i%50), fmt.Sprintf("U%d", i%7), "echo hi")
-	}
+	// plans, HTTP connections, heap); its figures are logged apart. 50 threads, a few users:
+	// realistic keys, and every event is new.
+	burst := slackfake.Burst{N: max(1, n/5), Rate: rate, Prefix: "W", Threads: 50, Users: 7, Text: "echo hi"}
 	hooks.run(hooks.before)
-	wl, errs := openLoop(fake, url, warm, rate)
+	wl, errs, err := fake.Burst(url, burst)
+	require.NoError(b, err)
 	require.Zero(b, errs, "every warm-up event acknowledged with 200")
 	hooks.run(hooks.after)
-	done := 0 // turns answered so far
-	if _, real := opts.Handler.(*bot.Handler); real {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		require.NoError(b, fake.Wait(ctx, func() bool { return fake.ReactionsAdded(bot.ReactDone) == len(warm) }))
-		cancel()
-		done = len(warm)
-	}
+	answered(len(wl))
+	done := len(wl) // turns answered so far
 	slices.Sort(wl)
 	b.Logf("warm-up, %d events at %d/s (not counted): ack p50 %.2f ms, p99 %.2f ms", len(wl), rate,
 		ms(wl[len(wl)/2]), ms(wl[min(len(wl)-1, len(wl)*99/100)]))
 	var all []time.Duration
+	burst.N, burst.Prefix = n, "C"
 	for range b.N {
-		// 50 threads, a few users: realistic keys, and every event is new.
-		evs := make([]slackfake.Event, n)
-		for i := range evs {
-			evs[i] = fake.Mention(fmt.Sprintf("C%02d", i%50), fmt.Sprintf("U%d", i%7), "echo hi")
-		}
 		hooks.run(hooks.before)
 		gcs := gcCount()
 		b.StartTimer()
-		lat, errs := openLoop(fake, url, evs, rate)
+		lat, errs, err := fake.Burst(url, burst)
 		b.StopTimer()
+		require.NoError(b, err)
 		require.Zero(b, errs, "every event acknowledged with 200")
 		all = append(all, lat...)
 		b.Logf("worst ack (ms) of each 25 ms of the burst, in order, %d collections meanwhile: %v", gcCount()-gcs, worstPer(lat, rate/40))
 		hooks.run(hooks.after)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		require.NoError(b, ad.queue.wait(ctx))
-		if _, real := opts.Handler.(*bot.Handler); real {
-			// Every turn ran to its ✅: the acks were not bought by dropping work.
-			require.NoError(b, fake.Wait(ctx, func() bool { return fake.ReactionsAdded(bot.ReactDone) == done+len(all) }))
-		}
 		cancel()
+		answered(done + len(all))
 	}
 	slices.Sort(all)
 	pct := func(p float64) float64 {
@@ -210,35 +209,6 @@ func benchAck(b *testing.B, n, rate int, setup func(*testing.B, *Options) burstH
 	if pct(0.99) > 10 {
 		b.Logf("WARNING: ack p99 %.1f ms is over the 10 ms target", pct(0.99))
 	}
-}
-
-// openLoop sends evs at rate per second, each on its own goroutine at its scheduled time, and returns
-// each one's latency from its scheduled time to the bot's answer.
-func openLoop(fake *slackfake.Server, url string, evs []slackfake.Event, rate int) ([]time.Duration, int) {
-	interval := time.Second / time.Duration(rate)
-	lat := make([]time.Duration, len(evs))
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs int
-	)
-	start := time.Now()
-	for i, ev := range evs {
-		at := start.Add(time.Duration(i) * interval)
-		// Pacing the sender is the load generator's job, not synchronisation.
-		time.Sleep(time.Until(at))
-		wg.Go(func() {
-			res, err := fake.Deliver(context.Background(), url, ev)
-			lat[i] = time.Since(at)
-			if err != nil || res.Status != http.StatusOK {
-				mu.Lock()
-				errs++
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	return lat, errs
 }
 
 func serveLoopback(b *testing.B, srv *http.Server) string {

@@ -1,0 +1,276 @@
+package slackfake
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"time"
+)
+
+// A Peer is a fake Slack in a process of its own: the Web API the bot calls and the load generator
+// that sends it events. Benchmarks use it so that what they measure is the bot's process alone: with
+// the fake in the bot's process, the fake's own work (serving reactions.add and chat.postMessage,
+// signing and sending events) ran on the bot's scheduler and heap, and a sender delayed by the bot's
+// goroutines counted as a slow ack. The machine's CPUs are still shared, as they would be with any
+// load generator on the same host.
+//
+// The peer is the test binary itself, started again with PeerEnv set: the package's TestMain must
+// call ServePeerIfAsked first. Requests and answers are JSON lines on the child's stdin and stdout.
+type Peer struct {
+	cmd  *exec.Cmd
+	in   io.WriteCloser
+	out  *bufio.Scanner
+	opts Options
+	api  string
+
+	mu sync.Mutex // one request at a time
+}
+
+// PeerEnv, set to "1", makes ServePeerIfAsked serve as a peer.
+const PeerEnv = "THREADBOX_SLACKFAKE_PEER"
+
+// peerMaxLine bounds one answer line (a burst's latencies: about 20 bytes per event).
+const peerMaxLine = 64 << 20
+
+// peerHello is the child's first line.
+type peerHello struct {
+	Options Options `json:"options"`
+	APIURL  string  `json:"api_url"`
+}
+
+// peerReq is one request. Op "burst" sends N events at Rate per second to URL: mentions in Threads
+// channels named Prefix plus two digits, from Users users, each with Text. Op "wait_reactions" waits
+// until Count reactions named Name have been added in all, or Timeout passes.
+type peerReq struct {
+	Op      string        `json:"op"`
+	URL     string        `json:"url,omitempty"`
+	Burst   Burst         `json:"burst"`
+	Name    string        `json:"name,omitempty"`
+	Count   int           `json:"count,omitempty"`
+	Timeout time.Duration `json:"timeout,omitempty"`
+}
+
+// peerResp is one answer: Err is set when the request failed.
+type peerResp struct {
+	Err     string          `json:"err,omitempty"`
+	Latency []time.Duration `json:"latency,omitempty"`
+	Errors  int             `json:"errors,omitempty"`
+}
+
+// Burst describes the events of one open-loop burst: N mentions at Rate per second, spread over
+// Threads channels (Prefix followed by two digits) and Users users, each saying Text.
+type Burst struct {
+	N       int    `json:"n"`
+	Rate    int    `json:"rate"`
+	Prefix  string `json:"prefix"`
+	Threads int    `json:"threads"`
+	Users   int    `json:"users"`
+	Text    string `json:"text"`
+}
+
+// Events mints the burst's events on s.
+func (b Burst) Events(s *Server) []Event {
+	evs := make([]Event, b.N)
+	for i := range evs {
+		evs[i] = s.Mention(fmt.Sprintf("%s%02d", b.Prefix, i%max(1, b.Threads)), fmt.Sprintf("U%d", i%max(1, b.Users)), b.Text)
+	}
+	return evs
+}
+
+// StartPeer starts a peer with opts: this executable again, with PeerEnv set. The peer stops when
+// ctx ends or Close is called; its stderr is this process's.
+func StartPeer(ctx context.Context, opts Options) (*Peer, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("slackfake: peer: %w", err)
+	}
+	cmd := exec.CommandContext(ctx, exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), PeerEnv+"=1")
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("slackfake: peer: %w", err)
+	}
+	outR, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("slackfake: peer: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("slackfake: peer: %w", err)
+	}
+	p := &Peer{cmd: cmd, in: in, out: bufio.NewScanner(outR)}
+	p.out.Buffer(nil, peerMaxLine)
+	req, err := json.Marshal(opts)
+	if err == nil {
+		_, err = fmt.Fprintf(in, "%s\n", req)
+	}
+	var hello peerHello
+	if err == nil {
+		err = p.read(&hello)
+	}
+	if err != nil {
+		_ = p.Close()
+		return nil, fmt.Errorf("slackfake: peer did not start: %w", err)
+	}
+	p.opts, p.api = hello.Options, hello.APIURL
+	return p, nil
+}
+
+// Options returns the peer's resolved options (tokens, ids, secret).
+func (p *Peer) Options() Options { return p.opts }
+
+// APIURL is the peer's Web API base URL, with its trailing slash.
+func (p *Peer) APIURL() string { return p.api }
+
+// Burst sends b's events to eventsURL on an open loop (see OpenLoop) and returns each one's latency,
+// in sending order, and how many were not answered 200.
+func (p *Peer) Burst(eventsURL string, b Burst) ([]time.Duration, int, error) {
+	resp, err := p.call(peerReq{Op: "burst", URL: eventsURL, Burst: b})
+	return resp.Latency, resp.Errors, err
+}
+
+// WaitReactions waits until count reactions named name have been added in all, for up to timeout.
+func (p *Peer) WaitReactions(name string, count int, timeout time.Duration) error {
+	_, err := p.call(peerReq{Op: "wait_reactions", Name: name, Count: count, Timeout: timeout})
+	return err
+}
+
+// Close stops the peer and waits for it to exit.
+func (p *Peer) Close() error {
+	_ = p.in.Close() // the peer exits at the end of its input
+	err := p.cmd.Wait()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) && exit.Exited() && exit.ExitCode() == 0 {
+		err = nil
+	}
+	return err
+}
+
+func (p *Peer) call(req peerReq) (peerResp, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	line, err := json.Marshal(req)
+	if err != nil {
+		return peerResp{}, fmt.Errorf("slackfake: peer %s: %w", req.Op, err)
+	}
+	if _, err := fmt.Fprintf(p.in, "%s\n", line); err != nil {
+		return peerResp{}, fmt.Errorf("slackfake: peer %s: %w", req.Op, err)
+	}
+	var resp peerResp
+	if err := p.read(&resp); err != nil {
+		return peerResp{}, fmt.Errorf("slackfake: peer %s: %w", req.Op, err)
+	}
+	if resp.Err != "" {
+		return resp, fmt.Errorf("slackfake: peer %s: %s", req.Op, resp.Err)
+	}
+	return resp, nil
+}
+
+func (p *Peer) read(v any) error {
+	if !p.out.Scan() {
+		if err := p.out.Err(); err != nil {
+			return err
+		}
+		return io.ErrUnexpectedEOF
+	}
+	return json.Unmarshal(p.out.Bytes(), v)
+}
+
+// ServePeerIfAsked serves as a peer, and exits, when PeerEnv is set; otherwise it returns at once.
+// Call it first in TestMain.
+func ServePeerIfAsked() {
+	if os.Getenv(PeerEnv) != "1" {
+		return
+	}
+	if err := servePeer(os.Stdin, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "slackfake peer:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// servePeer reads the options line, starts a fake, says hello, then answers requests until in ends.
+func servePeer(in io.Reader, out io.Writer) error {
+	sc := bufio.NewScanner(in)
+	sc.Buffer(nil, 1<<20)
+	if !sc.Scan() {
+		return fmt.Errorf("no options: %w", errors.Join(sc.Err(), io.ErrUnexpectedEOF))
+	}
+	var opts Options
+	if err := json.Unmarshal(sc.Bytes(), &opts); err != nil {
+		return fmt.Errorf("options: %w", err)
+	}
+	s := New(opts)
+	defer s.Close()
+	enc := json.NewEncoder(out)
+	if err := enc.Encode(peerHello{Options: s.Options(), APIURL: s.APIURL()}); err != nil {
+		return err
+	}
+	for sc.Scan() {
+		var req peerReq
+		var resp peerResp
+		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
+			resp.Err = err.Error()
+		} else {
+			resp = s.servePeerReq(req)
+		}
+		if err := enc.Encode(resp); err != nil {
+			return err
+		}
+	}
+	return sc.Err()
+}
+
+func (s *Server) servePeerReq(req peerReq) peerResp {
+	switch req.Op {
+	case "burst":
+		lat, errs := s.OpenLoop(req.URL, req.Burst.Events(s), req.Burst.Rate)
+		return peerResp{Latency: lat, Errors: errs}
+	case "wait_reactions":
+		ctx, cancel := context.WithTimeout(context.Background(), req.Timeout)
+		defer cancel()
+		err := s.Wait(ctx, func() bool { return s.ReactionsAdded(req.Name) >= req.Count })
+		if err != nil {
+			return peerResp{Err: fmt.Sprintf("%d of %d %q reactions: %v", s.ReactionsAdded(req.Name), req.Count, req.Name, err)}
+		}
+		return peerResp{}
+	}
+	return peerResp{Err: fmt.Sprintf("unknown op %q", req.Op)}
+}
+
+// OpenLoop sends evs to eventsURL at rate per second, each on its own goroutine at its scheduled
+// time whether or not earlier ones were answered, and returns each one's latency from its scheduled
+// time to the answer (so a stall shows up instead of slowing the sender down), and how many were
+// not answered 200.
+func (s *Server) OpenLoop(eventsURL string, evs []Event, rate int) ([]time.Duration, int) {
+	interval := time.Second / time.Duration(max(1, rate))
+	lat := make([]time.Duration, len(evs))
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs int
+	)
+	start := time.Now()
+	for i, ev := range evs {
+		at := start.Add(time.Duration(i) * interval)
+		// Pacing the sender is the load generator's job, not synchronisation.
+		time.Sleep(time.Until(at))
+		wg.Go(func() {
+			res, err := s.Deliver(context.Background(), eventsURL, ev)
+			lat[i] = time.Since(at)
+			if err != nil || res.Status != 200 {
+				mu.Lock()
+				errs++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return lat, errs
+}
