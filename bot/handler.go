@@ -303,6 +303,8 @@ func (h *Handler) retry(ctx context.Context, msg Message, r Replier) error {
 }
 
 func (h *Handler) turn(ctx context.Context, msg Message, r Replier) error {
+	// The sink's final mark and the 👀 below are sent from different goroutines.
+	r = withOrderedMarks(r)
 	if strings.TrimSpace(msg.Text) == "" && len(msg.Files) == 0 {
 		h.reply(ctx, r, func(context.Context) string { return "Send me something to do (or \"help\")." })
 		return nil

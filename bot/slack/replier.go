@@ -181,20 +181,42 @@ func (r *replier) Upload(ctx context.Context, name string, data []byte) (string,
 }
 
 // React implements bot.Replier. The final ✅ or ❌ replaces the 👀 of receipt, so the message shows
-// its state at a glance.
+// its state at a glance. Slack allows few reactions a minute (reactions.add is Tier 3): a mark that
+// says how a message ended (✅, ❌, 🚫) waits out a rate limit, as a post does, so the message is not
+// left under 👀 as if still waiting; 👀 itself is tried once, since it only says "seen" and a late one
+// would hold the final mark back (bot orders a message's reactions).
 func (r *replier) React(ctx context.Context, name string) error {
-	ctx, cancel := context.WithTimeout(ctx, reactTimeout)
-	defer cancel()
 	ref := slack.NewRefToMessage(r.channel, r.msgTS)
-	err := r.a.api.AddReactionContext(ctx, name, ref)
-	if isSlackError(err, "already_reacted") {
-		err = nil
+	call := func(f func(ctx context.Context) error) error {
+		once := func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(ctx, reactTimeout)
+			defer cancel()
+			return f(ctx)
+		}
+		if name == bot.ReactSeen {
+			return once(ctx)
+		}
+		return withRetry(ctx, once)
 	}
+	err := call(func(ctx context.Context) error {
+		err := r.a.api.AddReactionContext(ctx, name, ref)
+		if isSlackError(err, "already_reacted") {
+			return nil
+		}
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("slack: reaction %s: %w", name, err)
 	}
 	if name == bot.ReactDone || name == bot.ReactError {
-		if err := r.a.api.RemoveReactionContext(ctx, bot.ReactSeen, ref); err != nil && !isSlackError(err, "no_reaction") {
+		err := call(func(ctx context.Context) error {
+			err := r.a.api.RemoveReactionContext(ctx, bot.ReactSeen, ref)
+			if isSlackError(err, "no_reaction") {
+				return nil
+			}
+			return err
+		})
+		if err != nil {
 			return fmt.Errorf("slack: removing %s: %w", bot.ReactSeen, err)
 		}
 	}

@@ -1,0 +1,41 @@
+package bot
+
+import (
+	"context"
+)
+
+// markedReplier orders the reactions on one message. 👀 is sent from a goroutine of its own, off the
+// ack path, so without this a quick turn's final ✅ or ❌ (which removes 👀) could overtake it, and 👀
+// would land afterwards and stay on an answered message for good: the "waiting forever" look that
+// acknowledged-means-answered exists to prevent. So reactions go one at a time, and a 👀 that comes
+// after a final mark is dropped.
+type markedReplier struct {
+	Replier
+	// turn is held across a reaction's call (a channel, not a mutex, so that a reaction waiting
+	// for another is durably blocked in a synctest bubble); it guards final.
+	turn  chan struct{}
+	final bool
+}
+
+func withOrderedMarks(r Replier) *markedReplier {
+	return &markedReplier{Replier: r, turn: make(chan struct{}, 1)}
+}
+
+// React implements Replier.
+func (m *markedReplier) React(ctx context.Context, name string) error {
+	select {
+	case m.turn <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-m.turn }()
+	switch name {
+	case ReactSeen:
+		if m.final {
+			return nil
+		}
+	case ReactDone, ReactError:
+		m.final = true
+	}
+	return m.Replier.React(ctx, name)
+}
