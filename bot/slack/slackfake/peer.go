@@ -196,6 +196,8 @@ func ServePeerIfAsked() {
 }
 
 // servePeer reads the options line, starts a fake, says hello, then answers requests until in ends.
+// The end of in (Close, or the parent gone: killed, or timed out by go test without its cleanups)
+// also stops the request under way, so the peer never outlives its parent by a burst or a wait.
 func servePeer(in io.Reader, out io.Writer) error {
 	sc := bufio.NewScanner(in)
 	sc.Buffer(nil, 1<<20)
@@ -212,28 +214,50 @@ func servePeer(in io.Reader, out io.Writer) error {
 	if err := enc.Encode(peerHello{Options: s.Options(), APIURL: s.APIURL()}); err != nil {
 		return err
 	}
-	for sc.Scan() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	lines := make(chan []byte)
+	var inErr error
+	go func() {
+		defer close(lines)
+		defer cancel()
+		for sc.Scan() {
+			select {
+			case lines <- append([]byte(nil), sc.Bytes()...):
+			case <-ctx.Done():
+				return
+			}
+		}
+		inErr = sc.Err()
+	}()
+	for line := range lines {
 		var req peerReq
 		var resp peerResp
-		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
+		if err := json.Unmarshal(line, &req); err != nil {
 			resp.Err = err.Error()
 		} else {
-			resp = s.servePeerReq(req)
+			resp = s.servePeerReq(ctx, req)
+		}
+		if ctx.Err() != nil {
+			break // no one to answer
 		}
 		if err := enc.Encode(resp); err != nil {
 			return err
 		}
 	}
-	return sc.Err()
+	cancel()
+	for range lines { // the reader's end
+	}
+	return inErr
 }
 
-func (s *Server) servePeerReq(req peerReq) peerResp {
+func (s *Server) servePeerReq(ctx context.Context, req peerReq) peerResp {
 	switch req.Op {
 	case "burst":
-		lat, errs := s.OpenLoop(req.URL, req.Burst.Events(s), req.Burst.Rate)
+		lat, errs := s.OpenLoop(ctx, req.URL, req.Burst.Events(s), req.Burst.Rate)
 		return peerResp{Latency: lat, Errors: errs}
 	case "wait_reactions":
-		ctx, cancel := context.WithTimeout(context.Background(), req.Timeout)
+		ctx, cancel := context.WithTimeout(ctx, req.Timeout)
 		defer cancel()
 		err := s.Wait(ctx, func() bool { return s.ReactionsAdded(req.Name) >= req.Count })
 		if err != nil {
@@ -248,7 +272,9 @@ func (s *Server) servePeerReq(req peerReq) peerResp {
 // time whether or not earlier ones were answered, and returns each one's latency from its scheduled
 // time to the answer (so a stall shows up instead of slowing the sender down), and how many were
 // not answered 200.
-func (s *Server) OpenLoop(eventsURL string, evs []Event, rate int) ([]time.Duration, int) {
+// When ctx ends, the events not yet sent are not sent (nor counted), and those under way are
+// abandoned.
+func (s *Server) OpenLoop(ctx context.Context, eventsURL string, evs []Event, rate int) ([]time.Duration, int) {
 	interval := time.Second / time.Duration(max(1, rate))
 	lat := make([]time.Duration, len(evs))
 	var (
@@ -260,9 +286,11 @@ func (s *Server) OpenLoop(eventsURL string, evs []Event, rate int) ([]time.Durat
 	for i, ev := range evs {
 		at := start.Add(time.Duration(i) * interval)
 		// Pacing the sender is the load generator's job, not synchronisation.
-		time.Sleep(time.Until(at))
+		if !sleepUntil(ctx, at) {
+			break
+		}
 		wg.Go(func() {
-			res, err := s.Deliver(context.Background(), eventsURL, ev)
+			res, err := s.Deliver(ctx, eventsURL, ev)
 			lat[i] = time.Since(at)
 			if err != nil || res.Status != 200 {
 				mu.Lock()
@@ -273,4 +301,16 @@ func (s *Server) OpenLoop(eventsURL string, evs []Event, rate int) ([]time.Durat
 	}
 	wg.Wait()
 	return lat, errs
+}
+
+// sleepUntil sleeps until at, and reports false if ctx ended first.
+func sleepUntil(ctx context.Context, at time.Time) bool {
+	t := time.NewTimer(time.Until(at))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
