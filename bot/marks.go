@@ -2,6 +2,7 @@ package bot
 
 import (
 	"context"
+	"sync/atomic"
 )
 
 // markedReplier orders the reactions on one message. 👀 is sent from a goroutine of its own, off the
@@ -12,9 +13,11 @@ import (
 type markedReplier struct {
 	Replier
 	// turn is held across a reaction's call (a channel, not a mutex, so that a reaction waiting
-	// for another is durably blocked in a synctest bubble); it guards final.
-	turn  chan struct{}
-	final bool
+	// for another is durably blocked in a synctest bubble).
+	turn chan struct{}
+	// final is set as a final mark is asked for, before it waits its turn: a 👀 behind it, or a
+	// final mark whose context ends while it waits, must not let a later 👀 through.
+	final atomic.Bool
 }
 
 func withOrderedMarks(r Replier) *markedReplier {
@@ -23,19 +26,17 @@ func withOrderedMarks(r Replier) *markedReplier {
 
 // React implements Replier.
 func (m *markedReplier) React(ctx context.Context, name string) error {
+	if name == ReactDone || name == ReactError {
+		m.final.Store(true)
+	}
 	select {
 	case m.turn <- struct{}{}:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 	defer func() { <-m.turn }()
-	switch name {
-	case ReactSeen:
-		if m.final {
-			return nil
-		}
-	case ReactDone, ReactError:
-		m.final = true
+	if name == ReactSeen && m.final.Load() {
+		return nil
 	}
 	return m.Replier.React(ctx, name)
 }

@@ -84,3 +84,17 @@ func TestEyesAfterTheFinalMarkAreDropped(t *testing.T) {
 	require.NoError(t, m.React(t.Context(), ReactSeen))
 	require.Equal(t, []string{ReactSkipped, ReactSeen}, r.reacts, "only a final mark drops a later 👀")
 }
+
+// TestEyesAfterACancelledFinalMarkAreDropped: a final mark whose context ended before it was sent
+// still marks the message as ended, so no 👀 follows.
+func TestEyesAfterACancelledFinalMarkAreDropped(t *testing.T) {
+	r := newChatReplier()
+	m := withOrderedMarks(r)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	m.turn <- struct{}{} // another reaction is under way
+	require.ErrorIs(t, m.React(ctx, ReactDone), context.Canceled)
+	<-m.turn
+	require.NoError(t, m.React(t.Context(), ReactSeen))
+	require.Empty(t, r.reacts)
+}

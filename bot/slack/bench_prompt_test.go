@@ -76,6 +76,7 @@ func BenchmarkEventToPrompt(b *testing.B) {
 		for range n {
 			ev := fake.Mention("C1", "U1", "echo hi", slackfake.InThread(root.TS))
 			d := send(ev)
+			require.Positive(b, pool.Depth(key), "the turn runs on the thread the benchmark waits on")
 			mu.Lock()
 			lat = append(lat, d)
 			mu.Unlock()

@@ -160,7 +160,9 @@ func benchAck(b *testing.B, n, rate int, setup func(*testing.B, *Options) burstH
 	// Every turn ran to its ✅: the acks were not bought by dropping work.
 	answered := func(total int) {
 		if real {
-			require.NoError(b, fake.WaitReactions(bot.ReactDone, total, 2*time.Minute))
+			got, err := fake.WaitReactions(bot.ReactDone, total, 2*time.Minute)
+			require.NoError(b, err)
+			require.Equal(b, total, got, "one ✅ per event")
 		}
 	}
 

@@ -26,6 +26,7 @@ type Peer struct {
 	cmd  *exec.Cmd
 	in   io.WriteCloser
 	out  *bufio.Scanner
+	outR io.Reader
 	opts Options
 	api  string
 
@@ -61,6 +62,7 @@ type peerResp struct {
 	Err     string          `json:"err,omitempty"`
 	Latency []time.Duration `json:"latency,omitempty"`
 	Errors  int             `json:"errors,omitempty"`
+	Count   int             `json:"count,omitempty"`
 }
 
 // Burst describes the events of one open-loop burst: N mentions at Rate per second, spread over
@@ -104,7 +106,7 @@ func StartPeer(ctx context.Context, opts Options) (*Peer, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("slackfake: peer: %w", err)
 	}
-	p := &Peer{cmd: cmd, in: in, out: bufio.NewScanner(outR)}
+	p := &Peer{cmd: cmd, in: in, out: bufio.NewScanner(outR), outR: outR}
 	p.out.Buffer(nil, peerMaxLine)
 	req, err := json.Marshal(opts)
 	if err == nil {
@@ -135,21 +137,20 @@ func (p *Peer) Burst(eventsURL string, b Burst) ([]time.Duration, int, error) {
 	return resp.Latency, resp.Errors, err
 }
 
-// WaitReactions waits until count reactions named name have been added in all, for up to timeout.
-func (p *Peer) WaitReactions(name string, count int, timeout time.Duration) error {
-	_, err := p.call(peerReq{Op: "wait_reactions", Name: name, Count: count, Timeout: timeout})
-	return err
+// WaitReactions waits until at least count reactions named name have been added in all, for up to
+// timeout, and returns how many there are then (more than count says some were added twice).
+func (p *Peer) WaitReactions(name string, count int, timeout time.Duration) (int, error) {
+	resp, err := p.call(peerReq{Op: "wait_reactions", Name: name, Count: count, Timeout: timeout})
+	return resp.Count, err
 }
 
 // Close stops the peer and waits for it to exit.
 func (p *Peer) Close() error {
 	_ = p.in.Close() // the peer exits at the end of its input
-	err := p.cmd.Wait()
-	var exit *exec.ExitError
-	if errors.As(err, &exit) && exit.Exited() && exit.ExitCode() == 0 {
-		err = nil
-	}
-	return err
+	// Whatever it still writes is read and dropped: a peer blocked on a full pipe (an answer left
+	// half read) would never exit.
+	_, _ = io.Copy(io.Discard, p.outR)
+	return p.cmd.Wait()
 }
 
 func (p *Peer) call(req peerReq) (peerResp, error) {
@@ -263,7 +264,7 @@ func (s *Server) servePeerReq(ctx context.Context, req peerReq) peerResp {
 		if err != nil {
 			return peerResp{Err: fmt.Sprintf("%d of %d %q reactions: %v", s.ReactionsAdded(req.Name), req.Count, req.Name, err)}
 		}
-		return peerResp{}
+		return peerResp{Count: s.ReactionsAdded(req.Name)}
 	}
 	return peerResp{Err: fmt.Sprintf("unknown op %q", req.Op)}
 }

@@ -75,7 +75,12 @@ func TestPeer(t *testing.T) {
 	}
 	require.Equal(t, 10, errs, "U2's ten events were refused")
 	require.Equal(t, map[string]int{"U0": 10, "U1": 10, "U2": 10}, users)
-	require.NoError(t, peer.WaitReactions("white_check_mark", 20, time.Minute))
-	err = peer.WaitReactions("white_check_mark", 21, time.Millisecond)
+	n, err := peer.WaitReactions("white_check_mark", 20, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, 20, n)
+	n, err = peer.WaitReactions("white_check_mark", 19, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, 20, n, "how many there are, past the count waited for")
+	_, err = peer.WaitReactions("white_check_mark", 21, time.Millisecond)
 	require.ErrorContains(t, err, "20 of 21")
 }
