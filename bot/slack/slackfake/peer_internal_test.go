@@ -33,9 +33,10 @@ func TestPeerEndsWithItsInput(t *testing.T) {
 			fmt.Fprintln(inW, "{}")
 			line, err := json.Marshal(req)
 			require.NoError(t, err)
+			// A pipe's write returns once the peer has read the line: the request is taken, and
+			// the input ends before or while it runs.
 			_, err = fmt.Fprintf(inW, "%s\n", line)
 			require.NoError(t, err)
-			time.Sleep(100 * time.Millisecond) // the request is under way
 			require.NoError(t, inW.Close())
 			select {
 			case <-done:
