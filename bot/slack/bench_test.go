@@ -185,10 +185,11 @@ func benchAck(b *testing.B, n, rate int, setup func(*testing.B, *Options) burstH
 	burst.N, burst.Prefix = n, "C"
 	for range b.N {
 		hooks.run(hooks.before)
-		gcs := gcCount()
+		gcs, cpu, began := gcCount(), readCPUSplit(fake.Pid()), time.Now()
 		b.StartTimer()
 		lat, errs, err := fake.Burst(url, burst)
 		b.StopTimer()
+		b.Logf("CPU during the burst: %s", cpu.since(fake.Pid(), time.Since(began)))
 		require.NoError(b, err)
 		require.Zero(b, errs, "every event acknowledged with 200")
 		all = append(all, lat...)

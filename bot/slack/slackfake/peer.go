@@ -130,6 +130,9 @@ func (p *Peer) Options() Options { return p.opts }
 // APIURL is the peer's Web API base URL, with its trailing slash.
 func (p *Peer) APIURL() string { return p.api }
 
+// Pid is the peer's process id (benchmarks account its CPU apart from the bot's).
+func (p *Peer) Pid() int { return p.cmd.Process.Pid }
+
 // Burst sends b's events to eventsURL on an open loop (see OpenLoop) and returns each one's latency,
 // in sending order, and how many were not answered 200.
 func (p *Peer) Burst(eventsURL string, b Burst) ([]time.Duration, int, error) {
