@@ -38,13 +38,10 @@ func testTurnsPendingClaim(t *testing.T, newStore NewStore) {
 	ctx := testCtx(t)
 	var ids []int64
 	for i, ev := range []string{"e1", "e2", "e3", "e4"} {
-		nt := newTurn("k", ev, "p")
-		nt.Owner = "dead"
-		tr, err := s.TurnInsert(ctx, nt)
-		require.NoError(t, err)
+		tr := insertOwned(ctx, t, s, "k", ev, "dead")
 		ids = append(ids, tr.ID)
 		if i == 0 {
-			_, err = s.TurnFinish(ctx, tr.ID, db.TurnResult{Status: db.TurnDone})
+			_, err := s.TurnFinish(ctx, tr.ID, db.TurnResult{Status: db.TurnDone})
 			require.NoError(t, err)
 		}
 	}
@@ -162,10 +159,7 @@ func turnIDs(ts []db.Turn) []int64 {
 func testTurnsUndelivered(t *testing.T, newStore NewStore) {
 	s := newStore(t)
 	ctx := testCtx(t)
-	nt := newTurn("k", "u1", "p")
-	nt.Owner = "dead"
-	tr, err := s.TurnInsert(ctx, nt)
-	require.NoError(t, err)
+	tr := insertOwned(ctx, t, s, "k", "u1", "dead")
 	page, err := s.TurnsUndelivered(ctx, 0, 10)
 	require.NoError(t, err)
 	require.Empty(t, page, "a queued turn is not undelivered")
@@ -199,14 +193,7 @@ func testTurnsUndelivered(t *testing.T, newStore NewStore) {
 func testTurnStartFirst(t *testing.T, newStore NewStore) {
 	s := newStore(t)
 	ctx := testCtx(t)
-	insert := func(thread, ev, owner string) db.Turn {
-		t.Helper()
-		nt := newTurn(thread, ev, "p")
-		nt.Owner = owner
-		tr, err := s.TurnInsert(ctx, nt)
-		require.NoError(t, err)
-		return tr
-	}
+	insert := func(thread, ev, owner string) db.Turn { return insertOwned(ctx, t, s, thread, ev, owner) }
 	otherDone := insert("k", "e0", "B")
 	_, err := s.TurnFinish(ctx, otherDone.ID, db.TurnResult{Status: db.TurnDone})
 	require.NoError(t, err)

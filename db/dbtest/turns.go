@@ -1,6 +1,7 @@
 package dbtest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -15,6 +16,16 @@ import (
 
 func newTurn(thread, event, prompt string) db.NewTurn {
 	return db.NewTurn{ThreadKey: thread, PlatformEventID: event, UserID: "U1", Prompt: prompt}
+}
+
+// insertOwned records a turn of thread for event, taken by the process owner.
+func insertOwned(ctx context.Context, t *testing.T, s db.Store, thread, event, owner string) db.Turn {
+	t.Helper()
+	nt := newTurn(thread, event, "p")
+	nt.Owner = owner
+	turn, err := s.TurnInsert(ctx, nt)
+	require.NoError(t, err)
+	return turn
 }
 
 func testTurnLifecycle(t *testing.T, newStore NewStore) {
@@ -116,11 +127,8 @@ func testTurnWrongState(t *testing.T, newStore NewStore) {
 func testTurnFinishFenced(t *testing.T, newStore NewStore) {
 	s := newStore(t)
 	ctx := testCtx(t)
-	mine := newTurn("k", "ev1", "p")
-	mine.Owner = "A"
-	turn, err := s.TurnInsert(ctx, mine)
-	require.NoError(t, err)
-	_, err = s.TurnClaim(ctx, turn.ID, "A", "B") // B took A for dead
+	turn := insertOwned(ctx, t, s, "k", "ev1", "A")
+	_, err := s.TurnClaim(ctx, turn.ID, "A", "B") // B took A for dead
 	require.NoError(t, err)
 	running, err := s.TurnStart(ctx, turn.ID, "B")
 	require.NoError(t, err)
