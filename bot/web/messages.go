@@ -49,6 +49,7 @@ func (s *Server) postMessage(w http.ResponseWriter, r *http.Request) {
 		err = s.checkText(text, len(files))
 	}
 	if err != nil {
+		discard(files)
 		s.writeErr(w, err)
 		return
 	}
@@ -65,6 +66,7 @@ func (s *Server) postMessage(w http.ResponseWriter, r *http.Request) {
 	// Published before it is queued, so the message is on every open page before any reply to it.
 	ev = c.publish(ev)
 	if err := s.enqueue(r.Context(), c, msg); err != nil {
+		discard(files) // not taken: no turn will read (and so remove) them
 		s.writeErr(w, err)
 		return
 	}
@@ -84,50 +86,53 @@ func (s *Server) checkText(text string, files int) error {
 }
 
 // readMultipart reads a "text" field and up to maxUploadFiles "file" parts, each within its cap.
-func (s *Server) readMultipart(w http.ResponseWriter, r *http.Request) (string, []bot.File, error) {
+// On error it has removed the files it spooled.
+func (s *Server) readMultipart(w http.ResponseWriter, r *http.Request) (text string, files []bot.File, err error) {
+	defer func() {
+		if err != nil {
+			discard(files)
+			text, files = "", nil
+		}
+	}()
 	r.Body = http.MaxBytesReader(w, r.Body, maxMultipartBody)
 	mr, err := r.MultipartReader()
 	if err != nil {
 		return "", nil, errorf(http.StatusBadRequest, "malformed multipart body: %s", err.Error())
 	}
-	var (
-		text  string
-		files []bot.File
-	)
 	for {
 		part, err := mr.NextPart()
 		if errors.Is(err, io.EOF) {
 			return text, files, nil
 		}
 		if err != nil {
-			return "", nil, bodyError(err)
+			return "", files, bodyError(err)
 		}
 		switch part.FormName() {
 		case "text":
 			b, err := readCapped(part, int64(s.maxText))
 			if err != nil {
-				return "", nil, err
+				return "", files, err
 			}
 			text = string(b)
 		case "file", "files":
 			if len(files) == maxUploadFiles {
-				return "", nil, errorf(http.StatusRequestEntityTooLarge, "too many files: at most %d per message", maxUploadFiles)
+				return "", files, errorf(http.StatusRequestEntityTooLarge, "too many files: at most %d per message", maxUploadFiles)
 			}
 			name := path.Base(strings.ReplaceAll(part.FileName(), `\`, "/"))
 			if name == "" || name == "." || name == "/" || name == ".." {
-				return "", nil, errorf(http.StatusBadRequest, "a file part needs a file name")
+				return "", files, errorf(http.StatusBadRequest, "a file part needs a file name")
 			}
 			b, err := readCapped(part, maxUploadFile)
 			if err != nil {
-				return "", nil, err
+				return "", files, err
 			}
 			f, err := s.spool(name, b)
 			if err != nil {
-				return "", nil, err
+				return "", files, err
 			}
 			files = append(files, f)
 		default:
-			return "", nil, errorf(http.StatusBadRequest, "unknown form field %q: send \"text\" and \"file\" parts", part.FormName())
+			return "", files, errorf(http.StatusBadRequest, "unknown form field %q: send \"text\" and \"file\" parts", part.FormName())
 		}
 	}
 }

@@ -38,6 +38,14 @@ func (s *Server) spool(name string, data []byte) (bot.File, error) {
 	}}, nil
 }
 
+// discard removes the spool files of a message that was not taken: no turn will read them, and
+// reading is what removes them otherwise.
+func discard(files []bot.File) {
+	for _, f := range files {
+		_ = os.Remove(filepath.Join(os.TempDir(), f.Ref))
+	}
+}
+
 var _ bot.Platform = (*Server)(nil)
 
 // Name implements bot.Platform.

@@ -1,0 +1,96 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"mime/multipart"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/threadbox/threadbox/bot"
+)
+
+// refusingHandler takes no message, as the bot does when it cannot record one.
+type refusingHandler struct{}
+
+func (refusingHandler) Handle(context.Context, bot.Message, bot.Replier) error {
+	return fmt.Errorf("%w: database down", bot.ErrNotAccepted)
+}
+
+// multipartBody builds a message with files, then whatever extra adds.
+func multipartBody(t *testing.T, files int, extra func(*multipart.Writer)) (*bytes.Buffer, string) {
+	t.Helper()
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	for i := range files {
+		fw, err := mw.CreateFormFile("file", fmt.Sprintf("f%d.txt", i))
+		require.NoError(t, err)
+		_, err = fw.Write([]byte("some content"))
+		require.NoError(t, err)
+	}
+	if extra != nil {
+		extra(mw)
+	}
+	require.NoError(t, mw.Close())
+	return &buf, mw.FormDataContentType()
+}
+
+func spoolFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var out []string
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), spoolPrefix) {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// TestRefusedUploadLeavesNoSpoolFile: a message refused after some of its files were spooled (a bad
+// part after them, too many files, text over the cap, the bot not taking it) leaves nothing on disk;
+// otherwise every refused request would leave up to 64 MiB in the temporary directory for good.
+func TestRefusedUploadLeavesNoSpoolFile(t *testing.T) {
+	tests := []struct {
+		name    string
+		handler MessageHandler
+		files   int
+		extra   func(*multipart.Writer)
+		want    int
+	}{
+		{"unknown field after the files", nopHandler{}, 2, func(mw *multipart.Writer) {
+			require.NoError(t, mw.WriteField("bogus", "x"))
+		}, http.StatusBadRequest},
+		{"too many files", nopHandler{}, maxUploadFiles + 1, nil, http.StatusRequestEntityTooLarge},
+		{"text over the cap", nopHandler{}, 2, func(mw *multipart.Writer) {
+			require.NoError(t, mw.WriteField("text", strings.Repeat("x", DefaultMaxTextBytes+1)))
+		}, http.StatusRequestEntityTooLarge},
+		{"a file part without a name", nopHandler{}, 1, func(mw *multipart.Writer) {
+			fw, err := mw.CreateFormFile("file", "")
+			require.NoError(t, err)
+			_, _ = fw.Write([]byte("x"))
+		}, http.StatusBadRequest},
+		{"not taken by the bot", refusingHandler{}, 2, nil, http.StatusServiceUnavailable},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			t.Setenv("TMPDIR", dir)
+			srv, err := New(Options{Handler: tt.handler, Directory: bot.NewDirectory(newStore(t)), TrustLoopback: true})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = srv.Close() })
+			body, ctype := multipartBody(t, tt.files, tt.extra)
+			r := loopbackReq("POST", "/api/conversations/leak/messages", body)
+			r.Header.Set("Content-Type", ctype)
+			rec := serve(srv, r)
+			require.Equal(t, tt.want, rec.Code, rec.Body.String())
+			require.Empty(t, spoolFiles(t, dir))
+		})
+	}
+}
