@@ -24,6 +24,9 @@ import (
 // idPattern is what a conversation id may be: URL-safe, and free of ':' so web:<id> parses back.
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
+// maxConversations bounds the conversations held in memory (see lookup).
+const maxConversations = 10_000
+
 // maxListed bounds the conversation list.
 const maxListed = 500
 
@@ -51,16 +54,54 @@ type conversationDetailJSON struct {
 	Cursor string  `json:"cursor"`
 }
 
-// lookup returns the conversation if this process knows it; with create it registers it.
+// lookup returns the conversation if this process knows it; with create it registers it, first
+// forgetting the least recently active one without an open stream when maxConversations are held.
+// A forgotten conversation's turns are still in the database; a turn still running in it goes on
+// answering into the forgotten copy, and a client that comes back gets a fresh one (its stream is
+// reset, and the history is read from the database).
 func (s *Server) lookup(id string, create bool) *conversation {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := s.convs[id]
 	if c == nil && create {
+		if len(s.convs) >= maxConversations {
+			s.forgetIdleLocked()
+		}
 		c = newConversation(id, s.now().UTC())
+		// Numbered after every event of a forgotten copy, so a stream resuming from one is reset
+		// rather than resumed in the middle of this one.
+		c.seq, c.evicted = s.seqFloor, s.seqFloor
 		s.convs[id] = c
 	}
 	return c
+}
+
+// forgetIdleLocked drops the least recently active conversation that no stream is open on, if any.
+// Called with s.mu held.
+func (s *Server) forgetIdleLocked() {
+	var (
+		oldest   string
+		oldestAt time.Time
+	)
+	for id, c := range s.convs {
+		c.mu.Lock()
+		at, busy := c.last, len(c.subs) > 0
+		if c.created.After(at) {
+			at = c.created
+		}
+		c.mu.Unlock()
+		if !busy && (oldest == "" || at.Before(oldestAt)) {
+			oldest, oldestAt = id, at
+		}
+	}
+	if oldest == "" {
+		return // every one has a stream open: those are bounded by the connections
+	}
+	c := s.convs[oldest]
+	c.mu.Lock()
+	s.seqFloor = max(s.seqFloor, c.seq)
+	c.mu.Unlock()
+	delete(s.convs, oldest)
 }
 
 // conversationFor validates {id} and returns the conversation, registering it: any well-formed id

@@ -106,9 +106,12 @@ type Server struct {
 	cancel context.CancelFunc
 
 	// mu protects the following.
-	mu     sync.Mutex
-	convs  map[string]*conversation
-	closed bool
+	mu    sync.Mutex
+	convs map[string]*conversation
+	// seqFloor is the highest event number of a conversation forgotten (lookup); a conversation
+	// registered later numbers its events after it.
+	seqFloor int64
+	closed   bool
 }
 
 // New builds the web chat.
