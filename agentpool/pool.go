@@ -288,9 +288,13 @@ func (p *Pool) Submit(ctx context.Context, req Request) (Ticket, error) {
 	}
 	ahead, err := p.enqueueTurn(req, t.ID)
 	if err != nil {
-		// Closed between the check above and here: the caller tells the user.
-		p.finishQuietly(t.ID, db.TurnResult{Status: db.TurnCancelled, Error: err.Error()})
-		return Ticket{}, err
+		// Closed between the check above and here. The turn is recorded: refused now, the platform
+		// would deliver the message again, as a duplicate of the recorded event, which is ignored,
+		// and nobody would answer it. Like a queued turn at shutdown (dropTurn), it stays queued and
+		// ours: the next process takes it over and answers it.
+		p.log.Info("recorded a turn as shutdown began; the next process answers it",
+			zap.Int64("turn", t.ID), zap.String("thread", req.ThreadKey))
+		return Ticket{TurnID: t.ID}, nil
 	}
 	return Ticket{TurnID: t.ID, Ahead: ahead}, nil
 }
