@@ -156,7 +156,7 @@ func (p *Pool) recoverTurn(ctx context.Context, t db.Turn, rep *RecoverReport) e
 	if t.Status == db.TurnRunning {
 		return p.recoverInterrupted(ctx, t, rep)
 	}
-	claimed, err := p.store.TurnClaim(ctx, t.ID, t.Owner, p.instance)
+	claimed, err := p.store.TurnClaim(ctx, t.ID, t.Owner, p.instance, t.Status)
 	if errors.Is(err, db.ErrConflict) {
 		return nil // another process was first
 	}
@@ -189,7 +189,7 @@ func (p *Pool) recoverInterrupted(ctx context.Context, t db.Turn, rep *RecoverRe
 		return err
 	}
 	defer hold.Release()
-	if _, err := p.store.TurnClaim(ctx, t.ID, t.Owner, p.instance); err != nil {
+	if _, err := p.store.TurnClaim(ctx, t.ID, t.Owner, p.instance, db.TurnRunning); err != nil {
 		if errors.Is(err, db.ErrConflict) {
 			return nil
 		}
@@ -235,7 +235,7 @@ func (p *Pool) takeOverThread(ctx context.Context, threadKey string, turnID int6
 		if err != nil || live {
 			continue // a live owner answers its own turns
 		}
-		claimed, err := p.store.TurnClaim(ctx, t.ID, t.Owner, p.instance)
+		claimed, err := p.store.TurnClaim(ctx, t.ID, t.Owner, p.instance, t.Status)
 		if err != nil {
 			continue // another process was first, or the store failed: the recovery pass retries
 		}

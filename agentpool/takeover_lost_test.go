@@ -62,7 +62,7 @@ func (s *takenOverStore) TurnStartFirst(ctx context.Context, id int64, owner str
 	}
 	// The other process, "B", with the thread's lock now free and this owner's instance lock gone.
 	bg := context.Background()
-	if _, err := s.Store.TurnClaim(bg, id, owner, "B"); err != nil {
+	if _, err := s.Store.TurnClaim(bg, id, owner, "B", db.TurnQueued); err != nil {
 		return db.Turn{}, fmt.Errorf("test setup: claim: %w", err)
 	}
 	if _, err := s.Store.TurnStart(bg, id, "B"); err != nil {

@@ -189,8 +189,8 @@ func (s *pgStore) TurnsPendingInThread(ctx context.Context, threadKey string, be
 	return fromPGTurns(rows), nil
 }
 
-func (s *pgStore) TurnClaim(ctx context.Context, id int64, from, to string) (Turn, error) {
-	r, err := s.q.TurnClaim(ctx, s.dbtx, pgsqlc.TurnClaimParams{ID: id, FromOwner: from, ToOwner: to})
+func (s *pgStore) TurnClaim(ctx context.Context, id int64, from, to string, status TurnStatus) (Turn, error) {
+	r, err := s.q.TurnClaim(ctx, s.dbtx, pgsqlc.TurnClaimParams{ID: id, FromOwner: from, ToOwner: to, Status: string(status)})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Turn{}, claimFailed(id, from)
 	}

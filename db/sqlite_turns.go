@@ -208,8 +208,8 @@ func (s *sqliteStore) TurnsPendingInThread(ctx context.Context, threadKey string
 	return fromSQLiteTurns(rows)
 }
 
-func (s *sqliteStore) TurnClaim(ctx context.Context, id int64, from, to string) (Turn, error) {
-	r, err := s.q.TurnClaim(ctx, s.dbtx, sqlitesqlc.TurnClaimParams{ID: id, FromOwner: from, ToOwner: to})
+func (s *sqliteStore) TurnClaim(ctx context.Context, id int64, from, to string, status TurnStatus) (Turn, error) {
+	r, err := s.q.TurnClaim(ctx, s.dbtx, sqlitesqlc.TurnClaimParams{ID: id, FromOwner: from, ToOwner: to, Status: string(status)})
 	if errors.Is(err, sql.ErrNoRows) {
 		return Turn{}, claimFailed(id, from)
 	}

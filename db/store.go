@@ -98,8 +98,9 @@ type TurnStore interface {
 	// TurnsPendingInThread lists the thread's queued and running turns older than beforeID whose
 	// owner is not owner, oldest first.
 	TurnsPendingInThread(ctx context.Context, threadKey string, beforeID int64, owner string, limit int) ([]Turn, error)
-	// TurnClaim makes to the owner of an unfinished turn if from still owns it; else ErrConflict.
-	TurnClaim(ctx context.Context, id int64, from, to string) (Turn, error)
+	// TurnClaim makes to the owner of an unfinished turn if from still owns it and it is still in
+	// status (queued or running: what the claimer saw); else ErrConflict.
+	TurnClaim(ctx context.Context, id int64, from, to string, status TurnStatus) (Turn, error)
 	// TurnMarkDelivered records that a finished turn's outcome was posted (idempotent).
 	TurnMarkDelivered(ctx context.Context, id int64) error
 	// TurnsUndelivered pages through finished turns never marked delivered, in id order.

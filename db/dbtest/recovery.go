@@ -55,13 +55,15 @@ func testTurnsPendingClaim(t *testing.T, newStore NewStore) {
 	require.NoError(t, err)
 	require.Equal(t, []int64{ids[3]}, turnIDs(page))
 
-	claimed, err := s.TurnClaim(ctx, ids[1], "dead", "me")
+	_, err = s.TurnClaim(ctx, ids[1], "dead", "me", db.TurnQueued)
+	require.ErrorIs(t, err, db.ErrConflict, "a running turn is not claimed as queued (its owner started it since it was listed)")
+	claimed, err := s.TurnClaim(ctx, ids[1], "dead", "me", db.TurnRunning)
 	require.NoError(t, err)
 	require.Equal(t, "me", claimed.Owner)
 	require.Equal(t, db.TurnRunning, claimed.Status)
-	_, err = s.TurnClaim(ctx, ids[1], "dead", "other")
+	_, err = s.TurnClaim(ctx, ids[1], "dead", "other", db.TurnRunning)
 	require.ErrorIs(t, err, db.ErrConflict, "a second claim from the old owner loses")
-	_, err = s.TurnClaim(ctx, ids[0], "dead", "me")
+	_, err = s.TurnClaim(ctx, ids[0], "dead", "me", db.TurnRunning)
 	require.ErrorIs(t, err, db.ErrConflict, "finished turns cannot be claimed")
 }
 

@@ -128,7 +128,7 @@ func testTurnFinishFenced(t *testing.T, newStore NewStore) {
 	s := newStore(t)
 	ctx := testCtx(t)
 	turn := insertOwned(ctx, t, s, "k", "ev1", "A")
-	_, err := s.TurnClaim(ctx, turn.ID, "A", "B") // B took A for dead
+	_, err := s.TurnClaim(ctx, turn.ID, "A", "B", db.TurnQueued) // B took A for dead
 	require.NoError(t, err)
 	running, err := s.TurnStart(ctx, turn.ID, "B")
 	require.NoError(t, err)

@@ -68,10 +68,12 @@ WHERE thread_key = @thread_key AND id < @before_id AND status IN ('queued', 'run
 ORDER BY id
 LIMIT @max_rows;
 
--- TurnClaim moves an unfinished turn from a dead owner to a live one, by compare-and-set.
+-- TurnClaim moves an unfinished turn from a dead owner to a live one, by compare-and-set on the
+-- owner and on the status the claimer saw: a queued turn its owner started since is not claimed as
+-- queued.
 -- name: TurnClaim :one
 UPDATE turns SET owner = @to_owner
-WHERE id = @id AND owner = @from_owner AND status IN ('queued', 'running')
+WHERE id = @id AND owner = @from_owner AND status IN ('queued', 'running') AND status = @status
 RETURNING *;
 
 -- name: TurnLastFailedWith :one

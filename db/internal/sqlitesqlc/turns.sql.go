@@ -43,7 +43,7 @@ func (q *Queries) TurnAddUsage(ctx context.Context, db DBTX, arg TurnAddUsagePar
 
 const turnClaim = `-- name: TurnClaim :one
 UPDATE turns SET owner = ?1
-WHERE id = ?2 AND owner = ?3 AND status IN ('queued', 'running')
+WHERE id = ?2 AND owner = ?3 AND status IN ('queued', 'running') AND status = ?4
 RETURNING id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner, delivered_at
 `
 
@@ -51,11 +51,19 @@ type TurnClaimParams struct {
 	ToOwner   string
 	ID        int64
 	FromOwner string
+	Status    string
 }
 
-// TurnClaim moves an unfinished turn from a dead owner to a live one, by compare-and-set.
+// TurnClaim moves an unfinished turn from a dead owner to a live one, by compare-and-set on the
+// owner and on the status the claimer saw: a queued turn its owner started since is not claimed as
+// queued.
 func (q *Queries) TurnClaim(ctx context.Context, db DBTX, arg TurnClaimParams) (Turn, error) {
-	row := db.QueryRowContext(ctx, turnClaim, arg.ToOwner, arg.ID, arg.FromOwner)
+	row := db.QueryRowContext(ctx, turnClaim,
+		arg.ToOwner,
+		arg.ID,
+		arg.FromOwner,
+		arg.Status,
+	)
 	var i Turn
 	err := row.Scan(
 		&i.ID,
