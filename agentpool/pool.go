@@ -417,7 +417,35 @@ func (p *Pool) finishQuietly(turnID int64, r db.TurnResult) bool {
 
 // markDelivered records that a turn's outcome was posted, so recovery never posts it again.
 func (p *Pool) markDelivered(ctx context.Context, turnID int64) {
-	if err := p.store.TurnMarkDelivered(ctx, turnID); err != nil {
+	if err := retryWrite(ctx, func(ctx context.Context) error { return p.store.TurnMarkDelivered(ctx, turnID) }); err != nil {
 		p.log.Warn("recording delivery", zap.Int64("turn", turnID), zap.Error(err))
 	}
 }
+
+// retryWrite runs write, a write recording a turn's end or delivery, again while it fails for a
+// reason other than the turn's state (a lost connection, a failover), for up to retryWriteFor and
+// within ctx. Once a turn is answered, a lost write is a second answer later: recovery would find
+// it running (and say it was interrupted, inviting the user to run it again) or undelivered (and
+// post it again). Writes are idempotent or fenced, so one that committed unseen ends in a conflict.
+func retryWrite(ctx context.Context, write func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, retryWriteFor)
+	defer cancel()
+	wait := 50 * time.Millisecond
+	for {
+		err := write(ctx)
+		if err == nil || errors.Is(err, db.ErrConflict) || errors.Is(err, db.ErrNotFound) || errors.Is(err, db.ErrInvalid) {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+}
+
+// retryWriteFor bounds retryWrite.
+const retryWriteFor = 20 * time.Second

@@ -449,7 +449,10 @@ func (p *Pool) endTurn(req Request, turnID int64, out Outcome, start time.Time) 
 		result.Usage, _ = json.Marshal(out.Usage)
 	}
 	result.Owner = p.instance
-	switch _, err := p.store.TurnFinish(ctx, turnID, result); {
+	switch err := retryWrite(ctx, func(ctx context.Context) error {
+		_, err := p.store.TurnFinish(ctx, turnID, result)
+		return err
+	}); {
 	case errors.Is(err, db.ErrNotOwner):
 		// Another process claimed the turn (it found this one's locks gone: a partition, a lost
 		// connection) and answers it: recording over its run, or a second reply, would be wrong.
