@@ -135,7 +135,12 @@ func (p *Pool) runStarted(ctx context.Context, req Request, turnID int64, start 
 		case errors.Is(cause, ErrStuck):
 			// Our own watchdog, or the leader's (it cancels with ErrStuck through CancelTurn).
 			out.Err = fmt.Errorf("%w for %s; aborted", ErrStuck, p.cfg.StuckAfter)
-		case errors.Is(cause, ErrClosed), errors.Is(cause, ErrReset), errors.Is(cause, ErrLockLost):
+		case errors.Is(cause, ErrClosed):
+			// The shutdown grace ended while it ran: it may have done part of its work, as a turn
+			// whose process died (recovery) did. Not "not run, send it again": interrupted, which
+			// retry can run again on purpose.
+			out.Err = ErrInterrupted
+		case errors.Is(cause, ErrReset), errors.Is(cause, ErrLockLost):
 			out.Cancelled, out.Err = true, cause
 		case ctx.Err() != nil:
 			out.Cancelled, out.Err = true, cause
