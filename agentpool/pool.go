@@ -262,7 +262,8 @@ type Ticket struct {
 }
 
 // Submit records the turn and queues it on its thread. It returns db.ErrDuplicate for an event seen
-// before, and ErrClosed once Shutdown has begun.
+// before, and ErrClosed if Shutdown had begun before the turn was recorded (one recorded as it
+// begins stays queued for the next process, and Submit accepts it).
 func (p *Pool) Submit(ctx context.Context, req Request) (Ticket, error) {
 	if req.ThreadKey == "" || req.EventID == "" {
 		return Ticket{}, fmt.Errorf("agentpool: submit: %w: thread key and event id are required", db.ErrInvalid)
