@@ -356,27 +356,17 @@ func (e *notYet) Unwrap() error { return e.err }
 // notYetWait is the pause before retrying a notYet.
 const notYetWait = 250 * time.Millisecond
 
-// withRetry runs f, waiting out a 429's retry_after (up to maxRetryWait each) a few times.
-func withRetry(ctx context.Context, f func(ctx context.Context) error) error {
-	for attempt := 1; ; attempt++ {
-		err := f(ctx)
-		var wait time.Duration
-		if rl, ok := errors.AsType[*discordgo.RateLimitError](err); ok {
-			wait = rl.RetryAfter
-		} else if _, ok := errors.AsType[*notYet](err); ok {
-			wait = notYetWait
-		} else {
-			return err
-		}
-		if attempt == postAttempts || wait > maxRetryWait {
-			return err
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return errors.Join(err, ctx.Err())
-		}
+// retry waits out a 429's retry_after (up to maxRetryWait each), and a notYet's short pause, a few
+// times.
+var retry = bot.RetryPolicy{Attempts: postAttempts, MaxWait: maxRetryWait, Wait: func(err error) (time.Duration, bool) {
+	if rl, ok := errors.AsType[*discordgo.RateLimitError](err); ok {
+		return rl.RetryAfter, true
 	}
-}
+	if _, ok := errors.AsType[*notYet](err); ok {
+		return notYetWait, true
+	}
+	return 0, false
+}}
+
+// withRetry runs f under retry.
+func withRetry(ctx context.Context, f func(ctx context.Context) error) error { return retry.Do(ctx, f) }

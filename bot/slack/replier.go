@@ -250,21 +250,8 @@ func isSlackError(err error, code string) bool {
 	return ok && se.Err == code
 }
 
-// withRetry runs f, waiting out a rate limit (up to maxRetryWait at a time) a few times.
-func withRetry(ctx context.Context, f func(ctx context.Context) error) error {
-	var err error
-	for attempt := 1; ; attempt++ {
-		err = f(ctx)
-		d, limited := rateLimited(err)
-		if !limited || attempt == postAttempts || d > maxRetryWait {
-			return err
-		}
-		t := time.NewTimer(d)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return errors.Join(err, ctx.Err())
-		}
-	}
-}
+// retry waits out a rate limit (up to maxRetryWait at a time) a few times.
+var retry = bot.RetryPolicy{Attempts: postAttempts, MaxWait: maxRetryWait, Wait: rateLimited}
+
+// withRetry runs f under retry.
+func withRetry(ctx context.Context, f func(ctx context.Context) error) error { return retry.Do(ctx, f) }
