@@ -82,11 +82,44 @@ func notFound(err error) bool {
 	if !ok {
 		return false
 	}
-	s := strings.ToLower(ge.stderr)
-	for _, w := range []string{"not found", "404", "does not appear to be a git repository", "remote branch", "couldn't find remote ref"} {
+	s := strings.ToLower(unquoted(ge.stderr))
+	for _, w := range []string{"not found", "error: 404", "does not appear to be a git repository", "remote branch", "couldn't find remote ref"} {
 		if strings.Contains(s, w) {
 			return true
 		}
 	}
 	return false
 }
+
+// unquoted drops what git puts in single quotes (URLs, paths): a port like 40405 or a repository
+// named issue-404 is not the forge saying 404. A quote opens only after a non-letter, so the
+// apostrophe in "couldn't" does not swallow the words after it; quotes do not span lines.
+func unquoted(s string) string {
+	var b strings.Builder
+	open := -1
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '\n':
+			if open >= 0 {
+				b.WriteString(s[open:i])
+				open = -1
+			}
+			b.WriteByte(c)
+		case open >= 0:
+			if c == '\'' {
+				open = -1
+			}
+		case c == '\'' && (i == 0 || !isLetter(s[i-1])):
+			open = i
+		default:
+			b.WriteByte(c)
+		}
+	}
+	if open >= 0 {
+		b.WriteString(s[open:])
+	}
+	return b.String()
+}
+
+func isLetter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }

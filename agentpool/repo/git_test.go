@@ -1,0 +1,35 @@
+package repo
+
+import (
+	"errors"
+	"testing"
+)
+
+// Git's words decide whether a choice was wrong (not found) or the forge failed (try later); the
+// URL, port and path git quotes in its message must not decide it.
+func TestNotFoundReadsGitsWordsNotItsQuotes(t *testing.T) {
+	for _, tc := range []struct {
+		name, stderr string
+		want         bool
+	}{
+		{"http 404", "fatal: unable to access 'https://forge.example/acme/x.git/': The requested URL returned error: 404", true},
+		{"github private or missing", "remote: Repository not found.\nfatal: repository 'https://github.com/acme/x.git/' not found", true},
+		{"local path", "fatal: '/srv/git/acme/x.git' does not appear to be a git repository", true},
+		{"branch", "warning: Could not find remote branch nope to clone.\nfatal: Remote branch nope not found in upstream origin", true},
+		{"ref", "fatal: couldn't find remote ref refs/heads/nope", true},
+		{"503 on a port with 404 in it", "remote: the forge is having a bad day\nfatal: unable to access 'http://127.0.0.1:40405/acme/flaky.git/': The requested URL returned error: 503", false},
+		{"503 on a repository named 404", "fatal: unable to access 'https://forge.example/acme/issue-404.git/': The requested URL returned error: 503", false},
+		{"a repository named not found", "fatal: unable to access 'https://forge.example/acme/not found.git/': Could not resolve host: forge.example", false},
+		{"apostrophe then a quote", "fatal: couldn't find remote ref nope in 'https://forge.example/acme/x.git'", true},
+		{"an unclosed quote", "fatal: unable to access 'https://forge.example/acme/x.git/\nremote: Repository not found.", true},
+		{"auth", "fatal: Authentication failed for 'https://forge.example/acme/x.git/'", false},
+		{"timeout", "fatal: unable to access 'https://forge.example/acme/x.git/': Failed to connect to forge.example port 443 after 130000 ms: Connection timed out", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := &gitError{args: []string{"clone"}, stderr: tc.stderr, err: errors.New("exit status 128")}
+			if got := notFound(err); got != tc.want {
+				t.Fatalf("notFound(%q) = %v, want %v", tc.stderr, got, tc.want)
+			}
+		})
+	}
+}
