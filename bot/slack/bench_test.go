@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"runtime/metrics"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"sync"
@@ -186,9 +187,11 @@ func benchAck(b *testing.B, n, rate int, setup func(*testing.B, *Options) burstH
 	for range b.N {
 		hooks.run(hooks.before)
 		gcs, cpu, began := gcCount(), readCPUSplit(fake.Pid()), time.Now()
+		stopProfile := burstProfile(b, len(all) == 0)
 		b.StartTimer()
 		lat, errs, err := fake.Burst(url, burst)
 		b.StopTimer()
+		stopProfile()
 		b.Logf("CPU during the burst: %s", cpu.since(fake.Pid(), time.Since(began)))
 		require.NoError(b, err)
 		require.Zero(b, errs, "every event acknowledged with 200")
@@ -211,6 +214,23 @@ func benchAck(b *testing.B, n, rate int, setup func(*testing.B, *Options) burstH
 	b.Logf("%d events at %d/s: ack p50 %.2f ms, p99 %.2f ms, max %.2f ms", len(all), rate, pct(0.5), pct(0.99), pct(1))
 	if pct(0.99) > 10 {
 		b.Logf("WARNING: ack p99 %.1f ms is over the 10 ms target", pct(0.99))
+	}
+}
+
+// burstProfile writes a CPU profile of the first counted burst alone to the file named by
+// THREADBOX_BENCH_BURST_PROFILE, if set: -test.cpuprofile would mix in the warm-up and the turns
+// answered after each burst, and the question is what competes with the acks while they are sent.
+func burstProfile(b *testing.B, first bool) func() {
+	name := os.Getenv("THREADBOX_BENCH_BURST_PROFILE")
+	if name == "" || !first {
+		return func() {}
+	}
+	f, err := os.Create(name)
+	require.NoError(b, err)
+	require.NoError(b, pprof.StartCPUProfile(f))
+	return func() {
+		pprof.StopCPUProfile()
+		require.NoError(b, f.Close())
 	}
 }
 
