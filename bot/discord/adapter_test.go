@@ -262,6 +262,24 @@ func TestHTTPInteractionsSignatureAndPing(t *testing.T) {
 	require.Empty(t, r.fake.Threads("C1"))
 }
 
+// A body past the cap is refused as too large (not cut, then reported as a forgery), and only POST
+// is served.
+func TestHTTPInteractionsBounds(t *testing.T) {
+	r := newRig(t, nil)
+	r.fake.GuildChannel("G1", "C1")
+	in := r.fake.Slash("C1", discordfake.Person("U1"), "ask", map[string]string{"prompt": strings.Repeat("a", bot.MaxPlatformBody)})
+	res, err := r.fake.PostInteraction(t.Context(), r.http.URL, in)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusRequestEntityTooLarge, res.Status)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, r.http.URL, nil)
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
+	require.Empty(t, r.h.seen, "nothing ran")
+}
+
 func TestNotAcceptedIsNotDeferred(t *testing.T) {
 	r := newRig(t, nil)
 	r.h.mu.Lock()

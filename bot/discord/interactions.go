@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -102,9 +101,8 @@ func (a *Adapter) verify(h http.Header, body []byte) bool {
 }
 
 func (a *Adapter) serveInteractions(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-	if err != nil {
-		http.Error(w, "unreadable body", http.StatusBadRequest)
+	body, ok := bot.ReadPlatformBody(w, r, bot.MaxPlatformBody)
+	if !ok {
 		return
 	}
 	if !a.verify(r.Header, body) {
@@ -126,7 +124,7 @@ func (a *Adapter) serveInteractions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	responded := false
-	err = a.acceptInteraction(r.Context(), &in, func(_ context.Context, resp *discordgo.InteractionResponse) error {
+	err := a.acceptInteraction(r.Context(), &in, func(_ context.Context, resp *discordgo.InteractionResponse) error {
 		responded = true
 		writeJSON(w, resp)
 		if f, ok := w.(http.Flusher); ok {

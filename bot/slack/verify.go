@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -31,7 +30,7 @@ var (
 const signatureWindow = 5 * time.Minute
 
 // maxBody bounds what is read of a request before it is verified.
-const maxBody = 1 << 20
+const maxBody = bot.MaxPlatformBody
 
 // verifySignature checks Slack's v0 signature: HMAC-SHA256 over "v0:<timestamp>:<body>" keyed by
 // the signing secret, compared in constant time, with the timestamp within 5 minutes of now.
@@ -74,18 +73,8 @@ func verifySignature(h http.Header, body []byte, secret string, now time.Time) e
 // readVerified reads a bounded body and verifies it. On failure it has already answered: 413 for a
 // body over the bound, 401 for a bad signature (and nothing else happens: no turn, no dedupe mark).
 func (a *Adapter) readVerified(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
-		return nil, false
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
-	if err != nil {
-		http.Error(w, "reading body", http.StatusBadRequest)
-		return nil, false
-	}
-	if len(body) > maxBody {
-		http.Error(w, "body too large", http.StatusRequestEntityTooLarge)
+	body, ok := bot.ReadPlatformBody(w, r, maxBody)
+	if !ok {
 		return nil, false
 	}
 	if err := verifySignature(r.Header, body, a.opts.SigningSecret, a.now()); err != nil {
