@@ -36,6 +36,9 @@ func (a *Adapter) inbound(m *discordgo.Message) (files []bot.File, notes []strin
 		case !a.trusted(at.URL):
 			skip("not on Discord's CDN")
 			continue
+		case at.Size < 0:
+			skip("Discord gave no usable size for it")
+			continue
 		case int64(at.Size) > a.opts.MaxInboundFileBytes:
 			skip(fmt.Sprintf("%s is over the %s limit per file", bot.HumanSize(int64(at.Size)), bot.HumanSize(a.opts.MaxInboundFileBytes)))
 			continue

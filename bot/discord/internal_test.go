@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/url"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/bwmarrin/discordgo"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 
 	"github.com/threadbox/threadbox/bot"
 )
@@ -103,3 +105,19 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 type nopHandler struct{}
 
 func (nopHandler) Handle(context.Context, bot.Message, bot.Replier) error { return nil }
+
+// An attachment whose announced size cannot be (negative) is not used: the caps are checked on
+// announced sizes before the ack.
+func TestInboundRefusesImpossibleSizes(t *testing.T) {
+	a := &Adapter{opts: Options{MaxInboundFileBytes: 10}, api: &url.URL{Scheme: "http", Host: "127.0.0.1:1"}, log: zap.NewNop()}
+	m := &discordgo.Message{Attachments: []*discordgo.MessageAttachment{
+		{Filename: "neg", Size: -1, URL: "https://cdn.discordapp.com/a/neg"},
+		{Filename: "big", Size: 11, URL: "https://cdn.discordapp.com/a/big"},
+		{Filename: "ok", Size: 10, URL: "https://cdn.discordapp.com/a/ok"},
+	}}
+	files, notes := a.inbound(m)
+	require.Len(t, files, 1)
+	require.Equal(t, "ok", files[0].Name)
+	require.Len(t, notes, 2)
+	require.Contains(t, notes[0], "neg")
+}

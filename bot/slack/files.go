@@ -46,6 +46,10 @@ func (a *Adapter) inbound(ev event) (files []bot.File, notes []string) {
 			// files ("check_file_info") need files.info, which this bot does not call.
 			skip("not a file Slack hosts for this bot")
 			continue
+		case f.Size < 0:
+			// Not a size Slack sends; counted, it would make room under the per-message cap.
+			skip("Slack gave no usable size for it")
+			continue
 		case f.Size > a.opts.MaxInboundFileBytes:
 			skip(fmt.Sprintf("%s is over the %s limit per file", bot.HumanSize(f.Size), bot.HumanSize(a.opts.MaxInboundFileBytes)))
 			continue
