@@ -264,7 +264,22 @@ func (p *Pool) takeOverThread(ctx context.Context, threadKey string, turnID int6
 
 // recoverUndelivered posts again the recorded outcome of a turn whose process died after finishing
 // it and before posting it, in the thread's order.
+//
+// The claim is made under the thread's lock: an owner holds it from its turn's finish until the
+// delivery is recorded, so an owner that only looks dead (its instance lock's connection died) and
+// is posting right now is not answered over; once it lets go, the turn is recorded as delivered and
+// the claim fails.
 func (p *Pool) recoverUndelivered(ctx context.Context, t db.Turn, rep *RecoverReport) error {
+	lctx, cancel := context.WithTimeout(ctx, recoverLockWait)
+	hold, err := p.store.HoldThread(lctx, t.ThreadKey)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			return nil // someone holds the thread: maybe its owner, posting; the next pass looks again
+		}
+		return err
+	}
+	defer hold.Release()
 	claimed, err := p.store.TurnClaimUndelivered(ctx, t.ID, t.Owner, p.instance)
 	if errors.Is(err, db.ErrConflict) {
 		return nil
