@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/threadbox/threadbox/db"
+	"github.com/threadbox/threadbox/db/dbtest"
 	"github.com/threadbox/threadbox/sandbox/sandboxfake"
 )
 
@@ -28,8 +29,17 @@ func (s *gateSink) Deliver(ctx context.Context, out Outcome) ([]string, error) {
 // recovery pass then sees A as dead and the turn as finished but undelivered. Claimed without the
 // thread's lock, B posted the outcome a second time while A posted it too. Under the lock, B waits
 // for A to release the thread, by when the turn is recorded as delivered.
+// On PostgreSQL the two pools hold their locks on connections of their own, as replicas do.
 func TestRecoverDoesNotRedeliverWhileTheOwnerPosts(t *testing.T) {
-	st := newSQLiteStore(t)
+	for name, open := range map[string]func(testing.TB) db.Store{
+		"sqlite":   newSQLiteStore,
+		"postgres": func(t testing.TB) db.Store { return dbtest.OpenPostgres(t) },
+	} {
+		t.Run(name, func(t *testing.T) { testRecoverDoesNotRedeliverWhileTheOwnerPosts(t, open(t)) })
+	}
+}
+
+func testRecoverDoesNotRedeliverWhileTheOwnerPosts(t *testing.T, st db.Store) {
 	ctx := t.Context()
 	sinkA := &gateSink{collector: newCollector(), reached: make(chan struct{}), proceed: make(chan struct{})}
 	a, err := New(Config{Deployment: "test-fence", Image: "img"}, Deps{
