@@ -249,6 +249,20 @@ type InboundFile struct {
 	// Size is the announced size; Open's reader is cut (and the copy refused) past MaxInboundFile.
 	Size int64
 	Open func(ctx context.Context) (io.ReadCloser, error)
+	// Discard, when set, frees what holds the file until it is read (a spool file). The pool owns a
+	// submitted turn's files: it calls Discard when the turn ends here, read or not (discardFiles).
+	Discard func()
+}
+
+// discardFiles frees a turn's attachments once no run of it here can read them: it ended (answered,
+// failed before opening them, dropped by a reset). Not for a turn left to the next process (a drop at
+// shutdown, one another process claimed): that process opens the files by reference.
+func discardFiles(files []InboundFile) {
+	for _, f := range files {
+		if f.Discard != nil {
+			f.Discard()
+		}
+	}
 }
 
 // MaxInboundFile caps one attachment copied into a sandbox.
@@ -393,6 +407,7 @@ func (p *Pool) dropTurn(req Request, turnID int64, reason error) {
 	if !p.finishQuietly(turnID, db.TurnResult{Status: db.TurnCancelled, Error: reason.Error()}) {
 		return // another process's now: it answers
 	}
+	discardFiles(req.Files)
 	ctx, cancel := context.WithTimeout(context.Background(), dropTimeout)
 	defer cancel()
 	_, _ = req.Sink.Deliver(ctx, Outcome{TurnID: turnID, Cancelled: true, Err: reason})

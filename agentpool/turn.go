@@ -467,6 +467,8 @@ func (p *Pool) endTurn(req Request, turnID int64, out Outcome, start time.Time) 
 	case err != nil && !errors.Is(err, db.ErrConflict):
 		p.log.Warn("recording turn", zap.Int64("turn", turnID), zap.Error(err))
 	}
+	// Ended here: a file the turn did not read (it failed first) is read by no one now.
+	discardFiles(req.Files)
 	p.met.TurnFinished(string(result.Status), p.now().Sub(start))
 	var note *string
 	if result.Status == db.TurnDone {

@@ -1,0 +1,124 @@
+package agentpool
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/threadbox/threadbox/agentpool/runtime"
+	"github.com/threadbox/threadbox/sandbox"
+	"github.com/threadbox/threadbox/sandbox/sandboxfake"
+)
+
+// removingFile is a spool file as the bot's adapters hand it over: reading it to the end and closing
+// it removes it.
+type removingFile struct{ *os.File }
+
+func (f removingFile) Close() error {
+	err := f.File.Close()
+	_ = os.Remove(f.Name())
+	return err
+}
+
+// spooledFiles writes n files into dir as attachments that remove themselves once read, and are
+// discarded (removed) by Discard.
+func spooledFiles(t *testing.T, dir string, n int) []InboundFile {
+	t.Helper()
+	var files []InboundFile
+	for i := range n {
+		name := filepath.Join(dir, "spool-"+string(rune('a'+i)))
+		require.NoError(t, os.WriteFile(name, []byte("content"), 0o600))
+		files = append(files, InboundFile{Name: filepath.Base(name), Size: 7,
+			Open: func(context.Context) (io.ReadCloser, error) {
+				f, err := os.Open(name)
+				if err != nil {
+					return nil, err
+				}
+				return removingFile{f}, nil
+			},
+			Discard: func() { _ = os.Remove(name) },
+		})
+	}
+	return files
+}
+
+func countFiles(t *testing.T, dir string) int {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	return len(ents)
+}
+
+// TestEndedTurnLeavesNoAttachment: a submitted turn's attachments are the pool's to free. Whatever
+// ends the turn here (answered, the sandbox not created so the files never opened, an attachment
+// failing so the ones after it are never read, a reset dropping it from the queue), none is left on
+// disk: nothing would ever read, and so remove, it.
+func TestEndedTurnLeavesNoAttachment(t *testing.T) {
+	tests := []struct {
+		name string
+		// run submits files (and whatever the case needs) and waits for the turn's outcome.
+		run func(t *testing.T, files []InboundFile)
+	}{
+		{"answered", func(t *testing.T, files []InboundFile) {
+			f := newFixture(t, newSQLiteStore(t), sandboxfake.New(), &scriptRuntime{})
+			sink := newCollector()
+			submitFiles(t, f.pool, "web:f", "e1", files, sink)
+			require.NoError(t, sink.wait(t, 1)[0].Err)
+		}},
+		{"sandbox not created", func(t *testing.T, files []InboundFile) {
+			prov := sandboxfake.New()
+			prov.FailNext("Create", errors.New("provider down after the request was sent"))
+			f := newFixture(t, newSQLiteStore(t), prov, &scriptRuntime{})
+			sink := newCollector()
+			submitFiles(t, f.pool, "web:f", "e1", files, sink)
+			require.Error(t, sink.wait(t, 1)[0].Err)
+		}},
+		{"an earlier attachment cannot be read", func(t *testing.T, files []InboundFile) {
+			bad := InboundFile{Name: "gone", Open: func(context.Context) (io.ReadCloser, error) {
+				return nil, errors.New("the platform refused the download")
+			}}
+			f := newFixture(t, newSQLiteStore(t), sandboxfake.New(), &scriptRuntime{})
+			sink := newCollector()
+			submitFiles(t, f.pool, "web:f", "e1", append([]InboundFile{bad}, files...), sink)
+			require.Error(t, sink.wait(t, 1)[0].Err)
+		}},
+		{"dropped from the queue by a reset", func(t *testing.T, files []InboundFile) {
+			rt := &scriptRuntime{}
+			started := make(chan struct{}, 1)
+			rt.promptFunc = func(ctx context.Context, sb sandbox.Sandbox, sid string, p runtime.Prompt, emit func(runtime.Event)) (runtime.Result, error) {
+				started <- struct{}{}
+				<-ctx.Done()
+				return runtime.Result{}, ctx.Err()
+			}
+			f := newFixture(t, newSQLiteStore(t), sandboxfake.New(), rt)
+			sink := newCollector()
+			submit(t, f.pool, "web:f", "e1", "long", sink)
+			submitFiles(t, f.pool, "web:f", "e2", files, sink)
+			<-started
+			require.NoError(t, f.pool.Reset(context.Background(), "web:f"))
+			for _, o := range sink.wait(t, 2) {
+				require.ErrorIs(t, o.Err, ErrReset)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			files := spooledFiles(t, dir, 2)
+			tt.run(t, files)
+			require.Zero(t, countFiles(t, dir), "attachments left on disk")
+		})
+	}
+}
+
+func submitFiles(t *testing.T, p *Pool, thread, event string, files []InboundFile, sink Sink) {
+	t.Helper()
+	_, err := p.Submit(context.Background(), Request{ThreadKey: thread, Platform: "test", ChannelID: "c", UserID: "u",
+		EventID: event, Text: "with files", Files: files, Sink: sink})
+	require.NoError(t, err)
+}
