@@ -113,6 +113,19 @@ type File struct {
 	// Ref is the adapter's durable reference (a download URL, a spool file) for Platform.OpenFile.
 	Ref  string
 	Open func(ctx context.Context) (io.ReadCloser, error)
+	// Discard, when set, frees what the adapter holds for the file until it is read (a spool file).
+	// Handler.Handle owns a message's files: it discards them when the message does not become a
+	// turn, and the pool does when the turn ends without reading them.
+	Discard func()
+}
+
+// discardFiles frees files no turn will read.
+func discardFiles(files []File) {
+	for _, f := range files {
+		if f.Discard != nil {
+			f.Discard()
+		}
+	}
 }
 
 // Message is one incoming message, already verified and deduplicated by its adapter.

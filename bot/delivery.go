@@ -26,6 +26,12 @@ type Platform interface {
 	OpenFile(ctx context.Context, ref string) (io.ReadCloser, error)
 }
 
+// FileDiscarder is a Platform whose attachments hold something until read (spool files): a turn
+// restored from its record frees the ones it ends without reading, as the turn it was would have.
+type FileDiscarder interface {
+	DiscardFile(ref string)
+}
+
 // delivery is what a turn records of where its reply goes (db.Turn.Delivery). Version 1.
 type delivery struct {
 	V        int             `json:"v"`
@@ -117,6 +123,9 @@ func (h *Handler) Restore(ctx context.Context, t db.Turn) (agentpool.Request, er
 		files[i] = agentpool.InboundFile{Name: f.Name, Size: f.Size, Open: func(ctx context.Context) (io.ReadCloser, error) {
 			return p.OpenFile(ctx, ref)
 		}}
+		if fd, ok := p.(FileDiscarder); ok {
+			files[i].Discard = func() { fd.DiscardFile(ref) }
+		}
 	}
 	sink := newReplySink(context.WithoutCancel(ctx), r, h.cfg.ProgressInterval, h.log.With(zap.String("thread", t.ThreadKey)))
 	sink.notes = d.Notes

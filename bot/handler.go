@@ -123,7 +123,21 @@ Files the agent writes to output/display/ are posted here.`
 //
 // A message the access policy refuses is answered at most once per refusal window, and nothing of it
 // is recorded: no turn, no session, no sandbox.
+//
+// Handle owns msg.Files whatever it returns: a message that does not become a submitted turn (a
+// command, a refusal, a duplicate, a failure) has its files discarded here, one that does hands
+// them to the pool, which frees them when the turn ends.
 func (h *Handler) Handle(ctx context.Context, msg Message, r Replier) error {
+	var submitted bool
+	err := h.handle(ctx, msg, r, &submitted)
+	if !submitted {
+		discardFiles(msg.Files)
+	}
+	return err
+}
+
+// handle routes msg; it sets *submitted once msg's files belong to a submitted turn.
+func (h *Handler) handle(ctx context.Context, msg Message, r Replier, submitted *bool) error {
 	if reason := h.access.admit(msg); reason != "" {
 		if h.access.refused(msg, reason) {
 			h.replyPrivately(ctx, r, msg.User.ID, refusalText(reason))
@@ -206,7 +220,7 @@ func (h *Handler) Handle(ctx context.Context, msg Message, r Replier) error {
 		}
 		return nil
 	}
-	return h.turn(ctx, msg, r)
+	return h.turn(ctx, msg, r, submitted)
 }
 
 // control checks that msg's sender may run a control command (reset, stop) on its thread, and returns
@@ -299,10 +313,12 @@ func (h *Handler) retry(ctx context.Context, msg Message, r Replier) error {
 	}
 	again := msg
 	again.Text, again.Files, again.EventID = t.Prompt, nil, fmt.Sprintf("retry:%d", t.ID)
-	return h.turn(ctx, again, r)
+	var submitted bool // again has no files: the retry message's own are Handle's to discard
+	return h.turn(ctx, again, r, &submitted)
 }
 
-func (h *Handler) turn(ctx context.Context, msg Message, r Replier) error {
+// turn submits msg as a turn, and sets *submitted once the pool has taken it (and its files).
+func (h *Handler) turn(ctx context.Context, msg Message, r Replier, submitted *bool) error {
 	// The sink's final mark and the 👀 below are sent from different goroutines.
 	r = withOrderedMarks(r)
 	if strings.TrimSpace(msg.Text) == "" && len(msg.Files) == 0 {
@@ -331,7 +347,7 @@ func (h *Handler) turn(ctx context.Context, msg Message, r Replier) error {
 	sink.met, sink.platform = h.cfg.Metrics, msg.Thread.Platform
 	files := make([]agentpool.InboundFile, len(msg.Files))
 	for i, f := range msg.Files {
-		files[i] = agentpool.InboundFile{Name: f.Name, Size: f.Size, Open: f.Open}
+		files[i] = agentpool.InboundFile{Name: f.Name, Size: f.Size, Open: f.Open, Discard: f.Discard}
 	}
 	tk, err := h.turns.Submit(ctx, agentpool.Request{
 		ThreadKey: key, Platform: msg.Thread.Platform, ChannelID: msg.ChannelID,
@@ -358,6 +374,7 @@ func (h *Handler) turn(ctx context.Context, msg Message, r Replier) error {
 		// Not recorded: the platform must deliver it again (closing, or the database is down).
 		return fmt.Errorf("%w: %w", ErrNotAccepted, err)
 	}
+	*submitted = true
 	h.bg.Go(func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commandTimeout)
 		defer cancel()

@@ -33,17 +33,29 @@ func (s *Server) spool(name string, data []byte) (bot.File, error) {
 		return bot.File{}, errorf(http.StatusInternalServerError, "could not store the attachment: %s", err.Error())
 	}
 	ref := filepath.Base(f.Name())
-	return bot.File{Name: name, Size: int64(len(data)), Ref: ref, Open: func(ctx context.Context) (io.ReadCloser, error) {
-		return s.OpenFile(ctx, ref)
-	}}, nil
+	return bot.File{Name: name, Size: int64(len(data)), Ref: ref,
+		Open:    func(ctx context.Context) (io.ReadCloser, error) { return s.OpenFile(ctx, ref) },
+		Discard: func() { s.DiscardFile(ref) },
+	}, nil
 }
 
-// discard removes the spool files of a message that was not taken: no turn will read them, and
-// reading is what removes them otherwise.
+// discard removes the spool files of a message refused before the bot's handler took it (once it
+// has, the handler and then the pool discard them): no turn will read them, and reading is what
+// removes them otherwise.
 func discard(files []bot.File) {
 	for _, f := range files {
-		_ = os.Remove(filepath.Join(os.TempDir(), f.Ref))
+		f.Discard()
 	}
+}
+
+var _ bot.FileDiscarder = (*Server)(nil)
+
+// DiscardFile implements bot.FileDiscarder: it removes a spool file no turn will read.
+func (s *Server) DiscardFile(ref string) {
+	if !strings.HasPrefix(ref, spoolPrefix) || ref != filepath.Base(ref) {
+		return // not ours: never a path
+	}
+	_ = os.Remove(filepath.Join(os.TempDir(), ref))
 }
 
 var _ bot.Platform = (*Server)(nil)
