@@ -72,7 +72,9 @@ func (s *Server) OpenFile(_ context.Context, ref string) (io.ReadCloser, error) 
 	if err != nil {
 		return nil, fmt.Errorf("web: attachment: %w", err)
 	}
-	return &bot.SpoolFile{File: f}, nil
+	// Reading does not remove it: a turn whose sandbox is recreated midway copies its attachments
+	// again. The turn's end discards it (DiscardFile, through File.Discard).
+	return f, nil
 }
 
 // replyDest is a replier's durable form (bot.Message.Reply).

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"mime/multipart"
 	"net/http"
 	"os"
@@ -93,4 +94,30 @@ func TestRefusedUploadLeavesNoSpoolFile(t *testing.T) {
 			require.Empty(t, spoolFiles(t, dir))
 		})
 	}
+}
+
+// A turn whose sandbox is recreated midway copies its attachments again, so reading one must not
+// remove it; the turn's end discards it, and a reference that is not a spool file's name is refused.
+func TestSpooledFileOutlivesReadsUntilDiscarded(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("TMPDIR", dir)
+	srv := newTestServer(t, "")
+	f, err := srv.spool("notes.txt", []byte("some content"))
+	require.NoError(t, err)
+	for range 2 {
+		rc, err := f.Open(t.Context())
+		require.NoError(t, err)
+		data, err := io.ReadAll(rc)
+		require.NoError(t, err)
+		require.NoError(t, rc.Close())
+		require.Equal(t, "some content", string(data))
+	}
+	require.Len(t, spoolFiles(t, dir), 1)
+	srv.DiscardFile("../" + f.Ref)
+	srv.DiscardFile("/etc/passwd")
+	require.Len(t, spoolFiles(t, dir), 1, "not a spool file's name: nothing removed")
+	f.Discard()
+	require.Empty(t, spoolFiles(t, dir))
+	_, err = f.Open(t.Context())
+	require.Error(t, err)
 }
