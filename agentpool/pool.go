@@ -60,6 +60,9 @@ type Config struct {
 	// runs and once after it, and the memory cgroup's kill count, so a turn ends with a LimitError.
 	EnforceLimits      bool
 	LimitCheckInterval time.Duration
+	// AdoptAfter is how old a queued turn of this process, in none of its queues, must be before
+	// AdoptPass queues it (default DefaultAdoptAfter; see adopt.go).
+	AdoptAfter time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -70,6 +73,7 @@ func (c Config) withDefaults() Config {
 	c.LimitCheckInterval = cmp.Or(c.LimitCheckInterval, DefaultLimitCheckInterval)
 	c.MaxResumeFailures = cmp.Or(c.MaxResumeFailures, DefaultMaxResumeFailures)
 	c.ProviderWait = cmp.Or(c.ProviderWait, DefaultProviderWait)
+	c.AdoptAfter = cmp.Or(c.AdoptAfter, DefaultAdoptAfter)
 	c.Transcript.MaxTurns = cmp.Or(c.Transcript.MaxTurns, 20)
 	c.Transcript.MaxChars = cmp.Or(c.Transcript.MaxChars, 12000)
 	c.Artifacts = c.Artifacts.withDefaults()
@@ -85,7 +89,7 @@ func (c Config) validate() error {
 		return errors.New("agentpool: Deployment is required")
 	case c.Image == "":
 		return errors.New("agentpool: Image is required")
-	case c.TurnTimeout < 0, c.EnsureTimeout < 0, c.StuckAfter < 0, c.ProviderWait < 0:
+	case c.TurnTimeout < 0, c.EnsureTimeout < 0, c.StuckAfter < 0, c.ProviderWait < 0, c.AdoptAfter < 0:
 		return errors.New("agentpool: timeouts must not be negative")
 	case c.MaxQueued < 0, c.MaxActive < 0:
 		return errors.New("agentpool: MaxQueued and MaxActive must not be negative")
@@ -152,6 +156,10 @@ type Pool struct {
 	// instMu protects the following.
 	instMu   sync.Mutex
 	instHold db.Hold
+
+	// ownMu protects own, the turns this process holds in memory (adopt.go).
+	ownMu sync.Mutex
+	own   ownTurns
 
 	// limits remembers each sandbox's last limit reading.
 	limits limitState
@@ -294,6 +302,9 @@ func (p *Pool) Submit(ctx context.Context, req Request) (Ticket, error) {
 	if err := p.holdInstance(ctx); err != nil {
 		return Ticket{}, fmt.Errorf("agentpool: submit: %w", err)
 	}
+	// Until the turn is queued, AdoptPass must not take it for an orphan.
+	p.beginIntake(req.EventID)
+	defer p.endIntake(req.EventID)
 	t, err := p.store.TurnInsert(ctx, db.NewTurn{
 		ThreadKey: req.ThreadKey, PlatformEventID: req.EventID, UserID: req.UserID, Prompt: req.Text,
 		Delivery: req.Delivery, Owner: p.instance,
@@ -319,17 +330,22 @@ func (p *Pool) enqueueTurn(req Request, turnID int64) (int, error) {
 	// Counted before the add: the queue may start the turn before add returns.
 	p.met.TurnQueued(1)
 	queuedAt := p.now()
+	// Held from here until its run or drop ends, so that AdoptPass never queues it a second time.
+	p.reserveTurn(turnID, req.EventID, false)
 	ahead, err := p.q.add(req.ThreadKey, turnID,
 		func(ctx context.Context) {
+			defer p.releaseTurn(turnID)
 			p.met.TurnQueued(-1)
 			p.runTurn(ctx, req, turnID, queuedAt)
 		},
 		func(reason error) {
+			defer p.releaseTurn(turnID)
 			p.met.TurnQueued(-1)
 			p.dropTurn(req, turnID, reason)
 		},
 	)
 	if err != nil {
+		p.releaseTurn(turnID)
 		p.met.TurnQueued(-1)
 	}
 	return ahead, err

@@ -156,6 +156,17 @@ func (p *Pool) recoverTurn(ctx context.Context, t db.Turn, rep *RecoverReport) e
 	if t.Status == db.TurnRunning {
 		return p.recoverInterrupted(ctx, t, rep)
 	}
+	// Held from before the claim: once claimed, the turn is ours and queued, and AdoptPass would
+	// otherwise queue it too.
+	if !p.reserveTurn(t.ID, t.PlatformEventID, true) {
+		return nil
+	}
+	queued := false
+	defer func() {
+		if !queued {
+			p.releaseTurn(t.ID)
+		}
+	}()
 	claimed, err := p.store.TurnClaim(ctx, t.ID, t.Owner, p.instance, t.Status)
 	if errors.Is(err, db.ErrConflict) {
 		return nil // another process was first
@@ -172,6 +183,7 @@ func (p *Pool) recoverTurn(ctx context.Context, t db.Turn, rep *RecoverReport) e
 	if _, err := p.enqueueTurn(req, t.ID); err != nil {
 		return err // closing: the turn stays ours and queued; the next process takes it over
 	}
+	queued = true
 	rep.Requeued++
 	p.log.Info("took over a queued turn", zap.Int64("turn", t.ID), zap.String("thread", t.ThreadKey), zap.String("from", t.Owner))
 	return nil
@@ -235,31 +247,40 @@ func (p *Pool) takeOverThread(ctx context.Context, threadKey string, turnID int6
 		if err != nil || live {
 			continue // a live owner answers its own turns
 		}
-		claimed, err := p.store.TurnClaim(ctx, t.ID, t.Owner, p.instance, t.Status)
-		if err != nil {
-			continue // another process was first, or the store failed: the recovery pass retries
+		if !p.reserveTurn(t.ID, t.PlatformEventID, true) {
+			continue // this process holds it already (the recovery pass queued it)
 		}
-		req, rerr := p.restoreRequest(ctx, claimed)
-		if rerr != nil {
-			p.finishQuietly(t.ID, db.TurnResult{Status: db.TurnFailed, Error: "could not be restored after a restart: " + rerr.Error()})
-			continue
-		}
-		if t.Status == db.TurnRunning {
-			if _, err := p.store.TurnFinish(ctx, t.ID, db.TurnResult{Status: db.TurnFailed, Error: InterruptedText, Owner: p.instance}); err != nil {
-				continue
-			}
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deliverTimeout)
-			if _, err := req.Sink.Deliver(dctx, Outcome{TurnID: t.ID, Err: ErrInterrupted}); err != nil {
-				p.log.Warn("telling a user their turn was interrupted", zap.Int64("turn", t.ID), zap.Error(err))
-			}
-			p.markDelivered(dctx, t.ID)
-			cancel()
-			p.log.Info("answered an interrupted turn on taking over its thread", zap.Int64("turn", t.ID), zap.String("thread", threadKey), zap.String("from", t.Owner))
-			continue
-		}
-		p.log.Info("running a dead process's queued turn on taking over its thread", zap.Int64("turn", t.ID), zap.String("thread", threadKey), zap.String("from", t.Owner))
-		p.runHeld(ctx, req, t.ID, p.now())
+		p.takeOverHeld(ctx, threadKey, t)
+		p.releaseTurn(t.ID)
 	}
+}
+
+// takeOverHeld answers one dead process's turn for takeOverThread; the turn is reserved.
+func (p *Pool) takeOverHeld(ctx context.Context, threadKey string, t db.Turn) {
+	claimed, err := p.store.TurnClaim(ctx, t.ID, t.Owner, p.instance, t.Status)
+	if err != nil {
+		return // another process was first, or the store failed: the recovery pass retries
+	}
+	req, rerr := p.restoreRequest(ctx, claimed)
+	if rerr != nil {
+		p.finishQuietly(t.ID, db.TurnResult{Status: db.TurnFailed, Error: "could not be restored after a restart: " + rerr.Error()})
+		return
+	}
+	if t.Status == db.TurnRunning {
+		if _, err := p.store.TurnFinish(ctx, t.ID, db.TurnResult{Status: db.TurnFailed, Error: InterruptedText, Owner: p.instance}); err != nil {
+			return
+		}
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deliverTimeout)
+		if _, err := req.Sink.Deliver(dctx, Outcome{TurnID: t.ID, Err: ErrInterrupted}); err != nil {
+			p.log.Warn("telling a user their turn was interrupted", zap.Int64("turn", t.ID), zap.Error(err))
+		}
+		p.markDelivered(dctx, t.ID)
+		cancel()
+		p.log.Info("answered an interrupted turn on taking over its thread", zap.Int64("turn", t.ID), zap.String("thread", threadKey), zap.String("from", t.Owner))
+		return
+	}
+	p.log.Info("running a dead process's queued turn on taking over its thread", zap.Int64("turn", t.ID), zap.String("thread", threadKey), zap.String("from", t.Owner))
+	p.runHeld(ctx, req, t.ID, p.now())
 }
 
 // recoverUndelivered posts again the recorded outcome of a turn whose process died after finishing

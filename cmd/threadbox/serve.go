@@ -126,6 +126,8 @@ func (m *Main) runServe(ctx context.Context) error {
 	loopCtx, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
 	var loops sync.WaitGroup
 	loops.Go(func() { a.maint.Run(loopCtx) })
+	// Every process, leader or not, answers its own turns that a failed intake left in no queue.
+	loops.Go(func() { a.pool.RunAdopt(loopCtx, m.Config.Lifecycle.LoopInterval) })
 
 	log.Info("listening", zap.String("url", "http://"+ln.Addr().String()),
 		zap.Bool("trust_loopback", m.Config.HTTP.TrustLoopback), zap.Bool("token", m.Config.HTTP.Token != ""))

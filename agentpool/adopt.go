@@ -1,0 +1,179 @@
+package agentpool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/threadbox/threadbox/db"
+)
+
+// Adoption closes the last hole in "acknowledged means answered". A PostgreSQL insert can commit
+// and still report an error (the connection dies after the commit, or a timeout fires while it is
+// in flight: pg_intake.go). Submit then refuses the message, the platform delivers it again, the
+// redelivery is a duplicate of the recorded event and is ignored, and the recorded turn stays
+// queued, owned by this live process, in none of its queues. Recovery never takes it: its owner is
+// alive. So the pool also adopts its own orphans: queued turns it owns that are in no queue of
+// this process and whose Submit is not under way. Such a turn never started (a start makes it
+// running), so running it runs the agent once.
+//
+// What keeps one turn from being queued twice in this process is the pool's own-turn set (own):
+// a turn is in it from its enqueue until its run or drop ends, and a Submit's event id is in
+// intake from before its insert until its enqueue. Adoption checks and reserves under the same
+// mutex, then claims the turn from itself with the usual compare-and-set (still ours, still
+// queued), because the listing it works from may be stale: the turn may have run and finished
+// since. The grace period is a second guard, for whatever records a turn as ours without going
+// through Submit.
+
+// DefaultAdoptAfter is Config.AdoptAfter's default.
+const DefaultAdoptAfter = 30 * time.Second
+
+// ownTurns is what the pool holds in memory: turns queued or running here, and Submits under way.
+type ownTurns struct {
+	turns map[int64]struct{}
+	// intake counts the Submits of each event id between their insert and their enqueue (two
+	// deliveries of one event may race).
+	intake map[string]int
+}
+
+// beginIntake marks a Submit of eventID as under way; endIntake ends the mark.
+func (p *Pool) beginIntake(eventID string) {
+	p.ownMu.Lock()
+	defer p.ownMu.Unlock()
+	if p.own.intake == nil {
+		p.own.intake = map[string]int{}
+	}
+	p.own.intake[eventID]++
+}
+
+func (p *Pool) endIntake(eventID string) {
+	p.ownMu.Lock()
+	defer p.ownMu.Unlock()
+	if p.own.intake[eventID]--; p.own.intake[eventID] <= 0 {
+		delete(p.own.intake, eventID)
+	}
+}
+
+// reserveTurn adds turnID to the own-turn set. With exclusive, it refuses (false) a turn already
+// held, or one whose event a Submit is recording now.
+func (p *Pool) reserveTurn(turnID int64, eventID string, exclusive bool) bool {
+	p.ownMu.Lock()
+	defer p.ownMu.Unlock()
+	if p.own.turns == nil {
+		p.own.turns = map[int64]struct{}{}
+	}
+	if exclusive {
+		if _, held := p.own.turns[turnID]; held {
+			return false
+		}
+		if p.own.intake[eventID] > 0 {
+			return false
+		}
+	}
+	p.own.turns[turnID] = struct{}{}
+	return true
+}
+
+// releaseTurn removes turnID from the own-turn set (its run or drop has ended).
+func (p *Pool) releaseTurn(turnID int64) {
+	p.ownMu.Lock()
+	defer p.ownMu.Unlock()
+	delete(p.own.turns, turnID)
+}
+
+// AdoptReport says what an adoption pass did.
+type AdoptReport struct {
+	// Adopted turns were queued here; Failed ones could not be restored and were failed.
+	Adopted, Failed int
+}
+
+// AdoptPass queues this process's own orphaned turns (see above). It runs in every process, not
+// only on the leader: no other process may take the turns of a live one.
+func (p *Pool) AdoptPass(ctx context.Context) (AdoptReport, error) {
+	var rep AdoptReport
+	if p.q.isClosed() {
+		return rep, nil
+	}
+	cutoff := p.now().Add(-p.cfg.AdoptAfter)
+	var after int64
+	for {
+		page, err := p.store.TurnsPending(ctx, after, db.DefaultBatch)
+		if err != nil {
+			return rep, fmt.Errorf("adopt: %w", err)
+		}
+		for _, t := range page {
+			after = t.ID
+			if t.Owner != p.instance || t.Status != db.TurnQueued || t.CreatedAt.After(cutoff) {
+				continue
+			}
+			if err := p.adoptTurn(ctx, t, &rep); err != nil {
+				if ctx.Err() != nil {
+					return rep, ctx.Err()
+				}
+				p.log.Warn("adopting a turn of this process", zap.Int64("turn", t.ID), zap.String("thread", t.ThreadKey), zap.Error(err))
+			}
+		}
+		if len(page) < db.DefaultBatch {
+			return rep, nil
+		}
+	}
+}
+
+func (p *Pool) adoptTurn(ctx context.Context, t db.Turn, rep *AdoptReport) error {
+	if !p.reserveTurn(t.ID, t.PlatformEventID, true) {
+		return nil // queued or running here, or being recorded: it is answered
+	}
+	queued := false
+	defer func() {
+		if !queued {
+			p.releaseTurn(t.ID)
+		}
+	}()
+	// The listing may be stale: the turn may have run since. Still ours and still queued, it
+	// never started, and the reservation keeps anyone here from queuing it meanwhile.
+	claimed, err := p.store.TurnClaim(ctx, t.ID, p.instance, p.instance, db.TurnQueued)
+	if errors.Is(err, db.ErrConflict) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	req, err := p.restoreRequest(ctx, claimed)
+	if err != nil {
+		rep.Failed++
+		p.finishQuietly(t.ID, db.TurnResult{Status: db.TurnFailed, Error: "could not be restored: " + err.Error()})
+		return err
+	}
+	if _, err := p.enqueueTurn(req, t.ID); err != nil {
+		return err // closing: the turn stays ours and queued; the next process takes it over
+	}
+	queued = true
+	rep.Adopted++
+	p.log.Info("adopted a queued turn of this process that no queue held (its intake reported a failure after recording it)",
+		zap.Int64("turn", t.ID), zap.String("thread", t.ThreadKey))
+	return nil
+}
+
+// RunAdopt runs AdoptPass every interval until ctx ends.
+func (p *Pool) RunAdopt(ctx context.Context, interval time.Duration) {
+	if interval <= 0 {
+		interval = p.cfg.AdoptAfter // a ticker panics on a non-positive interval
+	}
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if rep, err := p.AdoptPass(ctx); err != nil && ctx.Err() == nil {
+			p.log.Warn("adoption pass failed; will retry", zap.Error(err))
+		} else if rep.Failed > 0 {
+			p.log.Warn("adoption pass could not restore some turns", zap.Int("failed", rep.Failed))
+		}
+	}
+}

@@ -1,0 +1,155 @@
+package agentpool
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/threadbox/threadbox/agentpool/runtime"
+	"github.com/threadbox/threadbox/db"
+	"github.com/threadbox/threadbox/db/dbtest"
+	"github.com/threadbox/threadbox/sandbox"
+	"github.com/threadbox/threadbox/sandbox/sandboxfake"
+)
+
+// errLostCommit is what a client sees when its insert committed and the reply was lost.
+var errLostCommit = errors.New("connection lost after commit")
+
+// lostCommitStore commits a turn's insert and then, for the events in lose, reports an error;
+// for the events in gate, it waits for the channel to close after the commit.
+type lostCommitStore struct {
+	db.Store
+	mu   sync.Mutex
+	lose map[string]bool
+	gate map[string]chan struct{}
+	// inserted is signalled after each committed insert that waits on a gate.
+	inserted chan struct{}
+}
+
+func (s *lostCommitStore) TurnInsert(ctx context.Context, t db.NewTurn) (db.Turn, error) {
+	tr, err := s.Store.TurnInsert(ctx, t)
+	s.mu.Lock()
+	lose, gate := s.lose[t.PlatformEventID], s.gate[t.PlatformEventID]
+	delete(s.lose, t.PlatformEventID)
+	s.mu.Unlock()
+	if err != nil {
+		return tr, err
+	}
+	if gate != nil {
+		s.inserted <- struct{}{}
+		<-gate
+	}
+	if lose {
+		return db.Turn{}, errLostCommit
+	}
+	return tr, nil
+}
+
+// newAdoptPool builds a pool on st whose restored turns answer to sink, on the shared clock.
+func newAdoptPool(t *testing.T, st db.Store, clock *dbtest.Clock, rt runtime.Runtime, sink Sink) *Pool {
+	t.Helper()
+	p, err := New(Config{Deployment: "test-adopt", Image: "img"}, Deps{
+		Store: st, Provider: sandboxfake.New(), Runtime: rt, Instance: "live", Now: clock.Now,
+		Logger: zaptest.NewLogger(t),
+		Restore: func(_ context.Context, t db.Turn) (Request, error) {
+			return Request{Platform: "test", UserID: t.UserID, Text: t.Prompt, Sink: sink}, nil
+		},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Shutdown(context.Background()) })
+	return p
+}
+
+// TestAdoptLostCommitIsAnsweredOnce: a turn whose insert committed but reported an error is refused,
+// its redelivery is a duplicate, and its owner is alive, so recovery never takes it. The pool's
+// adoption pass answers it, once.
+func TestAdoptLostCommitIsAnsweredOnce(t *testing.T) {
+	forEachMaintStore(t, func(t *testing.T, st db.Store, clock *dbtest.Clock) {
+		ctx := t.Context()
+		ls := &lostCommitStore{Store: st, lose: map[string]bool{"e1": true}}
+		sink := newCollector()
+		p := newAdoptPool(t, ls, clock, &scriptRuntime{}, sink)
+		req := Request{ThreadKey: "k", Platform: "test", EventID: "e1", Text: "hello", Sink: sink, Delivery: json.RawMessage(`{}`)}
+
+		_, err := p.Submit(ctx, req)
+		require.ErrorIs(t, err, errLostCommit, "the bot refuses the message")
+		_, err = p.Submit(ctx, req)
+		require.ErrorIs(t, err, db.ErrDuplicate, "the redelivery is ignored")
+
+		rep, err := p.RecoverPass(ctx)
+		require.NoError(t, err)
+		require.Equal(t, RecoverReport{}, rep, "recovery leaves a live owner's turns alone")
+
+		rep2, err := p.AdoptPass(ctx)
+		require.NoError(t, err)
+		require.Equal(t, AdoptReport{}, rep2, "within the grace period nothing is adopted")
+
+		clock.Advance(DefaultAdoptAfter + 1)
+		rep2, err = p.AdoptPass(ctx)
+		require.NoError(t, err)
+		require.Equal(t, AdoptReport{Adopted: 1}, rep2)
+		out := sink.wait(t, 1)[0]
+		require.NoError(t, out.Err)
+		require.Equal(t, "echo: hello", out.Answer)
+		require.NoError(t, p.q.wait(ctx))
+
+		rep2, err = p.AdoptPass(ctx)
+		require.NoError(t, err)
+		require.Equal(t, AdoptReport{}, rep2, "an answered turn is not adopted again")
+		require.NoError(t, p.Shutdown(ctx))
+		require.Empty(t, sink.got, "exactly one answer")
+	})
+}
+
+// TestAdoptSkipsTurnsHeldHere: a turn whose Submit is between its insert and its enqueue, and a turn
+// waiting in its thread's queue, are both queued, ours and old; neither is adopted, and each is
+// answered once.
+func TestAdoptSkipsTurnsHeldHere(t *testing.T) {
+	forEachMaintStore(t, func(t *testing.T, st db.Store, clock *dbtest.Clock) {
+		ctx := t.Context()
+		gate := make(chan struct{})
+		ls := &lostCommitStore{Store: st, gate: map[string]chan struct{}{"e2": gate}, inserted: make(chan struct{})}
+		sink := newCollector()
+		// The first turn blocks in its prompt, so the second waits in the queue, still queued.
+		release := make(chan struct{})
+		rt := &scriptRuntime{promptFunc: func(ctx context.Context, _ sandbox.Sandbox, _ string, p runtime.Prompt, _ func(runtime.Event)) (runtime.Result, error) {
+			if p.Text == "first" {
+				<-release
+			}
+			return runtime.Result{Answer: "echo: " + p.Text}, nil
+		}}
+		p := newAdoptPool(t, ls, clock, rt, sink)
+		mk := func(ev, text string) Request {
+			return Request{ThreadKey: "k", Platform: "test", EventID: ev, Text: text, Sink: sink, Delivery: json.RawMessage(`{}`)}
+		}
+		_, err := p.Submit(ctx, mk("e0", "first"))
+		require.NoError(t, err)
+		tk, err := p.Submit(ctx, mk("e1", "second"))
+		require.NoError(t, err)
+		require.Equal(t, 1, tk.Ahead)
+
+		submitted := make(chan error, 1)
+		go func() { _, err := p.Submit(ctx, mk("e2", "third")); submitted <- err }()
+		<-ls.inserted // e2 is recorded; its Submit has not queued it yet
+
+		clock.Advance(DefaultAdoptAfter + 1)
+		rep, err := p.AdoptPass(ctx)
+		require.NoError(t, err)
+		require.Equal(t, AdoptReport{}, rep, "a queued turn and a turn being submitted are not orphans")
+
+		close(gate)
+		require.NoError(t, <-submitted)
+		close(release)
+		outs := sink.wait(t, 3)
+		for i, want := range []string{"echo: first", "echo: second", "echo: third"} {
+			require.Equal(t, want, outs[i].Answer)
+		}
+		require.NoError(t, p.Shutdown(ctx))
+		require.Empty(t, sink.got, "each answered once")
+	})
+}
