@@ -2,8 +2,10 @@ package bot
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -29,6 +31,7 @@ type Turns interface {
 type Store interface {
 	db.SessionStore
 	TurnLastFailedWith(ctx context.Context, threadKey, errText string) (db.Turn, error)
+	TurnGetByEvent(ctx context.Context, eventID string) (db.Turn, error)
 }
 
 // ErrNotAccepted wraps Handle's error when a message was not taken (nothing recorded, nothing will
@@ -318,6 +321,30 @@ func (h *Handler) retry(ctx context.Context, msg Message, r Replier) error {
 }
 
 // turn submits msg as a turn, and sets *submitted once the pool has taken it (and its files).
+// retriedBy reports whether msg, a retry found to be a duplicate, is the message that made the
+// retry: the platform delivered that message again (its dedupe missed it: Redis down, or past its
+// window), and it was answered already. Another retry message of the same turn is told so.
+func (h *Handler) retriedBy(ctx context.Context, msg Message) bool {
+	t, err := h.store.TurnGetByEvent(ctx, msg.EventID)
+	if err != nil {
+		return false
+	}
+	var d delivery
+	if json.Unmarshal(t.Delivery, &d) != nil {
+		return false
+	}
+	return sameJSON(d.Reply, msg.Reply)
+}
+
+// sameJSON compares two JSON values by meaning: PostgreSQL's jsonb does not keep key order.
+func sameJSON(a, b json.RawMessage) bool {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	return reflect.DeepEqual(x, y)
+}
+
 func (h *Handler) turn(ctx context.Context, msg Message, r Replier, submitted *bool) error {
 	// The sink's final mark and the 👀 below are sent from different goroutines.
 	r = withOrderedMarks(r)
@@ -357,7 +384,7 @@ func (h *Handler) turn(ctx context.Context, msg Message, r Replier, submitted *b
 	switch {
 	case errors.Is(err, db.ErrDuplicate):
 		h.log.Debug("duplicate event ignored", zap.String("event", msg.EventID))
-		if strings.HasPrefix(msg.EventID, "retry:") {
+		if strings.HasPrefix(msg.EventID, "retry:") && !h.retriedBy(ctx, msg) {
 			h.reply(ctx, r, func(context.Context) string { return "That message was already retried." })
 		}
 		return nil

@@ -27,6 +27,14 @@ func (s *pgStore) TurnGet(ctx context.Context, id int64) (Turn, error) {
 	return fromPGTurn(r), nil
 }
 
+func (s *pgStore) TurnGetByEvent(ctx context.Context, eventID string) (Turn, error) {
+	r, err := s.q.TurnGetByEvent(ctx, s.dbtx, eventID)
+	if err != nil {
+		return Turn{}, pgErr("get turn for event "+eventID, err)
+	}
+	return fromPGTurn(r), nil
+}
+
 func (s *pgStore) TurnStart(ctx context.Context, id int64, owner string) (Turn, error) {
 	r, err := s.q.TurnStart(ctx, s.dbtx, pgsqlc.TurnStartParams{Now: pgTime(s.clock()), ID: id, Owner: owner})
 	if errors.Is(err, pgx.ErrNoRows) {

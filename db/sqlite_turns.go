@@ -40,6 +40,14 @@ func (s *sqliteStore) TurnGet(ctx context.Context, id int64) (Turn, error) {
 	return fromSQLiteTurn(r)
 }
 
+func (s *sqliteStore) TurnGetByEvent(ctx context.Context, eventID string) (Turn, error) {
+	r, err := s.q.TurnGetByEvent(ctx, s.dbtx, eventID)
+	if err != nil {
+		return Turn{}, sqliteErr("get turn for event "+eventID, err)
+	}
+	return fromSQLiteTurn(r)
+}
+
 func (s *sqliteStore) TurnStart(ctx context.Context, id int64, owner string) (Turn, error) {
 	r, err := s.q.TurnStart(ctx, s.dbtx, sqlitesqlc.TurnStartParams{Now: sqliteNullTime(s.now()), ID: id, Owner: owner})
 	if errors.Is(err, sql.ErrNoRows) {

@@ -75,6 +75,8 @@ type TurnStore interface {
 	TurnInsert(ctx context.Context, t NewTurn) (Turn, error)
 	// TurnGet returns a turn by id, or ErrNotFound.
 	TurnGet(ctx context.Context, id int64) (Turn, error)
+	// TurnGetByEvent returns the turn recorded for a platform event id, or ErrNotFound.
+	TurnGetByEvent(ctx context.Context, eventID string) (Turn, error)
 	// TurnStart moves a queued turn owned by owner to running and sets StartedAt and LastEventAt. A
 	// turn another owner claimed meanwhile is a conflict (errors.Is(err, ErrConflict)): it is not ours
 	// to run.

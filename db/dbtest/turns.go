@@ -44,6 +44,11 @@ func testTurnLifecycle(t *testing.T, newStore NewStore) {
 	got, err := s.TurnGet(ctx, turn.ID)
 	require.NoError(t, err)
 	require.Equal(t, turn, got)
+	got, err = s.TurnGetByEvent(ctx, "ev1")
+	require.NoError(t, err)
+	require.Equal(t, turn, got)
+	_, err = s.TurnGetByEvent(ctx, "ev-never-seen")
+	require.ErrorIs(t, err, db.ErrNotFound)
 
 	started := clock.Advance(time.Second)
 	turn, err = s.TurnStart(ctx, turn.ID, "")

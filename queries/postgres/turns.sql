@@ -29,6 +29,9 @@ RETURNING *;
 -- name: TurnGet :one
 SELECT * FROM turns WHERE id = @id;
 
+-- name: TurnGetByEvent :one
+SELECT * FROM turns WHERE platform_event_id = @platform_event_id;
+
 -- name: TurnStart :one
 UPDATE turns SET status = 'running', started_at = @now::timestamptz, last_event_at = @now::timestamptz
 WHERE id = @id AND status = 'queued' AND owner = @owner

@@ -8,6 +8,9 @@ RETURNING *;
 -- name: TurnGet :one
 SELECT * FROM turns WHERE id = @id;
 
+-- name: TurnGetByEvent :one
+SELECT * FROM turns WHERE platform_event_id = @platform_event_id;
+
 -- name: TurnStart :one
 UPDATE turns SET status = 'running', started_at = @now, last_event_at = @now
 WHERE id = @id AND status = 'queued' AND owner = @owner

@@ -206,6 +206,34 @@ func (q *Queries) TurnGet(ctx context.Context, db DBTX, id int64) (Turn, error) 
 	return i, err
 }
 
+const turnGetByEvent = `-- name: TurnGetByEvent :one
+SELECT id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner, delivered_at FROM turns WHERE platform_event_id = $1
+`
+
+func (q *Queries) TurnGetByEvent(ctx context.Context, db DBTX, platformEventID string) (Turn, error) {
+	row := db.QueryRow(ctx, turnGetByEvent, platformEventID)
+	var i Turn
+	err := row.Scan(
+		&i.ID,
+		&i.ThreadKey,
+		&i.PlatformEventID,
+		&i.UserID,
+		&i.Prompt,
+		&i.Status,
+		&i.Answer,
+		&i.Error,
+		&i.Usage,
+		&i.CreatedAt,
+		&i.StartedAt,
+		&i.LastEventAt,
+		&i.FinishedAt,
+		&i.Delivery,
+		&i.Owner,
+		&i.DeliveredAt,
+	)
+	return i, err
+}
+
 const turnGetRunning = `-- name: TurnGetRunning :one
 SELECT id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner, delivered_at FROM turns
 WHERE thread_key = $1 AND status = 'running'
