@@ -2,6 +2,7 @@ package agentpool
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/threadbox/threadbox/agentpool/runtime"
+	"github.com/threadbox/threadbox/db"
 	"github.com/threadbox/threadbox/sandbox"
 	"github.com/threadbox/threadbox/sandbox/sandboxfake"
 )
@@ -121,4 +123,47 @@ func submitFiles(t *testing.T, p *Pool, thread, event string, files []InboundFil
 	_, err := p.Submit(context.Background(), Request{ThreadKey: thread, Platform: "test", ChannelID: "c", UserID: "u",
 		EventID: event, Text: "with files", Files: files, Sink: sink})
 	require.NoError(t, err)
+}
+
+// TestInterruptedTurnLeavesNoAttachment: a turn whose process died while it ran is answered as
+// interrupted by whoever takes it over (the recovery pass, or the next turn of its thread), and
+// never runs again by itself (retry submits its prompt alone). Its attachments, which that process
+// never discarded, are freed then: nothing else would ever remove them.
+func TestInterruptedTurnLeavesNoAttachment(t *testing.T) {
+	for _, via := range []string{"recovery pass", "next turn of the thread"} {
+		t.Run(via, func(t *testing.T) {
+			st := newSQLiteStore(t)
+			ctx := t.Context()
+			running, err := st.TurnInsert(ctx, db.NewTurn{ThreadKey: "web:f", PlatformEventID: "e1", UserID: "u",
+				Prompt: "long job", Delivery: json.RawMessage(`{}`), Owner: "dead"})
+			require.NoError(t, err)
+			_, err = st.TurnStart(ctx, running.ID, "dead")
+			require.NoError(t, err)
+
+			dir := t.TempDir()
+			files := spooledFiles(t, dir, 2)
+			sink := newCollector()
+			p, err := New(Config{Deployment: "test-interrupted-files", Image: "img"}, Deps{
+				Store: st, Provider: sandboxfake.New(), Runtime: &scriptRuntime{},
+				Restore: func(_ context.Context, tr db.Turn) (Request, error) {
+					return Request{Platform: "test", ChannelID: "c", UserID: tr.UserID, Text: tr.Prompt, Files: files, Sink: sink}, nil
+				},
+			})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = p.Shutdown(context.Background()) })
+
+			if via == "recovery pass" {
+				rep, err := p.RecoverPass(ctx)
+				require.NoError(t, err)
+				require.Equal(t, 1, rep.Interrupted)
+				require.ErrorIs(t, sink.wait(t, 1)[0].Err, ErrInterrupted)
+			} else {
+				submit(t, p, "web:f", "e2", "next", sink)
+				outs := sink.wait(t, 2)
+				require.ErrorIs(t, outs[0].Err, ErrInterrupted)
+				require.NoError(t, outs[1].Err)
+			}
+			require.Zero(t, countFiles(t, dir), "an interrupted turn's attachments left on disk")
+		})
+	}
 }

@@ -217,6 +217,9 @@ func (p *Pool) recoverInterrupted(ctx context.Context, t db.Turn, rep *RecoverRe
 		rep.Failed++
 		return err
 	}
+	// It never runs again by itself (retry submits its prompt alone), and its runner died before
+	// ending it: its attachments are read by no one now.
+	discardFiles(req.Files)
 	return p.Do(t.ThreadKey, func(context.Context) {
 		dctx, cancel := context.WithTimeout(context.Background(), deliverTimeout)
 		defer cancel()
@@ -270,6 +273,7 @@ func (p *Pool) takeOverHeld(ctx context.Context, threadKey string, t db.Turn) {
 		if _, err := p.store.TurnFinish(ctx, t.ID, db.TurnResult{Status: db.TurnFailed, Error: InterruptedText, Owner: p.instance}); err != nil {
 			return
 		}
+		discardFiles(req.Files) // as in recoverInterrupted
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deliverTimeout)
 		if _, err := req.Sink.Deliver(dctx, Outcome{TurnID: t.ID, Err: ErrInterrupted}); err != nil {
 			p.log.Warn("telling a user their turn was interrupted", zap.Int64("turn", t.ID), zap.Error(err))
