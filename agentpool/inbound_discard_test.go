@@ -125,19 +125,24 @@ func submitFiles(t *testing.T, p *Pool, thread, event string, files []InboundFil
 	require.NoError(t, err)
 }
 
-// TestInterruptedTurnLeavesNoAttachment: a turn whose process died while it ran is answered as
+// TestTakenOverTurnLeavesNoAttachment: a turn whose process died while it ran is answered as
 // interrupted by whoever takes it over (the recovery pass, or the next turn of its thread), and
-// never runs again by itself (retry submits its prompt alone). Its attachments, which that process
+// never runs again by itself (retry submits its prompt alone); one whose process died between its
+// finish and its post is posted again by the recovery pass. Their attachments, which that process
 // never discarded, are freed then: nothing else would ever remove them.
-func TestInterruptedTurnLeavesNoAttachment(t *testing.T) {
-	for _, via := range []string{"recovery pass", "next turn of the thread"} {
+func TestTakenOverTurnLeavesNoAttachment(t *testing.T) {
+	for _, via := range []string{"recovery pass", "next turn of the thread", "finished, never posted"} {
 		t.Run(via, func(t *testing.T) {
 			st := newSQLiteStore(t)
 			ctx := t.Context()
 			running, err := st.TurnInsert(ctx, db.NewTurn{ThreadKey: "web:f", PlatformEventID: "e1", UserID: "u",
 				Prompt: "long job", Delivery: json.RawMessage(`{}`), Owner: "dead"})
 			require.NoError(t, err)
-			_, err = st.TurnStart(ctx, running.ID, "dead")
+			if via == "finished, never posted" {
+				_, err = st.TurnFinish(ctx, running.ID, db.TurnResult{Status: db.TurnDone, Answer: "the answer", Owner: "dead"})
+			} else {
+				_, err = st.TurnStart(ctx, running.ID, "dead")
+			}
 			require.NoError(t, err)
 
 			dir := t.TempDir()
@@ -152,18 +157,24 @@ func TestInterruptedTurnLeavesNoAttachment(t *testing.T) {
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = p.Shutdown(context.Background()) })
 
-			if via == "recovery pass" {
+			switch via {
+			case "finished, never posted":
+				rep, err := p.RecoverPass(ctx)
+				require.NoError(t, err)
+				require.Equal(t, 1, rep.Redelivered)
+				require.Equal(t, "the answer", sink.wait(t, 1)[0].Answer)
+			case "recovery pass":
 				rep, err := p.RecoverPass(ctx)
 				require.NoError(t, err)
 				require.Equal(t, 1, rep.Interrupted)
 				require.ErrorIs(t, sink.wait(t, 1)[0].Err, ErrInterrupted)
-			} else {
+			default:
 				submit(t, p, "web:f", "e2", "next", sink)
 				outs := sink.wait(t, 2)
 				require.ErrorIs(t, outs[0].Err, ErrInterrupted)
 				require.NoError(t, outs[1].Err)
 			}
-			require.Zero(t, countFiles(t, dir), "an interrupted turn's attachments left on disk")
+			require.Zero(t, countFiles(t, dir), "a dead process's turn's attachments left on disk")
 		})
 	}
 }

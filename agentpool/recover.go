@@ -318,6 +318,8 @@ func (p *Pool) recoverUndelivered(ctx context.Context, t db.Turn, rep *RecoverRe
 		p.markDelivered(ctx, t.ID) // nowhere to post it: do not try for ever
 		return err
 	}
+	// Finished: its process died before (or while) discarding its attachments.
+	discardFiles(req.Files)
 	out := recordedOutcome(claimed)
 	if err := p.Do(t.ThreadKey, func(context.Context) {
 		dctx, cancel := context.WithTimeout(context.Background(), deliverTimeout)
