@@ -2,6 +2,7 @@ package agentpool
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -66,4 +67,61 @@ func testRecoverDoesNotRedeliverWhileTheOwnerPosts(t *testing.T, st db.Store) {
 	sinkB.mu.Lock()
 	defer sinkB.mu.Unlock()
 	require.Empty(t, sinkB.outcomes, "the answer was posted twice")
+}
+
+// TestRecoveryPostsUnderTheThreadLock: replica A's recovery pass answers a dead process's turn (as
+// interrupted, or posting its recorded outcome again) and is posting it, when the connection holding
+// its instance lock dies. Replica B's pass then sees the turn as A's, finished and undelivered. A
+// posting without the thread's lock (its claim's lock was let go once the post was queued) was
+// answered over by B; posting under it, B waits for A to let go, by when the turn is delivered.
+func TestRecoveryPostsUnderTheThreadLock(t *testing.T) {
+	for name, open := range map[string]func(testing.TB) db.Store{
+		"sqlite":   newSQLiteStore,
+		"postgres": func(t testing.TB) db.Store { return dbtest.OpenPostgres(t) },
+	} {
+		for _, left := range []string{"running", "finished"} {
+			t.Run(name+"/"+left, func(t *testing.T) { testRecoveryPostsUnderTheThreadLock(t, open(t), left) })
+		}
+	}
+}
+
+func testRecoveryPostsUnderTheThreadLock(t *testing.T, st db.Store, left string) {
+	ctx := t.Context()
+	tr, err := st.TurnInsert(ctx, db.NewTurn{ThreadKey: "web:fence", PlatformEventID: "e1", UserID: "u", Prompt: "p",
+		Delivery: json.RawMessage(`{}`), Owner: "dead"})
+	require.NoError(t, err)
+	if left == "running" {
+		_, err = st.TurnStart(ctx, tr.ID, "dead")
+	} else {
+		_, err = st.TurnFinish(ctx, tr.ID, db.TurnResult{Status: db.TurnDone, Answer: "the answer", Owner: "dead"})
+	}
+	require.NoError(t, err)
+
+	sinkA := &gateSink{collector: newCollector(), reached: make(chan struct{}), proceed: make(chan struct{})}
+	a, err := New(Config{Deployment: "test-fence", Image: "img"}, Deps{
+		Store: st, Provider: sandboxfake.New(), Runtime: &scriptRuntime{}, Instance: "A",
+		Restore: func(context.Context, db.Turn) (Request, error) { return Request{Sink: sinkA}, nil }})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+	sinkB := newCollector()
+	b, err := New(Config{Deployment: "test-fence", Image: "img"}, Deps{
+		Store: st, Provider: sandboxfake.New(), Runtime: &scriptRuntime{}, Instance: "B",
+		Restore: func(context.Context, db.Turn) (Request, error) { return Request{Sink: sinkB}, nil }})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Shutdown(context.Background()) })
+
+	_, err = a.RecoverPass(ctx)
+	require.NoError(t, err)
+	<-sinkA.reached
+	a.releaseInstance() // its lock connection died: A looks dead to others, but posts on
+	rep, err := b.RecoverPass(ctx)
+	require.NoError(t, err)
+	close(sinkA.proceed)
+	require.Equal(t, tr.ID, sinkA.wait(t, 1)[0].TurnID)
+	require.NoError(t, a.Shutdown(ctx))
+	require.NoError(t, b.Shutdown(ctx)) // any delivery B queued has run
+	require.Zero(t, rep.Redelivered, "B claimed the turn A is posting")
+	sinkB.mu.Lock()
+	defer sinkB.mu.Unlock()
+	require.Empty(t, sinkB.outcomes, "the outcome was posted twice")
 }

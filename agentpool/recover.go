@@ -221,13 +221,30 @@ func (p *Pool) recoverInterrupted(ctx context.Context, t db.Turn, rep *RecoverRe
 	// ending it: its attachments are read by no one now.
 	discardFiles(req.Files)
 	return p.Do(t.ThreadKey, func(context.Context) {
-		dctx, cancel := context.WithTimeout(context.Background(), deliverTimeout)
-		defer cancel()
-		if _, err := req.Sink.Deliver(dctx, Outcome{TurnID: t.ID, Err: ErrInterrupted}); err != nil {
-			p.log.Warn("telling a user their turn was interrupted", zap.Int64("turn", t.ID), zap.Error(err))
-		}
-		p.markDelivered(dctx, t.ID)
+		p.postTakenOver(t.ThreadKey, req.Sink, Outcome{TurnID: t.ID, Err: ErrInterrupted}, "telling a user their turn was interrupted")
 	}, nil)
+}
+
+// postTakenOver posts the outcome of a turn this process took over and records it as delivered,
+// holding the thread's lock meanwhile as a turn's own run does from its finish to its delivery: a
+// recovery pass elsewhere that takes this process for dead (its instance lock's connection died)
+// then waits, instead of finding the turn undelivered and posting it a second time. Without the
+// lock it posts anyway: at least once, never not at all.
+func (p *Pool) postTakenOver(threadKey string, sink Sink, out Outcome, what string) {
+	lctx, lcancel := context.WithTimeout(context.Background(), deliverTimeout)
+	hold, err := p.store.HoldThread(lctx, threadKey)
+	lcancel()
+	if err != nil {
+		p.log.Warn("posting a taken-over turn without its thread's lock", zap.Int64("turn", out.TurnID), zap.Error(err))
+	} else {
+		defer hold.Release()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), deliverTimeout)
+	defer cancel()
+	if _, err := sink.Deliver(ctx, out); err != nil {
+		p.log.Warn(what, zap.Int64("turn", out.TurnID), zap.Error(err))
+	}
+	p.markDelivered(ctx, out.TurnID)
 }
 
 // takeOverThread answers, before turn turnID, the older unfinished turns of its thread that a dead
@@ -322,12 +339,7 @@ func (p *Pool) recoverUndelivered(ctx context.Context, t db.Turn, rep *RecoverRe
 	discardFiles(req.Files)
 	out := recordedOutcome(claimed)
 	if err := p.Do(t.ThreadKey, func(context.Context) {
-		dctx, cancel := context.WithTimeout(context.Background(), deliverTimeout)
-		defer cancel()
-		if _, err := req.Sink.Deliver(dctx, out); err != nil {
-			p.log.Warn("posting a recorded outcome again", zap.Int64("turn", t.ID), zap.Error(err))
-		}
-		p.markDelivered(dctx, t.ID)
+		p.postTakenOver(t.ThreadKey, req.Sink, out, "posting a recorded outcome again")
 	}, nil); err != nil {
 		return err
 	}
