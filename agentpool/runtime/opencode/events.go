@@ -130,15 +130,30 @@ func (t *turnState) handle(ev event) {
 	}
 }
 
+// Bounds on what a turn remembers of the server's parts: the stream is outside input, and a part
+// id is bounded only by the event size. opencode's ids are about 30 characters; a turn has at most
+// hundreds of parts. Past the bounds a part is not remembered: its text deltas are not streamed as
+// progress (the answer is read from the session's messages at the end), a tool call may be reported
+// twice.
+const (
+	maxPartID     = 128
+	maxParts      = 4096
+	maxToolsShown = 4096
+)
+
 func (t *turnState) part(p part) {
-	t.partTypes[p.ID] = p.Type
+	if _, known := t.partTypes[p.ID]; known || (len(p.ID) <= maxPartID && len(t.partTypes) < maxParts) {
+		t.partTypes[p.ID] = p.Type
+	}
 	if p.Type != "tool" || t.toolShown[p.CallID] {
 		return
 	}
 	// A tool is reported once, as soon as it runs (its input is complete by then).
 	switch p.State.Status {
 	case "running", "completed", "error":
-		t.toolShown[p.CallID] = true
+		if len(p.CallID) <= maxPartID && len(t.toolShown) < maxToolsShown {
+			t.toolShown[p.CallID] = true
+		}
 		t.emit(runtime.Event{Kind: runtime.EventTool, Tool: p.Tool, Text: toolSummary(p.Tool, p.State.Input, p.State.Title), At: t.now()})
 	}
 }

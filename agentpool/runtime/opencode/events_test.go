@@ -205,3 +205,36 @@ func FuzzOutcome(f *testing.F) {
 		}
 	})
 }
+
+// A server that streams endless distinct parts (or ids as long as an event) does not grow what the
+// turn remembers past its bounds; parts within them still stream their text.
+func TestTurnStateRemembersBoundedParts(t *testing.T) {
+	var texts []string
+	turn := newTurnState("ses_a", func(e runtime.Event) {
+		if e.Kind == runtime.EventText {
+			texts = append(texts, e.Text)
+		}
+	})
+	send := func(typ string, props map[string]any) {
+		raw, err := json.Marshal(props)
+		require.NoError(t, err)
+		turn.handle(event{Type: typ, Properties: raw})
+	}
+	send("message.part.updated", map[string]any{"part": map[string]any{"id": "prt_text", "sessionID": "ses_a", "type": "text"}})
+	long := strings.Repeat("x", 4*maxPartID)
+	for i := range 3 * maxParts {
+		id := long + string(rune('a'+i%26)) + strings.Repeat("y", i%7)
+		if i%2 == 0 {
+			id = "prt_" + strings.Repeat("z", i%50) + string(rune(i))
+		}
+		send("message.part.updated", map[string]any{"part": map[string]any{"id": id, "sessionID": "ses_a", "type": "tool",
+			"tool": "bash", "callID": id, "state": map[string]any{"status": "running"}}})
+	}
+	require.LessOrEqual(t, len(turn.partTypes), maxParts)
+	require.LessOrEqual(t, len(turn.toolShown), maxToolsShown)
+	for id := range turn.partTypes {
+		require.LessOrEqual(t, len(id), maxPartID)
+	}
+	send("message.part.delta", map[string]any{"sessionID": "ses_a", "partID": "prt_text", "field": "text", "delta": "hello"})
+	require.Equal(t, []string{"hello"}, texts, "a part remembered before the flood still streams")
+}
