@@ -77,6 +77,21 @@ func (p *Pool) reserveTurn(turnID int64, eventID string, exclusive bool) bool {
 	return true
 }
 
+// reserveRedelivered is reserveTurn for Submit's own duplicate: it holds eventID's intake mark
+// itself, so only another Submit of the event (a second delivery racing it) refuses.
+func (p *Pool) reserveRedelivered(turnID int64, eventID string) bool {
+	p.ownMu.Lock()
+	defer p.ownMu.Unlock()
+	if _, held := p.own.turns[turnID]; held || p.own.intake[eventID] > 1 {
+		return false
+	}
+	if p.own.turns == nil {
+		p.own.turns = map[int64]struct{}{}
+	}
+	p.own.turns[turnID] = struct{}{}
+	return true
+}
+
 // releaseTurn removes turnID from the own-turn set (its run or drop has ended).
 func (p *Pool) releaseTurn(turnID int64) {
 	p.ownMu.Lock()
@@ -155,6 +170,39 @@ func (p *Pool) adoptTurn(ctx context.Context, t db.Turn, rep *AdoptReport) error
 	p.log.Info("adopted a queued turn of this process that no queue held (its intake reported a failure after recording it)",
 		zap.Int64("turn", t.ID), zap.String("thread", t.ThreadKey))
 	return nil
+}
+
+// adoptRedelivered answers Submit's duplicate at once when it is the case above: the recorded turn
+// is this process's own, still queued and held nowhere here, so its intake reported a failure after
+// recording it, and this is the platform delivering the refused message again. It is queued with
+// req, the live request (its replier, its attachments), instead of waiting for the adoption pass.
+// It reports false for every other duplicate, which stays one.
+func (p *Pool) adoptRedelivered(ctx context.Context, req Request) (Ticket, bool) {
+	t, err := p.store.TurnGetByEvent(ctx, req.EventID)
+	if err != nil || t.Owner != p.instance || t.Status != db.TurnQueued {
+		return Ticket{}, false
+	}
+	if !p.reserveRedelivered(t.ID, req.EventID) {
+		return Ticket{}, false
+	}
+	queued := false
+	defer func() {
+		if !queued {
+			p.releaseTurn(t.ID)
+		}
+	}()
+	// As in adoptTurn: the read may be stale, the claim is not.
+	if _, err := p.store.TurnClaim(ctx, t.ID, p.instance, p.instance, db.TurnQueued); err != nil {
+		return Ticket{}, false
+	}
+	ahead, err := p.enqueueTurn(req, t.ID)
+	if err != nil {
+		return Ticket{}, false // closing: the turn stays ours and queued; the next process takes it over
+	}
+	queued = true
+	p.log.Info("adopted a redelivered message whose first intake reported a failure after recording it",
+		zap.Int64("turn", t.ID), zap.String("thread", t.ThreadKey))
+	return Ticket{TurnID: t.ID, Ahead: ahead}, true
 }
 
 // RunAdopt runs AdoptPass every interval until ctx ends.

@@ -65,9 +65,44 @@ func newAdoptPool(t *testing.T, st db.Store, clock *dbtest.Clock, rt runtime.Run
 	return p
 }
 
+// TestAdoptRedeliveredLostCommitAtOnce: a turn whose insert committed but reported an error is
+// refused; when the platform delivers the message to this process again, the duplicate is the
+// stray turn itself, and Submit queues it at once with the live request. Later deliveries are
+// duplicates, and nothing is left for the adoption pass.
+func TestAdoptRedeliveredLostCommitAtOnce(t *testing.T) {
+	forEachMaintStore(t, func(t *testing.T, st db.Store, clock *dbtest.Clock) {
+		ctx := t.Context()
+		ls := &lostCommitStore{Store: st, lose: map[string]bool{"e1": true}}
+		restored := newCollector()
+		p := newAdoptPool(t, ls, clock, &scriptRuntime{}, restored)
+		sink := newCollector()
+		req := Request{ThreadKey: "k", Platform: "test", EventID: "e1", Text: "hello", Sink: sink, Delivery: json.RawMessage(`{}`)}
+
+		_, err := p.Submit(ctx, req)
+		require.ErrorIs(t, err, errLostCommit, "the bot refuses the message")
+		tk, err := p.Submit(ctx, req)
+		require.NoError(t, err, "the redelivery is the recorded turn, taken now")
+		out := sink.wait(t, 1)[0]
+		require.NoError(t, out.Err)
+		require.Equal(t, tk.TurnID, out.TurnID)
+		require.Equal(t, "echo: hello", out.Answer)
+		require.NoError(t, p.q.wait(ctx))
+
+		_, err = p.Submit(ctx, req)
+		require.ErrorIs(t, err, db.ErrDuplicate, "answered: a later delivery is a duplicate")
+		clock.Advance(DefaultAdoptAfter + 1)
+		rep, err := p.AdoptPass(ctx)
+		require.NoError(t, err)
+		require.Equal(t, AdoptReport{}, rep)
+		require.NoError(t, p.Shutdown(ctx))
+		require.Empty(t, sink.got, "exactly one answer")
+		require.Empty(t, restored.got, "nothing answered through a restored request")
+	})
+}
+
 // TestAdoptLostCommitIsAnsweredOnce: a turn whose insert committed but reported an error is refused,
-// its redelivery is a duplicate, and its owner is alive, so recovery never takes it. The pool's
-// adoption pass answers it, once.
+// its redelivery goes elsewhere (or never comes), and its owner is alive, so recovery never takes
+// it. The pool's adoption pass answers it, once.
 func TestAdoptLostCommitIsAnsweredOnce(t *testing.T) {
 	forEachMaintStore(t, func(t *testing.T, st db.Store, clock *dbtest.Clock) {
 		ctx := t.Context()
@@ -78,8 +113,6 @@ func TestAdoptLostCommitIsAnsweredOnce(t *testing.T) {
 
 		_, err := p.Submit(ctx, req)
 		require.ErrorIs(t, err, errLostCommit, "the bot refuses the message")
-		_, err = p.Submit(ctx, req)
-		require.ErrorIs(t, err, db.ErrDuplicate, "the redelivery is ignored")
 
 		rep, err := p.RecoverPass(ctx)
 		require.NoError(t, err)
@@ -132,6 +165,8 @@ func TestAdoptSkipsTurnsHeldHere(t *testing.T) {
 		tk, err := p.Submit(ctx, mk("e1", "second"))
 		require.NoError(t, err)
 		require.Equal(t, 1, tk.Ahead)
+		_, err = p.Submit(ctx, mk("e1", "second"))
+		require.ErrorIs(t, err, db.ErrDuplicate, "queued here: a second delivery is a duplicate")
 
 		submitted := make(chan error, 1)
 		go func() { _, err := p.Submit(ctx, mk("e2", "third")); submitted <- err }()

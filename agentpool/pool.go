@@ -309,6 +309,11 @@ func (p *Pool) Submit(ctx context.Context, req Request) (Ticket, error) {
 		ThreadKey: req.ThreadKey, PlatformEventID: req.EventID, UserID: req.UserID, Prompt: req.Text,
 		Delivery: req.Delivery, Owner: p.instance,
 	})
+	if errors.Is(err, db.ErrDuplicate) {
+		if tk, ok := p.adoptRedelivered(ctx, req); ok {
+			return tk, nil
+		}
+	}
 	if err != nil {
 		return Ticket{}, fmt.Errorf("agentpool: submit: %w", err)
 	}
