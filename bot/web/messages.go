@@ -67,10 +67,25 @@ func (s *Server) postMessage(w http.ResponseWriter, r *http.Request) {
 	ev = c.publish(ev)
 	if err := s.enqueue(r.Context(), c, msg); err != nil {
 		discard(files) // not taken: no turn will read (and so remove) them
+		s.notTaken(c, msg.EventID, err)
 		s.writeErr(w, err)
 		return
 	}
 	writeJSON(w, http.StatusAccepted, acceptedJSON{EventID: msg.EventID, Cursor: s.cursor(ev.Seq)})
+}
+
+// notTaken says on the conversation's pages that a message published there was not taken, so it
+// does not sit there as if an answer were coming (the sender's page also gets the error; other open
+// pages only see this).
+func (s *Server) notTaken(c *conversation, eventID string, err error) {
+	why := "the bot could not take it; send it again"
+	var he *httpError
+	if errors.As(err, &he) {
+		why = he.msg
+	}
+	r := &replier{s: s, c: c, replyTo: eventID}
+	_ = r.Post(context.Background(), "Not taken: "+why+".")
+	_ = r.React(context.Background(), bot.ReactError)
 }
 
 func (s *Server) checkText(text string, files int) error {

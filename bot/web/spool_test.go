@@ -121,3 +121,24 @@ func TestSpooledFileOutlivesReadsUntilDiscarded(t *testing.T) {
 	_, err = f.Open(t.Context())
 	require.Error(t, err)
 }
+
+// A message the bot could not take is on every open page already (published before it is handed
+// over): the pages are told it was not taken, so it does not wait there for an answer.
+func TestNotTakenMessageIsMarkedOnThePage(t *testing.T) {
+	srv, err := New(Options{Handler: refusingHandler{}, Directory: bot.NewDirectory(newStore(t)), TrustLoopback: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+	r := loopbackReq("POST", "/api/conversations/refused/messages", strings.NewReader(`{"text":"hello"}`))
+	r.Header.Set("Content-Type", "application/json")
+	rec := serve(srv, r)
+	require.Equal(t, http.StatusServiceUnavailable, rec.Code, rec.Body.String())
+	evs, _ := srv.lookup("refused", false).snapshot()
+	require.Len(t, evs, 3)
+	require.Equal(t, EventMessage, evs[0].Type)
+	require.Equal(t, "hello", evs[0].Text)
+	require.Equal(t, EventPost, evs[1].Type)
+	require.Equal(t, evs[0].EventID, evs[1].ReplyTo)
+	require.Equal(t, "Not taken: the bot could not take that message; try again in a minute.", evs[1].Text)
+	require.Equal(t, EventReaction, evs[2].Type)
+	require.Equal(t, bot.ReactError, evs[2].Reaction)
+}
