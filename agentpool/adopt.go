@@ -2,7 +2,6 @@ package agentpool
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -141,35 +140,18 @@ func (p *Pool) adoptTurn(ctx context.Context, t db.Turn, rep *AdoptReport) error
 	if !p.reserveTurn(t.ID, t.PlatformEventID, true) {
 		return nil // queued or running here, or being recorded: it is answered
 	}
-	queued := false
-	defer func() {
-		if !queued {
-			p.releaseTurn(t.ID)
-		}
-	}()
 	// The listing may be stale: the turn may have run since. Still ours and still queued, it
 	// never started, and the reservation keeps anyone here from queuing it meanwhile.
-	claimed, err := p.store.TurnClaim(ctx, t.ID, p.instance, p.instance, db.TurnQueued)
-	if errors.Is(err, db.ErrConflict) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	req, err := p.restoreRequest(ctx, claimed)
-	if err != nil {
+	res, _, err := p.claimAndQueue(ctx, t, p.instance, nil, "could not be restored: ")
+	switch res {
+	case claimUnrestorable:
 		rep.Failed++
-		p.finishQuietly(t.ID, db.TurnResult{Status: db.TurnFailed, Error: "could not be restored: " + err.Error()})
-		return err
+	case claimQueued:
+		rep.Adopted++
+		p.log.Info("adopted a queued turn of this process that no queue held (its intake reported a failure after recording it)",
+			zap.Int64("turn", t.ID), zap.String("thread", t.ThreadKey))
 	}
-	if _, err := p.enqueueTurn(req, t.ID); err != nil {
-		return err // closing: the turn stays ours and queued; the next process takes it over
-	}
-	queued = true
-	rep.Adopted++
-	p.log.Info("adopted a queued turn of this process that no queue held (its intake reported a failure after recording it)",
-		zap.Int64("turn", t.ID), zap.String("thread", t.ThreadKey))
-	return nil
+	return err
 }
 
 // adoptRedelivered answers Submit's duplicate at once when it is the case above: the recorded turn
@@ -185,21 +167,14 @@ func (p *Pool) adoptRedelivered(ctx context.Context, req Request) (Ticket, bool)
 	if !p.reserveRedelivered(t.ID, req.EventID) {
 		return Ticket{}, false
 	}
-	queued := false
-	defer func() {
-		if !queued {
-			p.releaseTurn(t.ID)
-		}
-	}()
 	// As in adoptTurn: the read may be stale, the claim is not.
-	if _, err := p.store.TurnClaim(ctx, t.ID, p.instance, p.instance, db.TurnQueued); err != nil {
+	res, ahead, err := p.claimAndQueue(ctx, t, p.instance, &req, "")
+	if res != claimQueued {
+		if err != nil {
+			p.log.Warn("adopting a redelivered message", zap.Int64("turn", t.ID), zap.Error(err))
+		}
 		return Ticket{}, false
 	}
-	ahead, err := p.enqueueTurn(req, t.ID)
-	if err != nil {
-		return Ticket{}, false // closing: the turn stays ours and queued; the next process takes it over
-	}
-	queued = true
 	p.log.Info("adopted a redelivered message whose first intake reported a failure after recording it",
 		zap.Int64("turn", t.ID), zap.String("thread", t.ThreadKey))
 	return Ticket{TurnID: t.ID, Ahead: ahead}, true

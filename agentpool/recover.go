@@ -161,32 +161,58 @@ func (p *Pool) recoverTurn(ctx context.Context, t db.Turn, rep *RecoverReport) e
 	if !p.reserveTurn(t.ID, t.PlatformEventID, true) {
 		return nil
 	}
+	res, _, err := p.claimAndQueue(ctx, t, t.Owner, nil, "could not be restored after a restart: ")
+	switch res {
+	case claimUnrestorable:
+		rep.Failed++
+	case claimQueued:
+		rep.Requeued++
+		p.log.Info("took over a queued turn", zap.Int64("turn", t.ID), zap.String("thread", t.ThreadKey), zap.String("from", t.Owner))
+	}
+	return err
+}
+
+// claimResult is how claimAndQueue ended.
+type claimResult int
+
+const (
+	claimLost         claimResult = iota // not claimed (another was first: no error), or not queued (closing)
+	claimQueued                          // claimed and queued here
+	claimUnrestorable                    // claimed, but its record could not be restored: failed
+)
+
+// claimAndQueue claims the queued turn t from owner from, as the status it was seen in (the listing
+// may be stale: the claim is compare-and-set), and queues it with live, or with the request restored
+// from its record when live is nil. The caller has reserved t.ID (own-turn set); the reservation is
+// kept when the turn is queued and released otherwise. A turn not queued because the pool is
+// closing stays claimed and queued: the next process takes it over.
+func (p *Pool) claimAndQueue(ctx context.Context, t db.Turn, from string, live *Request, unrestorable string) (claimResult, int, error) {
 	queued := false
 	defer func() {
 		if !queued {
 			p.releaseTurn(t.ID)
 		}
 	}()
-	claimed, err := p.store.TurnClaim(ctx, t.ID, t.Owner, p.instance, t.Status)
+	claimed, err := p.store.TurnClaim(ctx, t.ID, from, p.instance, t.Status)
 	if errors.Is(err, db.ErrConflict) {
-		return nil // another process was first
+		return claimLost, 0, nil
 	}
 	if err != nil {
-		return err
+		return claimLost, 0, err
 	}
-	req, err := p.restoreRequest(ctx, claimed)
+	var req Request
+	if live != nil {
+		req = *live
+	} else if req, err = p.restoreRequest(ctx, claimed); err != nil {
+		p.finishQuietly(t.ID, db.TurnResult{Status: db.TurnFailed, Error: unrestorable + err.Error()})
+		return claimUnrestorable, 0, err
+	}
+	ahead, err := p.enqueueTurn(req, t.ID)
 	if err != nil {
-		rep.Failed++
-		p.finishQuietly(t.ID, db.TurnResult{Status: db.TurnFailed, Error: "could not be restored after a restart: " + err.Error()})
-		return err
-	}
-	if _, err := p.enqueueTurn(req, t.ID); err != nil {
-		return err // closing: the turn stays ours and queued; the next process takes it over
+		return claimLost, 0, err
 	}
 	queued = true
-	rep.Requeued++
-	p.log.Info("took over a queued turn", zap.Int64("turn", t.ID), zap.String("thread", t.ThreadKey), zap.String("from", t.Owner))
-	return nil
+	return claimQueued, ahead, nil
 }
 
 // recoverInterrupted finishes a turn whose runner died, and tells its user, in the thread's order.
