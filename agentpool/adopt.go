@@ -161,7 +161,8 @@ func (p *Pool) adoptTurn(ctx context.Context, t db.Turn, rep *AdoptReport) error
 // It reports false for every other duplicate, which stays one.
 func (p *Pool) adoptRedelivered(ctx context.Context, req Request) (Ticket, bool) {
 	t, err := p.store.TurnGetByEvent(ctx, req.EventID)
-	if err != nil || t.Owner != p.instance || t.Status != db.TurnQueued {
+	// The same event in the same thread: an event id alone is the platform's (or a client's) word.
+	if err != nil || t.Owner != p.instance || t.Status != db.TurnQueued || t.ThreadKey != req.ThreadKey {
 		return Ticket{}, false
 	}
 	if !p.reserveRedelivered(t.ID, req.EventID) {

@@ -125,6 +125,21 @@ func (c *conversation) publish(ev Event) Event {
 	return ev
 }
 
+// publishMessage publishes a user's message, unless the log holds a message of the same event id
+// already (the client sent it again with its Idempotency-Key): then it returns that one, so a
+// message resent after an error shows once.
+func (c *conversation) publishMessage(ev Event) Event {
+	c.mu.Lock()
+	for _, old := range c.log {
+		if old.Type == EventMessage && old.EventID == ev.EventID {
+			c.mu.Unlock()
+			return old
+		}
+	}
+	c.mu.Unlock()
+	return c.publish(ev)
+}
+
 // snapshot returns the log and the sequence number it ends at.
 func (c *conversation) snapshot() ([]Event, int64) {
 	c.mu.Lock()

@@ -8,6 +8,7 @@ import (
 	"mime"
 	"net/http"
 	"path"
+	"regexp"
 	"strings"
 
 	"github.com/threadbox/threadbox/bot"
@@ -53,18 +54,25 @@ func (s *Server) postMessage(w http.ResponseWriter, r *http.Request) {
 		s.writeErr(w, err)
 		return
 	}
+	eventID, err := messageEventID(c.id, r.Header.Get("Idempotency-Key"))
+	if err != nil {
+		discard(files)
+		s.writeErr(w, err)
+		return
+	}
 	id := identityFrom(r.Context())
 	msg := bot.Message{
 		Thread: bot.WebThread(c.id), ChannelID: c.id, User: id.user, Text: text, Files: files,
-		EventID: "web-" + randomID(12),
+		EventID: eventID,
 	}
 	shown, cut := clip(text, displayTextMax)
 	ev := Event{Type: EventMessage, At: s.now().UTC(), EventID: msg.EventID, User: id.actor(), Text: shown, Truncated: cut}
 	for _, f := range files {
 		ev.Files = append(ev.Files, FileRef{Name: f.Name, Size: f.Size})
 	}
-	// Published before it is queued, so the message is on every open page before any reply to it.
-	ev = c.publish(ev)
+	// Published before it is queued, so the message is on every open page before any reply to it;
+	// once, when the client sends it again.
+	ev = c.publishMessage(ev)
 	if err := s.enqueue(r.Context(), c, msg); err != nil {
 		discard(files) // not taken: no turn will read (and so remove) them
 		s.notTaken(c, msg.EventID, err)
@@ -86,6 +94,25 @@ func (s *Server) notTaken(c *conversation, eventID string, err error) {
 	r := &replier{s: s, c: c, replyTo: eventID}
 	_ = r.Post(context.Background(), "Not taken: "+why+".")
 	_ = r.React(context.Background(), bot.ReactError)
+}
+
+// idempotencyKey is what a client may name a message with (the Idempotency-Key header): the page
+// sends a message again under the same key after an error, so that a message the bot recorded
+// before the error (its database answered late) is recognised as the same message, answered once,
+// instead of being run a second time.
+var idempotencyKey = regexp.MustCompile(`^[A-Za-z0-9_-]{16,64}$`)
+
+// messageEventID is the message's event id (its turn's dedupe key): the client's key, scoped to the
+// conversation, or a random one.
+func messageEventID(conv, key string) (string, error) {
+	if key == "" {
+		return "web-" + randomID(12), nil
+	}
+	if !idempotencyKey.MatchString(key) {
+		return "", errorf(http.StatusBadRequest, "bad Idempotency-Key: want 16 to 64 of A-Z a-z 0-9 _ -")
+	}
+	// ':' is in neither a conversation id nor a key, so no two conversations' keys make one id.
+	return "web-" + conv + ":" + key, nil
 }
 
 func (s *Server) checkText(text string, files int) error {

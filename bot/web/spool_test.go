@@ -3,12 +3,15 @@ package web
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"mime/multipart"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -141,4 +144,67 @@ func TestNotTakenMessageIsMarkedOnThePage(t *testing.T) {
 	require.Equal(t, "Not taken: the bot could not take that message; try again in a minute.", evs[1].Text)
 	require.Equal(t, EventReaction, evs[2].Type)
 	require.Equal(t, bot.ReactError, evs[2].Reaction)
+}
+
+// toggleHandler refuses messages until accept is set, then records them.
+type toggleHandler struct {
+	mu     sync.Mutex
+	accept bool
+	got    []bot.Message
+}
+
+func (h *toggleHandler) Handle(_ context.Context, m bot.Message, _ bot.Replier) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.accept {
+		return fmt.Errorf("%w: the database answered late", bot.ErrNotAccepted)
+	}
+	h.got = append(h.got, m)
+	return nil
+}
+
+// A message sent again under its Idempotency-Key after an error is the same message to the bot (the
+// same event id, so a turn recorded before the error is not run twice) and shows once on the page.
+func TestMessageResentUnderItsKeyIsTheSameMessage(t *testing.T) {
+	h := &toggleHandler{}
+	srv, err := New(Options{Handler: h, Directory: bot.NewDirectory(newStore(t)), TrustLoopback: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+	post := func(key string) *httptest.ResponseRecorder {
+		r := loopbackReq("POST", "/api/conversations/resend/messages", strings.NewReader(`{"text":"hello"}`))
+		r.Header.Set("Content-Type", "application/json")
+		if key != "" {
+			r.Header.Set("Idempotency-Key", key)
+		}
+		return serve(srv, r)
+	}
+	const key = "k1_ABCDEFGHIJKLMNOP"
+	require.Equal(t, http.StatusServiceUnavailable, post(key).Code)
+	h.mu.Lock()
+	h.accept = true
+	h.mu.Unlock()
+	rec := post(key)
+	require.Equal(t, http.StatusAccepted, rec.Code, rec.Body.String())
+	var acc acceptedJSON
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &acc))
+	require.Equal(t, "web-resend:"+key, acc.EventID)
+	require.Equal(t, http.StatusAccepted, post("").Code, "without a key: a message of its own")
+
+	h.mu.Lock()
+	require.Len(t, h.got, 2)
+	require.Equal(t, "web-resend:"+key, h.got[0].EventID)
+	require.NotEqual(t, h.got[0].EventID, h.got[1].EventID)
+	h.mu.Unlock()
+	evs, _ := srv.lookup("resend", false).snapshot()
+	var shown int
+	for _, ev := range evs {
+		if ev.Type == EventMessage && ev.EventID == acc.EventID {
+			shown++
+		}
+	}
+	require.Equal(t, 1, shown, "the resent message shows once")
+
+	for _, bad := range []string{"short", strings.Repeat("k", 65), "has:colon-0123456789", "spaces are not ok 0123"} {
+		require.Equal(t, http.StatusBadRequest, post(bad).Code, bad)
+	}
 }

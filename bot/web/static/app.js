@@ -13,10 +13,11 @@
     progress: new Map(), // reply_to → progress element
     userMsgs: new Map(), // event_id → user message element
     listTimer: null,
+    pending: null, // {sig, key}: the message whose send failed, and its Idempotency-Key
   };
 
-  async function api(method, path, body) {
-    const opts = { method, headers: {} };
+  async function api(method, path, body, headers) {
+    const opts = { method, headers: { ...(headers || {}) } };
     if (body instanceof FormData) {
       opts.body = body;
     } else if (body !== undefined) {
@@ -209,6 +210,14 @@
 
   // ---- sending ------------------------------------------------------------------------------------
 
+  // newKey is a message's Idempotency-Key: 32 hex digits (crypto.randomUUID needs a secure context;
+  // the chat may be served over plain http on a LAN).
+  function newKey() {
+    const b = new Uint8Array(16);
+    crypto.getRandomValues(b);
+    return Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('');
+  }
+
   async function send(textOverride) {
     const ta = $('#text');
     const fileInput = $('#files');
@@ -219,14 +228,20 @@
     try {
       const id = state.conv || (await newConversation());
       const url = `/api/conversations/${encodeURIComponent(id)}/messages`;
+      // A message sent again unchanged after an error keeps its key, so that the bot knows it for
+      // the same message: recorded before the error, it is answered once, not run twice.
+      const sig = JSON.stringify([id, text, files.map((f) => [f.name, f.size, f.lastModified])]);
+      if (!state.pending || state.pending.sig !== sig) state.pending = { sig, key: newKey() };
+      const hdr = { 'Idempotency-Key': state.pending.key };
       if (files.length) {
         const fd = new FormData();
         fd.append('text', text);
         for (const f of files) fd.append('file', f, f.name);
-        await api('POST', url, fd);
+        await api('POST', url, fd, hdr);
       } else {
-        await api('POST', url, { text });
+        await api('POST', url, { text }, hdr);
       }
+      state.pending = null;
       if (textOverride === undefined) { ta.value = ''; fileInput.value = ''; }
       showError('');
     } catch (e) {
