@@ -33,8 +33,10 @@ func (a *Adapter) serveCommands(w http.ResponseWriter, r *http.Request) {
 	}
 	// Slack never retries a slash command, so one signature seen twice is a captured request replayed
 	// within the signature window: an admin command must not run again. The mark lives DedupeTTL (1h by
-	// default, and shared through Redis), longer than the window a replay can be accepted in.
-	sig := r.Header.Get("X-Slack-Request-Timestamp") + ":" + r.Header.Get("X-Slack-Signature")
+	// default, and shared through Redis), longer than the window a replay can be accepted in. The
+	// signature is lowercased: its hex verifies in either case, so a replay could respell it to dodge
+	// the mark (the timestamp is signed as sent, so it has one spelling).
+	sig := r.Header.Get("X-Slack-Request-Timestamp") + ":" + strings.ToLower(r.Header.Get("X-Slack-Signature"))
 	if !a.seen.First(r.Context(), "cmdsig:"+sig) {
 		a.log.Warn("ignored a replayed slash command (same signature and timestamp)", zap.String("remote", r.RemoteAddr))
 		writeEphemeral(w, "This command was already received; the repeat is ignored.")

@@ -43,17 +43,25 @@ func TestSlashCommandReplayIsIgnored(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		signedAt time.Time
+		upper    bool
 		want     string
 		runs     int
 	}{
 		{name: "first delivery runs", signedAt: at, want: "done", runs: 1},
 		{name: "the same signature again is a replay", signedAt: at, want: "already received", runs: 1},
 		{name: "and stays one later in the window", signedAt: at, want: "already received", runs: 1},
+		// hex decodes either case, so the same signature spelled in upper case verifies: it is still
+		// the captured request, and must not run the command again.
+		{name: "the same signature in upper-case hex is a replay", signedAt: at, upper: true, want: "already received", runs: 1},
 		{name: "a new signature is a new request", signedAt: at.Add(time.Second), want: "done", runs: 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res, err := hs.fake.PostSigned(t.Context(), hs.commands, "application/x-www-form-urlencoded", body,
-				slackfake.SignedAt(tc.signedAt))
+			opts := []slackfake.DeliverOption{slackfake.SignedAt(tc.signedAt)}
+			if tc.upper {
+				sig := slackfake.Sign(hs.fake.Options().SigningSecret, tc.signedAt.Unix(), body)
+				opts = append(opts, slackfake.Signature("v0="+strings.ToUpper(strings.TrimPrefix(sig, "v0="))))
+			}
+			res, err := hs.fake.PostSigned(t.Context(), hs.commands, "application/x-www-form-urlencoded", body, opts...)
 			require.NoError(t, err)
 			require.Equal(t, http.StatusOK, res.Status)
 			var reply ephemeral
