@@ -144,6 +144,17 @@ func (a *access) rememberLocked(actor string, now time.Time) {
 	a.told[actor] = now
 }
 
+// Refusal implements Gate. The sender is told every time: the adapter answers only them (a slash
+// command's ephemeral reply), so there is no channel to spam.
+func (h *Handler) Refusal(msg Message) string {
+	reason := h.access.admit(msg)
+	if reason == "" {
+		return ""
+	}
+	h.access.refused(msg, reason)
+	return refusalText(reason)
+}
+
 // count records a refusal that is answered every time (a control command from a non-owner).
 func (a *access) count(reason string) {
 	a.mu.Lock()

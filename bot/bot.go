@@ -197,6 +197,14 @@ type MessageHandler interface {
 	Handle(ctx context.Context, msg Message, r Replier) error
 }
 
+// Gate is an optional capability of a MessageHandler (*Handler has it): the access policy alone, for
+// an adapter that must act on the platform (start a thread) before the message exists to be handled.
+type Gate interface {
+	// Refusal applies the access policy to msg as Handle would, counting a refusal, and returns what
+	// to tell the sender, or "" when msg is admitted.
+	Refusal(msg Message) string
+}
+
 // AdminRunner runs admin commands for an actor ("platform:user"); *Admin implements it.
 type AdminRunner interface {
 	Run(ctx context.Context, actor string, argv []string) (string, error)

@@ -224,6 +224,15 @@ func (a *Adapter) takeCommand(ctx context.Context, in *discordgo.Interaction, us
 	case pl == placeThread:
 		key = bot.DiscordThread(in.GuildID, in.ChannelID)
 	case pl == placeChannel && name == "ask":
+		// The thread, its name and the question posted in it come from the user: the access policy
+		// decides before any of it happens, not once the message is handled.
+		if g, ok := a.handler.(bot.Gate); ok {
+			probe := bot.Message{Thread: bot.DiscordThread(in.GuildID, in.ChannelID), ChannelID: in.ChannelID,
+				User: bot.User{ID: user.ID, Name: user.Username}, Text: text}
+			if refusal := g.Refusal(probe); refusal != "" {
+				return respond(ctx, ephemeralReply(refusal))
+			}
+		}
 		// A new thread for the question: answered there, linked from @original.
 		th, err := a.s.ThreadStartComplex(in.ChannelID, &discordgo.ThreadStart{
 			Name: threadName(text), AutoArchiveDuration: 1440, Type: discordgo.ChannelTypeGuildPublicThread,
@@ -246,6 +255,9 @@ func (a *Adapter) takeCommand(ctx context.Context, in *discordgo.Interaction, us
 	}
 	msg := bot.Message{Thread: key, ChannelID: r.channel, User: bot.User{ID: user.ID, Name: user.Username},
 		Text: text, EventID: "discord:i:" + in.ID, Reply: r.dest()}
+	if thread != "" {
+		msg.ParentChannelID = in.ChannelID // the channel allowlist matches the thread by where it started
+	}
 	if err := a.handler.Handle(ctx, msg, r); err != nil {
 		if errors.Is(err, bot.ErrNotAccepted) {
 			return err

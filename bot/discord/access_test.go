@@ -1,0 +1,71 @@
+package discord_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/threadbox/threadbox/bot"
+	"github.com/threadbox/threadbox/bot/discord"
+	"github.com/threadbox/threadbox/bot/discord/discordfake"
+)
+
+// TestSlashAskFromARefusedUserOpensNoThread: /ask in a channel starts a thread before the bot sees
+// the message, so the access policy must be applied first. Otherwise a user the policy refuses (or
+// any user, in a guild or channel it refuses) makes the bot open threads named by them and post
+// "<@user> asked: <their text>" in them.
+func TestSlashAskFromARefusedUserOpensNoThread(t *testing.T) {
+	h := bot.NewHandler(bot.HandlerConfig{Access: bot.AccessPolicy{Users: []string{"discord:UOK"}}}, nil, nil, nil,
+		zaptest.NewLogger(t))
+	r := newRig(t, func(o *discord.Options) { o.Handler = h })
+	r.fake.GuildChannel("G1", "C1")
+	in := r.fake.Slash("C1", discordfake.Person("U1"), "ask", map[string]string{"prompt": "spam spam spam"})
+	res, err := r.fake.PostInteraction(t.Context(), r.http.URL, in)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, res.Status)
+	var resp struct {
+		Type int `json:"type"`
+		Data struct {
+			Content string `json:"content"`
+			Flags   int    `json:"flags"`
+		} `json:"data"`
+	}
+	require.NoError(t, json.Unmarshal(res.Body, &resp))
+	require.Equal(t, 4, resp.Type, "answered at once: %s", res.Body)
+	require.Contains(t, resp.Data.Content, "only work for the people")
+	require.Equal(t, 64, resp.Data.Flags, "ephemeral")
+	require.Empty(t, r.fake.Threads("C1"), "no thread was started for a refused user")
+	require.NoError(t, h.Wait(t.Context()))
+}
+
+// gated records messages like recorder, and applies a real access policy as bot.Handler does.
+type gated struct {
+	*recorder
+	bot.Gate
+}
+
+// TestSlashAskInAnAllowedChannelIsAdmitted: with a channel allowlist, /ask in a listed channel is let
+// through, and so is the message in the thread it starts (matched by its parent channel).
+func TestSlashAskInAnAllowedChannelIsAdmitted(t *testing.T) {
+	policy := bot.NewHandler(bot.HandlerConfig{Access: bot.AccessPolicy{Channels: []string{"discord:C1"}}}, nil, nil, nil, nil)
+	rec := &recorder{seen: make(chan bot.Message, 8), answer: func(m bot.Message) string { return "re: " + m.Text }}
+	r := newRig(t, func(o *discord.Options) { o.Handler = gated{rec, policy} })
+	r.fake.GuildChannel("G1", "C1")
+	in := r.fake.Slash("C1", discordfake.Person("U1"), "ask", map[string]string{"prompt": "make a thing"})
+	res, err := r.fake.PostInteraction(t.Context(), r.http.URL, in)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"type":5}`, string(res.Body))
+	var got bot.Message
+	select {
+	case got = <-rec.seen:
+	case <-time.After(waitTimeout):
+		t.Fatal("no message handled")
+	}
+	require.Len(t, r.fake.Threads("C1"), 1)
+	require.Equal(t, "C1", got.ParentChannelID)
+	require.Empty(t, policy.Refusal(got), "the thread's message passes the channel allowlist")
+}
