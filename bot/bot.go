@@ -9,6 +9,7 @@ package bot
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -189,8 +190,16 @@ type Replier interface {
 // (Slack's ephemeral messages). Admin replies use it, so session lists and sandbox handles stay out of
 // threads other people read; a Replier without it is already private (the web chat).
 type PrivatePoster interface {
+	// PostPrivate returns an error wrapping ErrNoPrivate, having posted nothing, where the platform
+	// has no private message (Discord outside an interaction): the caller decides what may be public.
 	PostPrivate(ctx context.Context, userID, text string) error
 }
+
+// ErrNoPrivate is PostPrivate's answer where no message only one user sees can be posted.
+var ErrNoPrivate = errors.New("no private message possible here")
+
+// NoPrivateAdminText answers an admin command where its output cannot be shown privately.
+const NoPrivateAdminText = "Admin commands answer privately: use the /threadbox slash command."
 
 // MessageHandler takes the messages an adapter accepted; *Handler implements it.
 type MessageHandler interface {

@@ -207,6 +207,9 @@ func (h *Handler) handle(ctx context.Context, msg Message, r Replier, submitted 
 			var err error
 			if pp, ok := r.(PrivatePoster); ok {
 				err = pp.PostPrivate(ctx, user, out) // never falls back to the shared thread
+				if errors.Is(err, ErrNoPrivate) {
+					err = r.Post(ctx, NoPrivateAdminText)
+				}
 			} else {
 				err = r.Post(ctx, out)
 			}
@@ -276,6 +279,9 @@ func (h *Handler) replyPrivately(ctx context.Context, r Replier, userID, text st
 		var err error
 		if pp, ok := r.(PrivatePoster); ok {
 			err = pp.PostPrivate(ctx, userID, text)
+			if errors.Is(err, ErrNoPrivate) {
+				err = r.Post(ctx, text) // a refusal is no secret: told in the open rather than not at all
+			}
 		} else {
 			err = r.Post(ctx, text)
 		}

@@ -69,3 +69,18 @@ func TestSlashAskInAnAllowedChannelIsAdmitted(t *testing.T) {
 	require.Equal(t, "C1", got.ParentChannelID)
 	require.Empty(t, policy.Refusal(got), "the thread's message passes the channel allowlist")
 }
+
+// TestRefusedMessageIsToldWhy: a message the access policy refuses outside an interaction is answered
+// with the refusal. Discord has no private message there, and the refusal is not secret; it was
+// replaced by the note meant for admin output ("use the /threadbox slash command").
+func TestRefusedMessageIsToldWhy(t *testing.T) {
+	h := bot.NewHandler(bot.HandlerConfig{Access: bot.AccessPolicy{Users: []string{"discord:UOK"}}}, nil, nil, nil,
+		zaptest.NewLogger(t))
+	r := newRig(t, func(o *discord.Options) { o.Handler = h })
+	u := discordfake.Person("U1")
+	dm := r.fake.DMChannel(u)
+	r.fake.DM(u, "hello")
+	r.wait(t, "an answer", func() bool { return len(r.fake.BotMessages(dm)) > 0 })
+	require.Contains(t, r.said(dm), "only work for the people")
+	require.NotContains(t, r.said(dm), "Admin commands")
+}

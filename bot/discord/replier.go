@@ -203,11 +203,11 @@ func rewind(files []*discordgo.File) []*discordgo.File {
 }
 
 // PostPrivate implements bot.PrivatePoster: in an interaction, an ephemeral follow-up. Elsewhere
-// Discord has no message only one user sees, so admin output is never posted in a thread.
+// Discord has no message only one user sees: bot.ErrNoPrivate, and the caller decides what is posted.
 func (r *replier) PostPrivate(ctx context.Context, _ string, text string) error {
 	tok := r.interactionToken(ctx)
 	if tok == "" {
-		return r.Post(ctx, "Admin commands answer privately: use the /threadbox slash command.")
+		return bot.ErrNoPrivate
 	}
 	// Always a follow-up: @original may be public.
 	priv := &replier{a: r.a, channel: r.channel, token: tok, ephemeral: true, answered: true}
