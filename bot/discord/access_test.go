@@ -84,3 +84,31 @@ func TestRefusedMessageIsToldWhy(t *testing.T) {
 	require.Contains(t, r.said(dm), "only work for the people")
 	require.NotContains(t, r.said(dm), "Admin commands")
 }
+
+// TestChannelAllowlistAdmitsItsThreads: with access.channels listing a Discord channel, a mention in
+// it and a message in a thread of it (one this process never saw start) are admitted. Neither
+// carried the channel they belong to, so the allowlist refused every Discord message.
+func TestChannelAllowlistAdmitsItsThreads(t *testing.T) {
+	policy := bot.NewHandler(bot.HandlerConfig{Access: bot.AccessPolicy{Channels: []string{"discord:C1"}}}, nil, nil, nil, nil)
+	rec := &recorder{seen: make(chan bot.Message, 8)}
+	r := newRig(t, func(o *discord.Options) { o.Handler = gated{rec, policy} })
+	u := discordfake.Person("U1")
+	r.fake.GuildChannel("G1", "C1")
+	r.fake.GuildChannel("G1", "C2")
+	next := func() bot.Message {
+		select {
+		case m := <-rec.seen:
+			return m
+		case <-time.After(waitTimeout):
+			t.Fatal("no message handled")
+			return bot.Message{}
+		}
+	}
+	r.fake.MentionIn("C1", u, "in the channel")
+	require.Empty(t, policy.Refusal(next()))
+	r.fake.MentionIn(r.fake.UserThread("C1", u, "theirs"), u, "in a thread of it")
+	require.Empty(t, policy.Refusal(next()))
+	r.fake.MentionIn(r.fake.UserThread("C2", u, "elsewhere"), u, "in a thread of another channel")
+	require.Equal(t, "Sorry, I'm not enabled in this channel. Ask the bot's operator to add it, or mention me in a channel where I work.",
+		policy.Refusal(next()))
+}

@@ -42,29 +42,36 @@ const (
 	placeOther                // voice, forum, …: ignored
 )
 
-// locate classifies a channel, asking Discord once per channel (GET /channels/{id}, cached: a
-// channel's type never changes).
-func (a *Adapter) locate(ctx context.Context, guildID, channelID string) (place, error) {
+// locate classifies a channel, and for a thread names the channel it was started in (the access
+// policy's channel allowlist matches a thread by it), asking Discord once per channel (GET
+// /channels/{id}, cached "<type>:<parent>": neither ever changes).
+func (a *Adapter) locate(ctx context.Context, guildID, channelID string) (pl place, parent string, err error) {
 	if guildID == "" {
-		return placeDM, nil
+		return placeDM, "", nil
 	}
-	kind, ok := a.channels.Get(channelID)
+	v, ok := a.channels.Get(channelID)
 	if !ok {
 		c, err := a.s.Channel(channelID, discordgo.WithContext(ctx))
 		if err != nil {
-			return placeOther, fmt.Errorf("looking up channel %s: %w", channelID, err)
+			return placeOther, "", fmt.Errorf("looking up channel %s: %w", channelID, err)
 		}
-		kind = fmt.Sprint(int(c.Type))
-		a.channels.Set(channelID, kind)
+		v = channelKind(c.Type, c.ParentID)
+		a.channels.Set(channelID, v)
 	}
+	kind, parent, _ := strings.Cut(v, ":")
 	switch kind {
 	case fmt.Sprint(int(discordgo.ChannelTypeGuildText)), fmt.Sprint(int(discordgo.ChannelTypeGuildNews)):
-		return placeChannel, nil
+		return placeChannel, "", nil
 	case fmt.Sprint(int(discordgo.ChannelTypeGuildPublicThread)), fmt.Sprint(int(discordgo.ChannelTypeGuildPrivateThread)),
 		fmt.Sprint(int(discordgo.ChannelTypeGuildNewsThread)):
-		return placeThread, nil
+		return placeThread, parent, nil
 	}
-	return placeOther, nil
+	return placeOther, "", nil
+}
+
+// channelKind is a channel's entry in Adapter.channels.
+func channelKind(t discordgo.ChannelType, parent string) string {
+	return fmt.Sprintf("%d:%s", int(t), parent)
 }
 
 func (a *Adapter) mentionsBot(m *discordgo.Message, botID string) bool {
@@ -87,7 +94,7 @@ func (a *Adapter) acceptMessage(ctx context.Context, m *discordgo.Message) error
 	case m.GuildID != "" && !a.mentionsBot(m, botID):
 		return nil
 	}
-	pl, err := a.locate(ctx, m.GuildID, m.ChannelID)
+	pl, parent, err := a.locate(ctx, m.GuildID, m.ChannelID)
 	if err != nil {
 		return err
 	}
@@ -110,6 +117,7 @@ func (a *Adapter) acceptMessage(ctx context.Context, m *discordgo.Message) error
 	case placeThread:
 		key, r.channel = bot.DiscordThread(m.GuildID, m.ChannelID), m.ChannelID
 	case placeChannel:
+		parent = m.ChannelID // the thread this message starts will be in it
 		// A thread started from a message has the message's id, so its key is known before it
 		// exists; the replier starts it (once) before its first post.
 		key, r.channel = bot.DiscordThread(m.GuildID, m.ID), m.ID
@@ -140,7 +148,7 @@ func (a *Adapter) acceptMessage(ctx context.Context, m *discordgo.Message) error
 	msg := bot.Message{
 		Thread: key, ChannelID: r.channel, User: bot.User{ID: m.Author.ID, Name: m.Author.Username},
 		Text: text, Files: files, Notes: notes, EventID: "discord:" + m.ID, Reply: r.dest(),
-		Earlier: a.earlierOf(pl, m),
+		Earlier: a.earlierOf(pl, m), ParentChannelID: parent,
 	}
 	if err := a.handler.Handle(ctx, msg, r); err != nil {
 		if errors.Is(err, bot.ErrNotAccepted) {

@@ -211,7 +211,7 @@ func (a *Adapter) acceptInteraction(ctx context.Context, in *discordgo.Interacti
 
 // takeCommand hands /ask, /status, /stop, /reset, /use or /runtime to the bot and defers the interaction.
 func (a *Adapter) takeCommand(ctx context.Context, in *discordgo.Interaction, user *discordgo.User, name, text string, respond responder) error {
-	pl, err := a.locate(ctx, in.GuildID, in.ChannelID)
+	pl, parent, err := a.locate(ctx, in.GuildID, in.ChannelID)
 	if err != nil {
 		return fmt.Errorf("%w: %w", bot.ErrNotAccepted, err)
 	}
@@ -240,7 +240,7 @@ func (a *Adapter) takeCommand(ctx context.Context, in *discordgo.Interaction, us
 		if err != nil {
 			return fmt.Errorf("%w: starting a thread: %w", bot.ErrNotAccepted, err)
 		}
-		a.channels.Set(th.ID, fmt.Sprint(int(discordgo.ChannelTypeGuildPublicThread)))
+		a.channels.Set(th.ID, channelKind(discordgo.ChannelTypeGuildPublicThread, in.ChannelID))
 		thread, key = th.ID, bot.DiscordThread(in.GuildID, th.ID)
 		r = &replier{a: a, channel: th.ID}
 	default:
@@ -256,8 +256,9 @@ func (a *Adapter) takeCommand(ctx context.Context, in *discordgo.Interaction, us
 	msg := bot.Message{Thread: key, ChannelID: r.channel, User: bot.User{ID: user.ID, Name: user.Username},
 		Text: text, EventID: "discord:i:" + in.ID, Reply: r.dest()}
 	if thread != "" {
-		msg.ParentChannelID = in.ChannelID // the channel allowlist matches the thread by where it started
+		parent = in.ChannelID // the channel allowlist matches the thread by where it started
 	}
+	msg.ParentChannelID = parent
 	if err := a.handler.Handle(ctx, msg, r); err != nil {
 		if errors.Is(err, bot.ErrNotAccepted) {
 			return err

@@ -112,7 +112,7 @@ func (r *replier) ensureThread(ctx context.Context) error {
 	if err != nil && restCode(err) != 160004 {
 		return fmt.Errorf("discord: starting a thread: %w", err)
 	}
-	r.a.channels.Set(r.channel, fmt.Sprint(int(discordgo.ChannelTypeGuildPublicThread)))
+	r.a.channels.Set(r.channel, channelKind(discordgo.ChannelTypeGuildPublicThread, r.startParent))
 	r.threadReady = true
 	return nil
 }
