@@ -126,8 +126,78 @@ func (c redactingCore) fields(in []zapcore.Field) []zapcore.Field {
 			}
 		case zapcore.ReflectType:
 			f = zap.String(f.Key, c.redact(fmt.Sprintf("%+v", f.Interface)))
+		case zapcore.ByteStringType:
+			if b, ok := f.Interface.([]byte); ok {
+				f = zap.String(f.Key, c.redact(string(b)))
+			}
+		case zapcore.ArrayMarshalerType, zapcore.ObjectMarshalerType, zapcore.InlineMarshalerType:
+			// They encode themselves, straight to the sink: encode them here instead, redact every
+			// string in what they wrote (zap.Errors' texts, a report's failures), and log that.
+			f = c.marshaled(f)
 		}
 		out[i] = f
 	}
 	return out
+}
+
+// marshaled is f, an array or object field, encoded and redacted. A marshaler's own error is logged
+// as zap logs it ("<key>Error").
+func (c redactingCore) marshaled(f zapcore.Field) zapcore.Field {
+	enc := zapcore.NewMapObjectEncoder()
+	f.AddTo(enc)
+	if f.Type == zapcore.InlineMarshalerType {
+		return zap.Inline(redactedObject(c.redactValue(enc.Fields).(map[string]any)))
+	}
+	for k, v := range enc.Fields {
+		if k != f.Key {
+			return zap.String(k, c.redact(fmt.Sprint(v))) // the marshaler failed
+		}
+	}
+	v := c.redactValue(enc.Fields[f.Key])
+	if m, ok := v.(map[string]any); ok {
+		return zap.Object(f.Key, redactedObject(m))
+	}
+	return zap.Any(f.Key, v)
+}
+
+// redactValue redacts the strings in a value a MapObjectEncoder built.
+func (c redactingCore) redactValue(v any) any {
+	switch v := v.(type) {
+	case string:
+		return c.redact(v)
+	case []any:
+		out := make([]any, len(v))
+		for i, e := range v {
+			out[i] = c.redactValue(e)
+		}
+		return out
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, e := range v {
+			out[k] = c.redactValue(e)
+		}
+		return out
+	case []byte:
+		return c.redact(string(v))
+	case fmt.Stringer, error:
+		return c.redact(fmt.Sprint(v))
+	}
+	return v
+}
+
+// redactedObject logs a redacted object with its keys in order.
+type redactedObject map[string]any
+
+func (o redactedObject) MarshalLogObject(enc zapcore.ObjectEncoder) error {
+	keys := make([]string, 0, len(o))
+	for k := range o {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if err := enc.AddReflected(k, o[k]); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 func TestSecretsAreRedactedEverywhere(t *testing.T) {
@@ -23,6 +24,12 @@ func TestSecretsAreRedactedEverywhere(t *testing.T) {
 				zap.Stringer("url", stringer("https://x/?t="+tok)),
 				zap.Any("req", map[string]string{"auth": tok}),
 				zap.Int("n", 1),
+				// Arrays and objects are encoded by themselves, past the string fields: a pass's
+				// errors (zap.Errors) or report (zap.Object) carry provider and git error texts.
+				zap.Errors("errors", []error{errors.New("clone https://github.com/x with " + tok)}),
+				zap.Strings("list", []string{tok}),
+				zap.Object("report", report{tok}),
+				zap.ByteString("raw", []byte(tok)),
 			)
 			out := buf.String()
 			require.NotContains(t, out, tok)
@@ -38,6 +45,17 @@ func TestBadOptions(t *testing.T) {
 	require.ErrorContains(t, err, "log.level")
 	_, err = New(&bytes.Buffer{}, Options{Level: "info", Format: "xml"})
 	require.ErrorContains(t, err, "log.format")
+}
+
+// report is an ObjectMarshaler with a nested array, as agentpool's pass reports are.
+type report struct{ detail string }
+
+func (r report) MarshalLogObject(enc zapcore.ObjectEncoder) error {
+	enc.AddString("detail", r.detail)
+	return enc.AddArray("failures", zapcore.ArrayMarshalerFunc(func(a zapcore.ArrayEncoder) error {
+		a.AppendString("failed: " + r.detail)
+		return nil
+	}))
 }
 
 type stringer string
