@@ -126,3 +126,17 @@ func TestAdminAuditsBeforeActing(t *testing.T) {
 		})
 	}
 }
+
+// TestAdminAuditCannotBeForgedWithLineSeparators: a target is the user's text. Unicode's line and
+// paragraph separators (U+2028, U+2029) break lines in many viewers as \n does, so they are escaped
+// like it and an entry cannot show a forged second line.
+func TestAdminAuditCannotBeForgedWithLineSeparators(t *testing.T) {
+	st := dbtest.OpenSQLite(t)
+	a := NewAdmin(st, &recordingOps{store: st}, []string{"slack:UADMIN"}, nil)
+	_, err := a.Run(t.Context(), "slack:U2", []string{"destroy", "x\u2028slack:UADMIN admin destroy y ok\u2029z\u0085w"})
+	require.ErrorIs(t, err, ErrNotAdmin)
+	entries, err := st.AuditList(t.Context(), db.AuditQuery{})
+	require.NoError(t, err)
+	require.Len(t, entries, 1)
+	require.Equal(t, `x\u2028slack:UADMIN admin destroy y ok\u2029z\u0085w`, entries[0].Target)
+}

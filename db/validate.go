@@ -182,10 +182,11 @@ func (e AuditEntry) normalize() (AuditEntry, error) {
 }
 
 // EscapeAuditText makes text safe to store and show in the audit log. Targets come from chat users:
-// NUL cannot be stored in PostgreSQL text (the entry, and so the action, would fail), newlines and
-// carriage returns would forge extra lines in a listing, terminal escapes would act on an operator's
-// terminal, and bidirectional overrides would show one thread key while storing another. Control and
-// format characters and invalid UTF-8 become \n, \xNN or \uNNNN; a backslash is doubled, so an
+// NUL cannot be stored in PostgreSQL text (the entry, and so the action, would fail), newlines,
+// carriage returns and the line and paragraph separators (U+2028, U+2029: many viewers break lines
+// at them) would forge extra lines in a listing, terminal escapes would act on an operator's
+// terminal, and bidirectional overrides would show one thread key while storing another. Control,
+// format and separator characters and invalid UTF-8 become \n, \xNN or \uNNNN; a backslash is doubled, so an
 // escape in the log always means an escaped character.
 func EscapeAuditText(s string) string {
 	if !needsEscape(s) {
@@ -207,7 +208,7 @@ func EscapeAuditText(s string) string {
 			b.WriteString(`\t`)
 		case r < 0x80 && unicode.IsControl(r):
 			fmt.Fprintf(&b, `\x%02x`, r)
-		case unicode.IsControl(r) || unicode.Is(unicode.Cf, r):
+		case unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || unicode.In(r, unicode.Zl, unicode.Zp):
 			fmt.Fprintf(&b, `\u%04x`, r)
 		default:
 			b.WriteString(s[i : i+size])
@@ -222,7 +223,7 @@ func needsEscape(s string) bool {
 		return true
 	}
 	for _, r := range s {
-		if r == '\\' || unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
+		if r == '\\' || unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || unicode.In(r, unicode.Zl, unicode.Zp) {
 			return true
 		}
 	}
