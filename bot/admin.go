@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -220,7 +219,11 @@ func (a *Admin) dispatch(ctx context.Context, cmd string, argv []string) (string
 	case "move":
 		return a.move(ctx, args)
 	case "reap":
-		dry := slices.Contains(args, "--dry-run")
+		// Anything but exactly --dry-run is refused: a misspelt flag must not destroy sandboxes.
+		dry := len(args) == 1 && args[0] == "--dry-run"
+		if len(args) > 0 && !dry {
+			return "", badRequest("usage: reap [--dry-run]")
+		}
 		return a.ops.Reap(ctx, dry)
 	case "drain":
 		if err := a.ops.Drain(ctx); err != nil {

@@ -140,3 +140,22 @@ func TestAdminAuditCannotBeForgedWithLineSeparators(t *testing.T) {
 	require.Len(t, entries, 1)
 	require.Equal(t, `x\u2028slack:UADMIN admin destroy y ok\u2029z\u0085w`, entries[0].Target)
 }
+
+// TestAdminReapRefusesUnknownArguments: reap destroys sandboxes, and "reap --dryrun" or "reap
+// --DRY-RUN" (a typo, a case slip) ran the real thing, since only the exact --dry-run was looked for.
+func TestAdminReapRefusesUnknownArguments(t *testing.T) {
+	st := dbtest.OpenSQLite(t)
+	ops := &recordingOps{store: st}
+	a := NewAdmin(st, ops, []string{"slack:UADMIN"}, nil)
+	for _, argv := range [][]string{{"reap", "--dryrun"}, {"reap", "--DRY-RUN"}, {"reap", "--dry-run", "now"}} {
+		out, err := a.Run(t.Context(), "slack:UADMIN", argv)
+		require.Error(t, err, "%v", argv)
+		require.Contains(t, out, "usage: reap [--dry-run]")
+	}
+	require.Empty(t, ops.ran, "nothing was reaped")
+	for _, argv := range [][]string{{"reap", "--dry-run"}, {"reap"}} {
+		_, err := a.Run(t.Context(), "slack:UADMIN", argv)
+		require.NoError(t, err)
+	}
+	require.Equal(t, []string{"reap", "reap"}, ops.ran)
+}

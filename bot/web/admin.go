@@ -118,6 +118,11 @@ func (s *Server) adminCommand(w http.ResponseWriter, r *http.Request) {
 		needsThread = true // stats <thread>: the sandbox's resource use
 	}
 	switch {
+	case !needsThread && req.Thread != "":
+		// A stray argument (the CLI sends one it does not know as the thread) must not be dropped:
+		// "reap --dryrun" would reap for real.
+		writeError(w, http.StatusBadRequest, cmd+" takes no thread")
+		return
 	case needsThread && req.Thread == "":
 		writeError(w, http.StatusBadRequest, cmd+" needs {\"thread\": \"<thread key>\"}")
 		return

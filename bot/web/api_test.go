@@ -281,6 +281,11 @@ func TestAdminOps(t *testing.T) {
 	require.Contains(t, out, key)
 	code, out = admin("pause", struct{}{})
 	require.Equal(t, http.StatusBadRequest, code, out)
+	// "threadbox admin reap --dryrun" reaches here as {"thread": "--dryrun"}: a command that takes
+	// no thread must refuse one, not drop it and reap for real.
+	code, out = admin("reap", adminJSON{Thread: "--dryrun"})
+	require.Equal(t, http.StatusBadRequest, code, out)
+	require.Contains(t, out, "takes no thread")
 	code, out = admin("move", adminJSON{Thread: key})
 	require.Equal(t, http.StatusBadRequest, code, out)
 	require.Contains(t, out, "provider")
