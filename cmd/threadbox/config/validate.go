@@ -50,6 +50,14 @@ func (c Config) Validate() error {
 			}
 			return nil
 		},
+		func() error {
+			// The token is the only lock on the web chat and the admin API off loopback, so it must not
+			// be guessable; a value under logging's minimum length would not be redacted either.
+			if n := len(c.HTTP.Token); n > 0 && n < MinTokenLen {
+				return fmt.Errorf("http.token: %d characters: must be at least %d (for example the output of `openssl rand -hex 32`)", n, MinTokenLen)
+			}
+			return nil
+		},
 		func() error { return oneOf("sandbox.provider", c.Sandbox.Provider, Providers) },
 		func() error {
 			if c.Sandbox.Image == "" {
@@ -348,6 +356,9 @@ func (c Config) validateProvider() error {
 }
 
 // qualified checks that every entry is platform:id with a platform the bot knows.
+// MinTokenLen is http.token's least length.
+const MinTokenLen = 16
+
 func qualified(name string, list []string, want string) error {
 	for _, u := range list {
 		p, id, ok := strings.Cut(u, ":")
