@@ -208,7 +208,7 @@ func decode(op string, resp *http.Response, out any) error {
 		e := &apiError{op: op, status: resp.StatusCode, message: errorMessage(body)}
 		if s := resp.Header.Get("Retry-After"); s != "" {
 			if d, err := time.ParseDuration(s + "s"); err == nil {
-				e.retryAfter = d
+				e.retryAfter = min(d, maxRetryAfter)
 			}
 		}
 		return e
@@ -222,8 +222,20 @@ func decode(op string, resp *http.Response, out any) error {
 	return nil
 }
 
-// errorMessage takes message, else error, else the raw body, as the SDK does.
-func errorMessage(body []byte) string {
+// errorMessage takes message, else error, else the raw body, as the SDK does, cut to maxMessage.
+func errorMessage(body []byte) string { return clip(rawErrorMessage(body)) }
+
+// clip cuts text from Daytona to maxMessage runes.
+func clip(s string) string {
+	s = s[:min(len(s), 4*maxMessage)] // a rune is at most 4 bytes: spare converting megabytes
+	r := []rune(s)
+	if len(r) > maxMessage {
+		return string(r[:maxMessage]) + "…"
+	}
+	return s
+}
+
+func rawErrorMessage(body []byte) string {
 	var e struct {
 		Message any    `json:"message"`
 		Error   string `json:"error"`
@@ -245,11 +257,7 @@ func errorMessage(body []byte) string {
 			return e.Error
 		}
 	}
-	s := strings.TrimSpace(string(body))
-	if len(s) > 500 {
-		s = s[:500] + "…"
-	}
-	return s
+	return strings.TrimSpace(string(body))
 }
 
 // call runs one idempotent API request, retrying 429 and 5xx answers and transport failures with
@@ -351,3 +359,10 @@ func cleanupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 func randomID() string { return strings.ToLower(rand.Text()[:16]) }
 
 func ptr[T any](v T) *T { return &v }
+
+// maxRetryAfter caps a server's Retry-After: a hostile or broken answer must not park a caller
+// for days (ctx may have no deadline); past it the usual backoff and attempt limits apply.
+const maxRetryAfter = 30 * time.Second
+
+// maxMessage bounds Daytona's error text kept in our errors, which reach logs and chat threads.
+const maxMessage = 500

@@ -290,11 +290,18 @@ func (p *Provider) List(ctx context.Context, labels map[string]string) ([]sandbo
 	return out, nil
 }
 
+// maxListPages bounds a listing: 100 pages of 200 is more sandboxes than a deployment runs, and a
+// cursor that never ends (or repeats) must not loop forever nor grow the result without bound.
+const maxListPages = 100
+
 func (p *Provider) list(ctx context.Context, labels map[string]string) ([]api.SandboxListItem, error) {
 	raw, _ := json.Marshal(labels) // map of strings: cannot fail
 	params := &api.ListSandboxesParams{Labels: ptr(string(raw)), Limit: ptr(float32(200))}
 	var all []api.SandboxListItem
-	for {
+	for pages := 0; ; pages++ {
+		if pages == maxListPages {
+			return nil, fmt.Errorf("daytona list: more than %d pages (the cursor never ends)", maxListPages)
+		}
 		var page api.ListSandboxesResponse
 		err := p.call(ctx, "list", func(ctx context.Context) (*http.Response, error) {
 			return p.api.ListSandboxes(ctx, params)
@@ -305,6 +312,9 @@ func (p *Provider) list(ctx context.Context, labels map[string]string) ([]api.Sa
 		all = append(all, page.Items...)
 		if page.NextCursor == nil || *page.NextCursor == "" {
 			return all, nil
+		}
+		if params.Cursor != nil && *params.Cursor == *page.NextCursor {
+			return nil, fmt.Errorf("daytona list: the next page's cursor is this page's (after %d pages)", pages+1)
 		}
 		params.Cursor = page.NextCursor
 	}
@@ -389,7 +399,7 @@ func (p *Provider) poll(ctx context.Context, id string, done func(api.Sandbox) b
 		if sb.State != nil && (*sb.State == api.SandboxStateError || *sb.State == api.SandboxStateBuildFailed) {
 			reason := "no reason given"
 			if sb.ErrorReason != nil {
-				reason = *sb.ErrorReason
+				reason = clip(*sb.ErrorReason)
 			}
 			return sb, fmt.Errorf("daytona sandbox %s is %s: %s", id, *sb.State, reason)
 		}

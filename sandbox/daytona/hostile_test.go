@@ -1,0 +1,76 @@
+package daytona
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestListEndlessCursor: a listing whose next cursor never ends (the same cursor again, or a new one
+// on every page) ends in an error after a bounded number of pages instead of looping and growing
+// the result forever.
+func TestListEndlessCursor(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		cursor func(n int64) string
+	}{
+		{"same cursor", func(int64) string { return "again" }},
+		{"new cursor every page", func(n int64) string { return fmt.Sprint("c", n) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var pages atomic.Int64
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				n := pages.Add(1)
+				if n > 10_000 {
+					http.Error(w, "test: runaway listing", http.StatusBadRequest) // ends the loop without the fix
+					return
+				}
+				fmt.Fprintf(w, `{"items":[],"nextCursor":%q}`, tc.cursor(n))
+			}))
+			t.Cleanup(srv.Close)
+			p, err := New(Options{APIURL: srv.URL, APIKey: "k"})
+			require.NoError(t, err)
+			_, err = p.List(t.Context(), nil)
+			require.ErrorContains(t, err, "pages")
+			require.LessOrEqual(t, pages.Load(), int64(maxListPages))
+		})
+	}
+}
+
+// TestRetryAfterBounded: a Retry-After of days is not obeyed; the wait stays within maxRetryAfter.
+func TestRetryAfterBounded(t *testing.T) {
+	resp := &http.Response{StatusCode: http.StatusTooManyRequests, Header: http.Header{"Retry-After": {"999999"}},
+		Body: io.NopCloser(strings.NewReader(`{"message":"slow down"}`))}
+	err := decode("get x", resp, nil)
+	require.Equal(t, http.StatusTooManyRequests, statusOf(err))
+	require.Equal(t, maxRetryAfter, retryAfter(err))
+	require.LessOrEqual(t, maxRetryAfter, 30*time.Second)
+}
+
+// TestErrorMessageBounded: Daytona's message ends up in errors shown to users and logs; a message
+// (or a validation list) of megabytes is cut, whatever field it came in.
+func TestErrorMessageBounded(t *testing.T) {
+	huge := strings.Repeat("x", 1<<20)
+	for name, body := range map[string]string{
+		"message": fmt.Sprintf(`{"message":%q}`, huge),
+		"error":   fmt.Sprintf(`{"error":%q}`, huge),
+		"list":    fmt.Sprintf(`{"message":[%q,%q]}`, huge, huge),
+		"raw":     huge,
+	} {
+		t.Run(name, func(t *testing.T) {
+			resp := &http.Response{StatusCode: http.StatusBadRequest, Header: http.Header{},
+				Body: io.NopCloser(bytes.NewReader([]byte(body)))}
+			err := decode("create", resp, nil)
+			require.Error(t, err)
+			require.Less(t, len(err.Error()), 1024)
+		})
+	}
+}
