@@ -78,7 +78,11 @@ func (p *Provider) liveFor(ctx context.Context, h sandbox.Handle) (*live, handle
 	}
 	hdr := http.Header{}
 	p.auth(hdr)
-	conn, err := p.dialRPC(ctx, "connect", p.host(b.running.Region, "/api/v3/sandbox/"+b.running.ID+"/connect", true), hdr)
+	u, err := p.host(b.running.Region, true, "api", "v3", "sandbox", b.running.ID, "connect")
+	if err != nil {
+		return nil, st, err
+	}
+	conn, err := p.dialRPC(ctx, "connect", u, hdr)
 	if statusOf(err) == http.StatusNotFound {
 		return nil, st, fmt.Errorf("deno: %s: its sandbox stopped: %w", h.ID, sandbox.ErrNotRunning)
 	}
@@ -160,7 +164,11 @@ func (p *Provider) extend(lv *live) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.opts.RequestTimeout)
 	defer cancel()
-	_, err := p.do(ctx, "extend "+lv.conn.sandboxID, http.MethodPatch, p.host(lv.region, "/api/v3/sandbox/"+lv.conn.sandboxID, false),
+	u, err := p.host(lv.region, false, "api", "v3", "sandbox", lv.conn.sandboxID)
+	if err != nil {
+		return err
+	}
+	_, err = p.do(ctx, "extend "+lv.conn.sandboxID, http.MethodPatch, u,
 		map[string]int64{"stop_at_ms": want.UnixMilli()}, &got, true, p.opts.RequestTimeout)
 	if err != nil {
 		return err

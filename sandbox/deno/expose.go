@@ -25,8 +25,11 @@ func (p *Provider) ExposeHTTP(ctx context.Context, h sandbox.Handle, port int) (
 	var got struct {
 		Domain string `json:"domain"`
 	}
-	if _, err := p.do(ctx, "expose http", http.MethodPost, p.host(lv.region, "/api/v3/sandbox/"+lv.conn.sandboxID+"/expose/http", false),
-		struct{}{}, &got, true, p.opts.RequestTimeout); err != nil {
+	u, err := p.host(lv.region, false, "api", "v3", "sandbox", lv.conn.sandboxID, "expose", "http")
+	if err != nil {
+		return "", fmt.Errorf("deno: expose port %d: %w", port, err)
+	}
+	if _, err := p.do(ctx, "expose http", http.MethodPost, u, struct{}{}, &got, true, p.opts.RequestTimeout); err != nil {
 		return "", fmt.Errorf("deno: expose port %d: %w", port, err)
 	}
 	if got.Domain == "" {
@@ -50,8 +53,11 @@ func (p *Provider) AttachCommand(ctx context.Context, h sandbox.Handle, shell st
 		Hostname string `json:"hostname"`
 		Username string `json:"username"`
 	}
-	if _, err := p.do(ctx, "expose ssh", http.MethodPost, p.host(lv.region, "/api/v3/sandbox/"+lv.conn.sandboxID+"/expose/ssh", false),
-		struct{}{}, &got, true, p.opts.RequestTimeout); err != nil {
+	u, err := p.host(lv.region, false, "api", "v3", "sandbox", lv.conn.sandboxID, "expose", "ssh")
+	if err != nil {
+		return nil, fmt.Errorf("deno: expose ssh: %w", err)
+	}
+	if _, err := p.do(ctx, "expose ssh", http.MethodPost, u, struct{}{}, &got, true, p.opts.RequestTimeout); err != nil {
 		return nil, fmt.Errorf("deno: expose ssh: %w", err)
 	}
 	if got.Hostname == "" || got.Username == "" {

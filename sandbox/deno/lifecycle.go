@@ -274,11 +274,15 @@ func (p *Provider) boot(ctx context.Context, h sandbox.Handle, st handleState, v
 	hdr.Set("x-deno-sandbox-config", base64.StdEncoding.EncodeToString(raw))
 	bctx, cancel := context.WithTimeout(ctx, p.opts.BootTimeout)
 	defer cancel()
+	u, err := p.host(st.Region, true, "api", "v3", "sandboxes", "create")
+	if err != nil {
+		return nil, err
+	}
 	var conn *rpcConn
 	// A volume whose sandbox just died (killed, or past its deadline) is attached until it detaches.
 	err = p.poll(bctx, func() (bool, error) {
 		var err error
-		conn, err = p.dialRPC(bctx, "create sandbox", p.host(st.Region, "/api/v3/sandboxes/create", true), hdr)
+		conn, err = p.dialRPC(bctx, "create sandbox", u, hdr)
 		return !(statusOf(err) == http.StatusConflict && codeOf(err) == "VOLUME_IN_USE"), err
 	})
 	if err != nil {
@@ -318,7 +322,11 @@ func (p *Provider) boot(ctx context.Context, h sandbox.Handle, st handleState, v
 // kill deletes a Deno sandbox over REST with its own timeout, as seed 001 does; a missing one is
 // success.
 func (p *Provider) kill(ctx context.Context, region, sandboxID string) error {
-	_, err := p.do(ctx, "kill "+sandboxID, http.MethodDelete, p.host(region, "/api/v3/sandbox/"+sandboxID, false), nil, nil, true, p.opts.KillTimeout)
+	u, err := p.host(region, false, "api", "v3", "sandbox", sandboxID)
+	if err != nil {
+		return fmt.Errorf("deno: kill %s: %w", sandboxID, err)
+	}
+	_, err = p.do(ctx, "kill "+sandboxID, http.MethodDelete, u, nil, nil, true, p.opts.KillTimeout)
 	if statusOf(err) == http.StatusNotFound {
 		return nil
 	}

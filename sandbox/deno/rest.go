@@ -161,7 +161,7 @@ func apiErr(op string, status int, data []byte) *APIError {
 	if json.Unmarshal(data, &body) != nil || body.Code == "" {
 		body.Code, body.Message = "UNKNOWN_ERROR", strings.TrimSpace(string(data))
 	}
-	return &APIError{Op: op, Status: status, Code: body.Code, Message: body.Message}
+	return &APIError{Op: op, Status: status, Code: clip(body.Code), Message: clip(body.Message)}
 }
 
 func (p *Provider) auth(h http.Header) {
@@ -181,9 +181,17 @@ func (p *Provider) console(path string, q url.Values) string {
 	return u
 }
 
-// host is a sandbox host URL for region (http or ws scheme).
-func (p *Provider) host(region, path string, ws bool) string {
-	u := strings.ReplaceAll(p.opts.SandboxURL, "{region}", region) + path
+// host is a sandbox host URL for region (http or ws scheme) and the path made of segs, each escaped.
+// The region and ids come from the console's answers and the URL carries our token: a region must
+// be a plain DNS label, so that it cannot move the request to another host.
+func (p *Provider) host(region string, ws bool, segs ...string) (string, error) {
+	if !validRegion(region) {
+		return "", fmt.Errorf("deno: sandbox region %q: not a region name", clip(region))
+	}
+	u := strings.ReplaceAll(p.opts.SandboxURL, "{region}", region)
+	for _, s := range segs {
+		u += "/" + url.PathEscape(s)
+	}
 	if ws {
 		if rest, ok := strings.CutPrefix(u, "https://"); ok {
 			u = "wss://" + rest
@@ -191,7 +199,32 @@ func (p *Provider) host(region, path string, ws bool) string {
 			u = "ws://" + rest
 		}
 	}
-	return u
+	return u, nil
+}
+
+func validRegion(r string) bool {
+	if r == "" || len(r) > 32 || r[0] == '-' {
+		return false
+	}
+	for _, c := range r {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// maxMessage bounds Deno's error text kept in our errors, which reach logs and chat threads.
+const maxMessage = 500
+
+// clip cuts text from Deno to maxMessage runes.
+func clip(s string) string {
+	s = s[:min(len(s), 4*maxMessage)] // a rune is at most 4 bytes: spare converting megabytes
+	r := []rune(s)
+	if len(r) > maxMessage {
+		return string(r[:maxMessage]) + "…"
+	}
+	return s
 }
 
 // listAll follows a console list's Link header through every page.

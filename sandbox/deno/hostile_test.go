@@ -1,0 +1,57 @@
+package deno
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestHostEscapes: a region and a sandbox id come from the console's answers and go into the
+// sandbox host's URL, which carries our token. A region that is no DNS label must not move the
+// request (and the token) to another host, and an id must stay one path segment.
+func TestHostEscapes(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.URL.EscapedPath()+"?"+r.URL.RawQuery)
+		mu.Unlock()
+		w.WriteHeader(http.StatusNotFound)
+	}))
+	t.Cleanup(srv.Close)
+	p, err := New(Options{Token: "ddo_x", SandboxURL: srv.URL + "/{region}", ConsoleURL: srv.URL})
+	require.NoError(t, err)
+
+	require.NoError(t, p.kill(t.Context(), "ord", "../../v2/volumes/x?all=1"), "404: gone")
+	mu.Lock()
+	require.Equal(t, []string{"/ord/api/v3/sandbox/..%2F..%2Fv2%2Fvolumes%2Fx%3Fall=1?"}, seen)
+	seen = nil
+	mu.Unlock()
+
+	for _, region := range []string{"evil.example#", "x@evil.example", "a/b", "ORD", "", strings.Repeat("a", 64)} {
+		err := p.kill(t.Context(), region, "sb1")
+		require.ErrorContains(t, err, "region", "%q", region)
+	}
+	mu.Lock()
+	require.Empty(t, seen, "no request with a hostile region")
+	mu.Unlock()
+}
+
+// TestAPIErrorBounded: Deno's error text reaches logs and chat threads; megabytes of it are cut.
+func TestAPIErrorBounded(t *testing.T) {
+	huge := strings.Repeat("y", 1<<20)
+	for name, body := range map[string]string{
+		"message": fmt.Sprintf(`{"code":"BAD","message":%q}`, huge),
+		"code":    fmt.Sprintf(`{"code":%q,"message":"m"}`, huge),
+		"raw":     huge,
+	} {
+		t.Run(name, func(t *testing.T) {
+			require.Less(t, len(apiErr("get", http.StatusBadRequest, []byte(body)).Error()), 1024)
+		})
+	}
+}
