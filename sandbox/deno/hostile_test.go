@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
 )
 
@@ -54,4 +55,37 @@ func TestAPIErrorBounded(t *testing.T) {
 			require.Less(t, len(apiErr("get", http.StatusBadRequest, []byte(body)).Error()), 1024)
 		})
 	}
+}
+
+// TestRPCMessageBounded: what comes over the sandbox's socket is the sandbox's to choose (a file it
+// grew after the size check, a flood of output): one message past maxRPCMessage ends the connection
+// instead of being read into memory whole.
+func TestRPCMessageBounded(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("x-deno-sandbox-id", "sb1")
+		ws, err := (&websocket.Upgrader{}).Upgrade(w, r, http.Header{"x-deno-sandbox-id": {"sb1"}})
+		if err != nil {
+			return
+		}
+		defer ws.Close()
+		var req struct {
+			ID int64 `json:"id"`
+		}
+		if ws.ReadJSON(&req) != nil {
+			return
+		}
+		_ = ws.WriteMessage(websocket.TextMessage,
+			fmt.Appendf(nil, `{"id":%d,"result":"%s"}`, req.ID, strings.Repeat("A", maxRPCMessage)))
+		_, _, _ = ws.ReadMessage() // hold the socket until the client drops it
+	}))
+	t.Cleanup(srv.Close)
+	p, err := New(Options{Token: "ddo_x", SandboxURL: srv.URL, ConsoleURL: srv.URL})
+	require.NoError(t, err)
+	c, err := p.dialRPC(t.Context(), "connect", "ws"+strings.TrimPrefix(srv.URL, "http"), http.Header{})
+	require.NoError(t, err)
+	t.Cleanup(c.close)
+	var got string
+	err = c.call(t.Context(), "readFile", map[string]string{"path": "/x"}, &got, nil)
+	require.ErrorIs(t, err, errConnLost)
+	require.Empty(t, got)
 }

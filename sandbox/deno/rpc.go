@@ -20,6 +20,12 @@ import (
 // (its deadline passed, or it was killed): the caller tells them apart by asking the console.
 var errConnLost = errors.New("deno: sandbox connection closed")
 
+// maxRPCMessage bounds one message from the sandbox's socket; a larger one ends the connection.
+// The sandbox chooses what it sends (a readFile answer is the whole file, which may have grown
+// since its size was checked), so without it one message could take the host's memory. It leaves
+// room for the largest read callers make (sandbox.DefaultMaxOutput, base64 in JSON).
+const maxRPCMessage = 64 << 20
+
 // RemoteError is an error thrown inside the sandbox (the result union's error, an ErrObj).
 type RemoteError struct {
 	Method, Ctor, Code, Message string
@@ -82,6 +88,7 @@ func (p *Provider) dialRPC(ctx context.Context, op, rawURL string, header http.H
 		_ = ws.Close()
 		return nil, fmt.Errorf("deno: %s: the handshake carried no x-deno-sandbox-id", op)
 	}
+	ws.SetReadLimit(maxRPCMessage)
 	c := &rpcConn{ws: ws, sandboxID: id, done: make(chan struct{}), pending: map[int64]chan rpcAnswer{}, streams: map[int]*inStream{}}
 	go c.read()
 	go c.keepalive()
