@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"path"
 	"sort"
 	"strings"
@@ -211,6 +212,10 @@ func (p *Provider) exitCode(ctx context.Context, h sandbox.Handle, tb toolboxCli
 	}
 }
 
+// maxLogMessage bounds one message of the logs socket, which carries what the sandbox prints:
+// the output is capped where it is kept, but a message is read whole before that.
+const maxLogMessage = 64 << 20
+
 // followLogs opens the command's logs WebSocket with follow=true (same headers as every call).
 func (p *Provider) followLogs(ctx context.Context, tb toolboxClient, sid, cid string) (*websocket.Conn, error) {
 	req, err := toolbox.NewGetSessionCommandLogsRequest(tb.c.Server, sid, cid, &toolbox.GetSessionCommandLogsParams{Follow: ptr(true)})
@@ -233,6 +238,7 @@ func (p *Provider) followLogs(ctx context.Context, tb toolboxClient, sid, cid st
 		}
 		return nil, err
 	}
+	conn.SetReadLimit(maxLogMessage)
 	return conn, nil
 }
 
@@ -374,7 +380,7 @@ func (p *Provider) toolbox(ctx context.Context, h sandbox.Handle, st handleState
 			return toolboxClient{}, err
 		}
 	}
-	base := strings.TrimSuffix(proxy, "/") + "/" + h.ID
+	base := strings.TrimSuffix(proxy, "/") + "/" + url.PathEscape(h.ID) // the id is the API's: keep it one segment
 	c, err := toolbox.NewClient(base, toolbox.WithHTTPClient(p.hc), toolbox.WithRequestEditorFn(p.headers))
 	if err != nil {
 		return toolboxClient{}, fmt.Errorf("daytona toolbox %q: %w", base, err)

@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
+
+	"github.com/threadbox/threadbox/sandbox/daytona/internal/toolbox"
 )
 
 // TestListEndlessCursor: a listing whose next cursor never ends (the same cursor again, or a new one
@@ -73,4 +76,38 @@ func TestErrorMessageBounded(t *testing.T) {
 			require.Less(t, len(err.Error()), 1024)
 		})
 	}
+}
+
+// TestLogsMessageBounded: the logs socket carries what the sandbox prints; one message past
+// maxLogMessage ends the stream with an error instead of being read into memory whole.
+func TestLogsMessageBounded(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ws, err := (&websocket.Upgrader{}).Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer ws.Close()
+		_ = ws.WriteMessage(websocket.BinaryMessage, bytes.Repeat([]byte("A"), maxLogMessage+1))
+		_ = ws.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""))
+		_, _, _ = ws.ReadMessage()
+	}))
+	t.Cleanup(srv.Close)
+	p, err := New(Options{APIURL: srv.URL, APIKey: "k"})
+	require.NoError(t, err)
+	c, err := toolbox.NewClient(srv.URL)
+	require.NoError(t, err)
+	ws, err := p.followLogs(t.Context(), toolboxClient{c: c, base: srv.URL}, "s", "c")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ws.Close() })
+	require.ErrorIs(t, demuxStream(ws, io.Discard, io.Discard), websocket.ErrReadLimit)
+}
+
+// TestToolboxIDEscaped: the sandbox id stays one path segment of the toolbox's base URL.
+func TestToolboxIDEscaped(t *testing.T) {
+	p, err := New(Options{APIURL: "http://api.invalid", APIKey: "k"})
+	require.NoError(t, err)
+	h := newHandle("a/../../b", handleState{Toolbox: "https://proxy.invalid/toolbox/"})
+	tb, err := p.toolbox(t.Context(), h, handleState{Toolbox: "https://proxy.invalid/toolbox/"})
+	require.NoError(t, err)
+	require.Equal(t, "https://proxy.invalid/toolbox/a%2F..%2F..%2Fb", tb.base)
 }
