@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/threadbox/threadbox/sandbox/daytona/internal/toolbox"
+	"github.com/threadbox/threadbox/sandbox/internal/shellfs"
 )
 
 // TestListEndlessCursor: a listing whose next cursor never ends (the same cursor again, or a new one
@@ -110,4 +111,13 @@ func TestToolboxIDEscaped(t *testing.T) {
 	tb, err := p.toolbox(t.Context(), h, handleState{Toolbox: "https://proxy.invalid/toolbox/"})
 	require.NoError(t, err)
 	require.Equal(t, "https://proxy.invalid/toolbox/a%2F..%2F..%2Fb", tb.base)
+}
+
+// TestScriptErrBounded: a file script's output is the sandbox's (a listing that failed part way
+// holds every entry so far); the error quoting it stays short.
+func TestScriptErrBounded(t *testing.T) {
+	for _, code := range []int{2, 3, 4, 1} {
+		err := shellfs.ScriptErr("daytona", "list", "/w", strings.Repeat("entry\n", 1<<20), code, nil)
+		require.Less(t, len(err.Error()), 1024, "exit %d", code)
+	}
 }
