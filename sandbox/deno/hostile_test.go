@@ -1,6 +1,7 @@
 package deno
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -57,12 +58,9 @@ func TestAPIErrorBounded(t *testing.T) {
 	}
 }
 
-// TestRPCMessageBounded: what comes over the sandbox's socket is the sandbox's to choose (a file it
-// grew after the size check, a flood of output): one message past maxRPCMessage ends the connection
-// instead of being read into memory whole.
-func TestRPCMessageBounded(t *testing.T) {
+// rpcServer answers the first call on a socket with answer(id).
+func rpcServer(t *testing.T, answer func(id int64) []byte) (*Provider, *rpcConn) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("x-deno-sandbox-id", "sb1")
 		ws, err := (&websocket.Upgrader{}).Upgrade(w, r, http.Header{"x-deno-sandbox-id": {"sb1"}})
 		if err != nil {
 			return
@@ -74,8 +72,7 @@ func TestRPCMessageBounded(t *testing.T) {
 		if ws.ReadJSON(&req) != nil {
 			return
 		}
-		_ = ws.WriteMessage(websocket.TextMessage,
-			fmt.Appendf(nil, `{"id":%d,"result":"%s"}`, req.ID, strings.Repeat("A", maxRPCMessage)))
+		_ = ws.WriteMessage(websocket.TextMessage, answer(req.ID))
 		_, _, _ = ws.ReadMessage() // hold the socket until the client drops it
 	}))
 	t.Cleanup(srv.Close)
@@ -84,8 +81,41 @@ func TestRPCMessageBounded(t *testing.T) {
 	c, err := p.dialRPC(t.Context(), "connect", "ws"+strings.TrimPrefix(srv.URL, "http"), http.Header{})
 	require.NoError(t, err)
 	t.Cleanup(c.close)
+	return p, c
+}
+
+// TestRPCErrorBounded: a JSON-RPC error, or an error thrown in the sandbox, is cut before it goes
+// into our error.
+func TestRPCErrorBounded(t *testing.T) {
+	huge := strings.Repeat("z", 1<<20)
+	for name, format := range map[string]string{
+		"json-rpc": `{"id":%d,"error":{"code":1,"message":"%s"}}`,
+		"thrown":   `{"id":%d,"result":{"error":{"constructorName":"NotFound","message":"%s"}}}`,
+		"ctor":     `{"id":%d,"result":{"error":{"constructorName":"%s","message":"m"}}}`,
+		"code":     `{"id":%d,"result":{"error":{"constructorName":"E","message":"m","code":"%s"}}}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, c := rpcServer(t, func(id int64) []byte { return fmt.Appendf(nil, format, id, huge) })
+			err := c.call(t.Context(), "readFile", map[string]string{"path": "/x"}, nil, nil)
+			require.Error(t, err)
+			require.Less(t, len(err.Error()), 1024)
+			var re *RemoteError
+			if errors.As(err, &re) {
+				require.Less(t, len(re.Code), 1024)
+			}
+		})
+	}
+}
+
+// TestRPCMessageBounded: what comes over the sandbox's socket is the sandbox's to choose (a file it
+// grew after the size check, a flood of output): one message past maxRPCMessage ends the connection
+// instead of being read into memory whole.
+func TestRPCMessageBounded(t *testing.T) {
+	_, c := rpcServer(t, func(id int64) []byte {
+		return fmt.Appendf(nil, `{"id":%d,"result":"%s"}`, id, strings.Repeat("A", maxRPCMessage))
+	})
 	var got string
-	err = c.call(t.Context(), "readFile", map[string]string{"path": "/x"}, &got, nil)
+	err := c.call(t.Context(), "readFile", map[string]string{"path": "/x"}, &got, nil)
 	require.ErrorIs(t, err, errConnLost)
 	require.Empty(t, got)
 }

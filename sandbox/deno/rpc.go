@@ -178,7 +178,7 @@ func (c *rpcConn) read() {
 			continue
 		}
 		if m.Error != nil {
-			ch <- rpcAnswer{err: fmt.Errorf("deno: JSON-RPC error %d: %s", m.Error.Code, m.Error.Message)}
+			ch <- rpcAnswer{err: fmt.Errorf("deno: JSON-RPC error %d: %s", m.Error.Code, clip(m.Error.Message))}
 		} else {
 			ch <- rpcAnswer{result: m.Result}
 		}
@@ -287,9 +287,10 @@ func (c *rpcConn) call(ctx context.Context, method string, params, out any, afte
 		return fmt.Errorf("deno: %s: decode result: %w", method, err)
 	}
 	if union.Error != nil {
-		re := &RemoteError{Method: method, Ctor: union.Error.ConstructorName, Message: union.Error.Message}
+		// What the sandbox threw is the sandbox's to choose: cut it before it reaches our errors.
+		re := &RemoteError{Method: method, Ctor: clip(union.Error.ConstructorName), Message: clip(union.Error.Message)}
 		if union.Error.Code != nil {
-			re.Code = *union.Error.Code
+			re.Code = clip(*union.Error.Code)
 		}
 		return re
 	}
