@@ -3,10 +3,13 @@ package deno
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/gorilla/websocket"
@@ -118,4 +121,43 @@ func TestRPCMessageBounded(t *testing.T) {
 	err := c.call(t.Context(), "readFile", map[string]string{"path": "/x"}, &got, nil)
 	require.ErrorIs(t, err, errConnLost)
 	require.Empty(t, got)
+}
+
+// TestListAllHostile: a console listing whose Link repeats the cursor ends at once, and one whose
+// pages hold more items than a deployment could have ends in an error instead of growing.
+func TestListAllHostile(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		items     int
+		fresh     bool // a new cursor every page
+		maxCalls  int64
+		errSubstr string
+	}{
+		{"repeated cursor", 1, false, 2, "cursor"},
+		{"huge pages", maxListItems/10 + 1, true, 10, "items"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var calls atomic.Int64
+			page := "[" + strings.TrimSuffix(strings.Repeat(`{"slug":"x"},`, tc.items), ",") + "]"
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				n := calls.Add(1)
+				if n > 2000 {
+					http.Error(w, `{"code":"STOP","message":"runaway"}`, http.StatusBadRequest)
+					return
+				}
+				cursor := "same"
+				if tc.fresh {
+					cursor = fmt.Sprint("c", n)
+				}
+				w.Header().Set("Link", `<https://console.invalid/api/v2/volumes?cursor=`+cursor+`>; rel="next"`)
+				_, _ = io.WriteString(w, page)
+			}))
+			t.Cleanup(srv.Close)
+			p, err := New(Options{Token: "ddo_x", SandboxURL: srv.URL, ConsoleURL: srv.URL})
+			require.NoError(t, err)
+			_, err = listAll[volumeRec](t.Context(), p, "list volumes", "/api/v2/volumes", url.Values{"limit": {"100"}})
+			require.ErrorContains(t, err, tc.errSubstr)
+			require.LessOrEqual(t, calls.Load(), tc.maxCalls)
+		})
+	}
 }

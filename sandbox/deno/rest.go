@@ -227,9 +227,14 @@ func clip(s string) string {
 	return s
 }
 
+// maxListItems bounds what a console listing keeps: far more volumes and snapshots than a
+// deployment holds, and pages of a hostile or broken console must not grow it without end.
+const maxListItems = 100_000
+
 // listAll follows a console list's Link header through every page.
 func listAll[T any](ctx context.Context, p *Provider, op, path string, q url.Values) ([]T, error) {
 	var all []T
+	prev := "" // the cursor of the page just read
 	next := p.console(path, q)
 	for pages := 0; next != ""; pages++ {
 		if pages > 1000 {
@@ -241,6 +246,9 @@ func listAll[T any](ctx context.Context, p *Provider, op, path string, q url.Val
 			return nil, err
 		}
 		all = append(all, page...)
+		if len(all) > maxListItems {
+			return nil, fmt.Errorf("deno: %s: more than %d items", op, maxListItems)
+		}
 		next = nextLink(hdr.Get("Link"))
 		if next != "" {
 			// Only the cursor is taken from the link (cloud-apis.md §2.1); the rest stays ours.
@@ -252,7 +260,12 @@ func listAll[T any](ctx context.Context, p *Provider, op, path string, q url.Val
 			for k, v := range q {
 				nq[k] = v
 			}
-			nq.Set("cursor", lu.Query().Get("cursor"))
+			cursor := lu.Query().Get("cursor")
+			if cursor == q.Get("cursor") || cursor == prev {
+				return nil, fmt.Errorf("deno: %s: the next page's cursor %q is this page's", op, clip(cursor))
+			}
+			prev = cursor
+			nq.Set("cursor", cursor)
 			next = p.console(path, nq)
 		}
 	}
