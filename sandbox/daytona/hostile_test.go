@@ -19,15 +19,20 @@ import (
 )
 
 // TestListEndlessCursor: a listing whose next cursor never ends (the same cursor again, or a new one
-// on every page) ends in an error after a bounded number of pages instead of looping and growing
-// the result forever.
+// on every page), or whose pages are huge, ends in an error after a bounded number of pages and
+// items instead of looping and growing the result forever.
 func TestListEndlessCursor(t *testing.T) {
+	item := `{"id":"x","organizationId":"o","user":"u","labels":{},"public":false,"networkBlockAll":false,` +
+		`"target":"t","cpu":1,"gpu":0,"memory":1,"disk":1}`
+	huge := strings.TrimSuffix(strings.Repeat(item+",", maxListItems/10+1), ",")
 	for _, tc := range []struct {
-		name   string
-		cursor func(n int64) string
+		name, items, want string
+		cursor            func(n int64) string
+		maxPages          int64
 	}{
-		{"same cursor", func(int64) string { return "again" }},
-		{"new cursor every page", func(n int64) string { return fmt.Sprint("c", n) }},
+		{"same cursor", "", "cursor", func(int64) string { return "again" }, 2},
+		{"new cursor every page", "", "pages", func(n int64) string { return fmt.Sprint("c", n) }, maxListPages},
+		{"huge pages", huge, "sandboxes", func(n int64) string { return fmt.Sprint("c", n) }, 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var pages atomic.Int64
@@ -37,14 +42,14 @@ func TestListEndlessCursor(t *testing.T) {
 					http.Error(w, "test: runaway listing", http.StatusBadRequest) // ends the loop without the fix
 					return
 				}
-				fmt.Fprintf(w, `{"items":[],"nextCursor":%q}`, tc.cursor(n))
+				fmt.Fprintf(w, `{"items":[%s],"nextCursor":%q}`, tc.items, tc.cursor(n))
 			}))
 			t.Cleanup(srv.Close)
 			p, err := New(Options{APIURL: srv.URL, APIKey: "k"})
 			require.NoError(t, err)
 			_, err = p.List(t.Context(), nil)
-			require.ErrorContains(t, err, "pages")
-			require.LessOrEqual(t, pages.Load(), int64(maxListPages))
+			require.ErrorContains(t, err, tc.want)
+			require.LessOrEqual(t, pages.Load(), tc.maxPages)
 		})
 	}
 }

@@ -294,6 +294,9 @@ func (p *Provider) List(ctx context.Context, labels map[string]string) ([]sandbo
 // cursor that never ends (or repeats) must not loop forever nor grow the result without bound.
 const maxListPages = 100
 
+// maxListItems bounds the items a listing keeps, whatever the pages hold (a page may be 8 MiB).
+const maxListItems = maxListPages * 200
+
 func (p *Provider) list(ctx context.Context, labels map[string]string) ([]api.SandboxListItem, error) {
 	raw, _ := json.Marshal(labels) // map of strings: cannot fail
 	params := &api.ListSandboxesParams{Labels: ptr(string(raw)), Limit: ptr(float32(200))}
@@ -310,6 +313,9 @@ func (p *Provider) list(ctx context.Context, labels map[string]string) ([]api.Sa
 			return nil, err
 		}
 		all = append(all, page.Items...)
+		if len(all) > maxListItems {
+			return nil, fmt.Errorf("daytona list: more than %d sandboxes", maxListItems)
+		}
 		if page.NextCursor == nil || *page.NextCursor == "" {
 			return all, nil
 		}
