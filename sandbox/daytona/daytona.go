@@ -197,6 +197,9 @@ func statusOf(err error) int {
 // retryable: rate limited, or a server or gateway failure.
 func retryable(status int) bool { return status == http.StatusTooManyRequests || status >= 500 }
 
+// errBadAnswer is a 2xx whose body could not be decoded: the request had its effect.
+var errBadAnswer = errors.New("decoding the answer")
+
 // decode reads resp: a 2xx is decoded into out (nil: discarded), anything else becomes an apiError.
 func decode(op string, resp *http.Response, out any) error {
 	defer resp.Body.Close()
@@ -217,7 +220,7 @@ func decode(op string, resp *http.Response, out any) error {
 		return nil
 	}
 	if err := json.Unmarshal(body, out); err != nil {
-		return fmt.Errorf("daytona %s: decoding the answer: %w", op, err)
+		return fmt.Errorf("daytona %s: %w: %w", op, errBadAnswer, err)
 	}
 	return nil
 }

@@ -3,7 +3,9 @@ package daytona_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -239,4 +241,38 @@ func TestToolboxRetries(t *testing.T) {
 	require.Equal(t, 2, f.Calls("CreateSession"))
 	require.Equal(t, 2, f.Calls("DeleteSession"))
 	require.NoError(t, p.Destroy(t.Context(), h))
+}
+
+// mangleCreate answers a create that Daytona carried out with a body that is not the sandbox: an
+// answer cut short, a proxy's page, a sandbox without an id.
+type mangleCreate struct{ body string }
+
+func (m mangleCreate) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	if err != nil || r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/api/sandbox") || resp.StatusCode/100 != 2 {
+		return resp, err
+	}
+	_ = resp.Body.Close()
+	resp.Body = io.NopCloser(strings.NewReader(m.body))
+	resp.ContentLength = int64(len(m.body))
+	return resp, nil
+}
+
+// TestCreateGarbledAnswer: a 2xx whose body is not a sandbox means the sandbox was made but its id
+// is unknown: the provider finds it by its create label and adopts it, instead of failing and
+// leaving it running (and billed) for the reaper.
+func TestCreateGarbledAnswer(t *testing.T) {
+	f := newMemFake(t)
+	for name, body := range map[string]string{"cut short": `{"id":"abc","sta`, "no id": `{}`, "html": `<html>ok</html>`} {
+		t.Run(name, func(t *testing.T) {
+			p := newProvider(t, f, func(o *daytona.Options) { o.HTTPClient = &http.Client{Transport: mangleCreate{body}} })
+			calls := f.Calls("createSandbox")
+			h, err := p.Create(t.Context(), memSpec(t))
+			require.NoError(t, err)
+			require.Equal(t, 1, f.Calls("createSandbox")-calls, "not sent again")
+			require.Equal(t, 1, f.Count())
+			require.NoError(t, p.Destroy(t.Context(), h))
+			require.Zero(t, f.Count())
+		})
+	}
 }

@@ -52,8 +52,22 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Handl
 			return p.api.CreateSandbox(ctx, nil, body)
 		}, &sb)
 		status := statusOf(err)
+		if err == nil && sb.Id == "" {
+			err = fmt.Errorf("%w: a sandbox without an id", errBadAnswer)
+		}
 		switch {
 		case err == nil:
+		case errors.Is(err, errBadAnswer):
+			// Made, but which one is unknown: look it up by label rather than fail and leave it.
+			found, lerr := p.findCreated(ctx, token)
+			switch {
+			case lerr != nil:
+				return sandbox.Handle{}, fmt.Errorf("daytona create: %w; looking for what it made: %w", err, lerr)
+			case found == "":
+				return sandbox.Handle{}, fmt.Errorf("daytona create: %w, and nothing labelled %s=%s yet (the reaper will find it if it appears)",
+					err, LabelCreate, token)
+			}
+			sb.Id, err = found, nil
 		case status == http.StatusTooManyRequests || (isTransport(err) && unsent(err)):
 			noEffect = true
 			if attempt < 8 && ctx.Err() == nil {
