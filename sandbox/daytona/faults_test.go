@@ -276,3 +276,41 @@ func TestCreateGarbledAnswer(t *testing.T) {
 		})
 	}
 }
+
+// dropLabelFilter sends listings without their labels filter, as an API that ignored it would.
+type dropLabelFilter struct{}
+
+func (dropLabelFilter) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/api/sandbox") {
+		r = r.Clone(r.Context())
+		q := r.URL.Query()
+		q.Del("labels")
+		r.URL.RawQuery = q.Encode()
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestListTrustsNoFilter: what List returns is what the reaper destroys, and a create's lookup
+// adopts what it finds; neither may take a sandbox without the labels asked for, even when the API
+// answers with more.
+func TestListTrustsNoFilter(t *testing.T) {
+	f := newMemFake(t)
+	p := newProvider(t, f, nil)
+	other := memSpec(t)
+	other.Labels.Deployment = "someone-else"
+	ho, err := p.Create(t.Context(), other)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Destroy(context.WithoutCancel(t.Context()), ho) })
+
+	lax := newProvider(t, f, func(o *daytona.Options) { o.HTTPClient = &http.Client{Transport: dropLabelFilter{}} })
+	list, err := lax.List(t.Context(), map[string]string{sandbox.LabelDeployment: "faults"})
+	require.NoError(t, err)
+	require.Empty(t, list, "another deployment's sandbox is not ours to reap")
+
+	// A lost create answer: the lookup must find this create's sandbox, not the other one.
+	f.Inject(daytonafake.Fault{Op: "createSandbox", Status: http.StatusBadGateway})
+	h, err := lax.Create(t.Context(), memSpec(t))
+	require.NoError(t, err)
+	require.NotEqual(t, ho.ID, h.ID, "another sandbox adopted")
+	require.NoError(t, lax.Destroy(t.Context(), h))
+}

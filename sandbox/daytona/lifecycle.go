@@ -326,7 +326,13 @@ func (p *Provider) list(ctx context.Context, labels map[string]string) ([]api.Sa
 		if err != nil {
 			return nil, err
 		}
-		all = append(all, page.Items...)
+		// The filter is checked again here: the reaper destroys what this returns and a lost
+		// create adopts it, so an API that answered with more must not hand us others' sandboxes.
+		for _, it := range page.Items {
+			if hasLabels(it.Labels, labels) {
+				all = append(all, it)
+			}
+		}
 		if len(all) > maxListItems {
 			return nil, fmt.Errorf("daytona list: more than %d sandboxes", maxListItems)
 		}
@@ -338,6 +344,15 @@ func (p *Provider) list(ctx context.Context, labels map[string]string) ([]api.Sa
 		}
 		params.Cursor = page.NextCursor
 	}
+}
+
+func hasLabels(have, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := have[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
 }
 
 func info(id string, state *api.SandboxState, labels map[string]string, snapshot, created *string, blockAll bool, st handleState) sandbox.Info {
