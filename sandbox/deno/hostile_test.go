@@ -11,9 +11,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
+
+	"github.com/threadbox/threadbox/sandbox"
 )
 
 // TestHostEscapes: a region and a sandbox id come from the console's answers and go into the
@@ -160,4 +163,28 @@ func TestListAllHostile(t *testing.T) {
 			require.LessOrEqual(t, calls.Load(), tc.maxCalls)
 		})
 	}
+}
+
+// TestListTrustsNoFilter: what List returns is what the reaper destroys. A console that ignores
+// the labels filter or the slug search must not hand us another deployment's boxes.
+func TestListTrustsNoFilter(t *testing.T) {
+	now := time.Date(2026, 11, 23, 17, 0, 0, 0, time.UTC)
+	theirs := newBoxID("theirs", now)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/api/v2/sandboxes":
+			fmt.Fprintf(w, `[{"id":"sb1","region":"ord","status":"running","labels":{%q:%q,%q:"theirs"}}]`,
+				LabelBox, theirs, sandbox.LabelDeployment)
+		case "/api/v2/volumes":
+			fmt.Fprintf(w, `[{"slug":%q,"is_bootable":true}]`, volSlug(theirs, 1))
+		default:
+			_, _ = io.WriteString(w, `[]`)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	p, err := New(Options{Token: "ddo_x", SandboxURL: srv.URL, ConsoleURL: srv.URL})
+	require.NoError(t, err)
+	list, err := p.List(t.Context(), map[string]string{sandbox.LabelDeployment: "ours"})
+	require.NoError(t, err)
+	require.Empty(t, list)
 }

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -94,13 +95,33 @@ func (p *Provider) listSandboxes(ctx context.Context, labels map[string]string) 
 		q.Set("labels["+k+"]", v)
 	}
 	var recs []sandboxRec
-	_, err := p.do(ctx, "list sandboxes", http.MethodGet, p.console("/api/v2/sandboxes", q), nil, &recs, true, p.opts.RequestTimeout)
-	return recs, err
+	if _, err := p.do(ctx, "list sandboxes", http.MethodGet, p.console("/api/v2/sandboxes", q), nil, &recs, true, p.opts.RequestTimeout); err != nil {
+		return nil, err
+	}
+	// The filter is checked again here: Destroy kills and the reaper removes what this returns, so
+	// a console that answered with more must not hand us others' sandboxes.
+	kept := recs[:0]
+	for _, r := range recs {
+		if hasLabels(r.Labels, labels) {
+			kept = append(kept, r)
+		}
+	}
+	return kept, nil
 }
 
-// storage lists the volumes and snapshots whose slug contains search, grouped by box.
-func (p *Provider) storage(ctx context.Context, search string) (map[string]*boxState, error) {
-	q := url.Values{"search": {search}, "limit": {"100"}}
+func hasLabels(have, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := have[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// storage lists the volumes and snapshots whose slug starts with prefix, grouped by box. Deno's
+// search matches anywhere in the slug (and is the console's to honour): the prefix is checked here.
+func (p *Provider) storage(ctx context.Context, prefix string) (map[string]*boxState, error) {
+	q := url.Values{"search": {prefix}, "limit": {"100"}}
 	vols, err := listAll[volumeRec](ctx, p, "list volumes", "/api/v2/volumes", q)
 	if err != nil {
 		return nil, err
@@ -117,13 +138,13 @@ func (p *Provider) storage(ctx context.Context, search string) (map[string]*boxS
 		return boxes[id]
 	}
 	for _, v := range vols {
-		if id, kind, n, ok := parseSlug(v.Slug); ok && kind == 'v' {
+		if id, kind, n, ok := parseSlug(v.Slug); ok && kind == 'v' && strings.HasPrefix(v.Slug, prefix) {
 			b := get(id)
 			b.volumes = append(b.volumes, numbered{n: n, slug: v.Slug, ok: v.Bootable})
 		}
 	}
 	for _, s := range snaps {
-		if id, kind, n, ok := parseSlug(s.Slug); ok && kind == 's' {
+		if id, kind, n, ok := parseSlug(s.Slug); ok && kind == 's' && strings.HasPrefix(s.Slug, prefix) {
 			b := get(id)
 			b.snapshots = append(b.snapshots, numbered{n: n, slug: s.Slug, ok: s.Bootable})
 		}
