@@ -315,9 +315,14 @@ func (p *Provider) boot(ctx context.Context, h sandbox.Handle, st handleState, v
 		kerr := p.kill(context.WithoutCancel(ctx), st.Region, conn.sandboxID)
 		return nil, errors.Join(err, kerr)
 	}
+	// The handle's env was filtered when the box was made, but a resume reads it back from storage,
+	// perhaps written before a name joined the blocklist: blocked names are dropped again.
+	blocked := sandbox.NewMatcher(sandbox.DefaultBlocked())
 	keys := make([]string, 0, len(st.Env))
 	for k := range st.Env {
-		keys = append(keys, k)
+		if !blocked.Match(k) {
+			keys = append(keys, k)
+		}
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
