@@ -84,6 +84,16 @@ var _ bot.Sessions = sessions{}
 
 func (s sessions) HasSession(context.Context, bot.ThreadKey) (bool, error) { return s.has, s.err }
 
+// flakySessions has a session for every thread, and fails while err is set.
+type flakySessions struct{ err atomic.Bool }
+
+func (s *flakySessions) HasSession(context.Context, bot.ThreadKey) (bool, error) {
+	if s.err.Load() {
+		return false, errors.New("database down")
+	}
+	return true, nil
+}
+
 func TestFollowUps(t *testing.T) {
 	t.Run("off by default", func(t *testing.T) {
 		h := newStubHandler()
@@ -115,18 +125,23 @@ func TestFollowUps(t *testing.T) {
 		require.Equal(t, "slack:T0FAKE:C1:"+root.TS, m.Thread.String())
 		require.Equal(t, "U2", m.User.ID)
 	})
-	t.Run("a failed lookup counts as no session", func(t *testing.T) {
+	t.Run("a failed lookup is not acknowledged", func(t *testing.T) {
+		// Acknowledged, the follow-up would be gone: Slack does not redeliver it, and the thread's
+		// session never sees it. Unacknowledged, Slack redelivers it once the database is back.
 		h := newStubHandler()
-		hs := newHarness(t, nil, h, func(o *Options) {
-			o.FollowUps = true
-			o.Sessions = sessions{has: true, err: errors.New("database down")}
-		})
+		s := &flakySessions{}
+		s.err.Store(true)
+		hs := newHarness(t, nil, h, func(o *Options) { o.FollowUps = true; o.Sessions = s })
 		root := hs.fake.Mention("C1", "U1", "start")
 		hs.deliver(t, root)
 		h.next(t)
-		hs.deliver(t, hs.fake.ChannelMessage("C1", "U2", "no mention", slackfake.InThread(root.TS)))
-		hs.deliver(t, hs.fake.Mention("C1", "U1", "marker", slackfake.InThread(root.TS)))
-		require.Equal(t, "marker", h.next(t).Text)
+		ev := hs.fake.ChannelMessage("C1", "U2", "no mention", slackfake.InThread(root.TS))
+		res, err := hs.fake.Deliver(t.Context(), hs.events, ev)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusServiceUnavailable, res.Status, "not known to be ignorable: not acknowledged")
+		s.err.Store(false)
+		hs.deliver(t, ev, slackfake.Retry(1, "http_error"))
+		require.Equal(t, "no mention", h.next(t).Text, "the redelivery is taken")
 	})
 	t.Run("needs Sessions", func(t *testing.T) {
 		_, err := New(Options{BotToken: "x", Handler: newStubHandler(), FollowUps: true})

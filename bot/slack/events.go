@@ -3,6 +3,7 @@ package slack
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -51,7 +52,7 @@ func (a *Adapter) serveEvents(w http.ResponseWriter, r *http.Request) {
 				zap.String("reason", r.Header.Get("X-Slack-Retry-Reason")))
 		}
 		if !a.accept(r.Context(), env) {
-			http.Error(w, "shutting down", http.StatusServiceUnavailable)
+			http.Error(w, "not taken; redeliver", http.StatusServiceUnavailable)
 			return
 		}
 		a.opts.Metrics.ChatEvent(platform, bot.ChatAck)
@@ -65,8 +66,8 @@ func (a *Adapter) serveEvents(w http.ResponseWriter, r *http.Request) {
 // rate limits, and hand it to the bot, which records it durably and queues it on its thread; only
 // then is it acknowledged. Nothing here waits on Slack's Web API: attachments are fetched when the
 // turn runs. Whatever cannot be used is logged and acknowledged, so Slack does not retry it forever.
-// It reports false only when the event was not taken (the adapter is closing, or the bot could not
-// record it): then it must not be acknowledged, and its dedupe marks are withdrawn so that the
+// It reports false only when the event was not taken (the adapter is closing, the bot could not
+// record it, or a follow-up's session could not be looked up): then it must not be acknowledged, and its dedupe marks are withdrawn so that the
 // redelivery (to another replica) is taken.
 func (a *Adapter) accept(ctx context.Context, env envelope) bool {
 	a.opts.Metrics.ChatEvent(platform, bot.ChatReceived)
@@ -96,8 +97,17 @@ func (a *Adapter) accept(ctx context.Context, env envelope) bool {
 	team := a.teamOf(env, ev)
 	key, replyTS := threadOf(team, ev, k)
 	log := a.log.With(zap.String("event", env.EventID), zap.String("channel", ev.Channel), zap.String("ts", ev.TS))
-	if k == kindFollowUp && !a.serves(ctx, key) {
-		return true
+	if k == kindFollowUp {
+		served, err := a.serves(ctx, key)
+		if err != nil {
+			// Not known to be chatter: acknowledged, a follow-up in a session's thread would be lost
+			// (Slack does not redeliver it). No dedupe mark is set yet, so the redelivery is taken.
+			log.Warn("follow-up left unacknowledged: looking up the thread's session", zap.String("thread", key.String()), zap.Error(err))
+			return false
+		}
+		if !served {
+			return true
+		}
 	}
 	if !a.seen.First(ctx, "ev:"+env.EventID) {
 		a.opts.Metrics.ChatEvent(platform, bot.ChatDeduped)
@@ -157,16 +167,15 @@ func (a *Adapter) teamOf(env envelope, ev event) string {
 
 // serves reports whether the thread already has a session: only then does a follow-up without a
 // mention count, so the bot never joins a conversation it was not invited into.
-func (a *Adapter) serves(ctx context.Context, key bot.ThreadKey) bool {
+func (a *Adapter) serves(ctx context.Context, key bot.ThreadKey) (bool, error) {
 	if !a.opts.FollowUps || a.opts.Sessions == nil {
-		return false
+		return false, nil
 	}
 	ok, err := a.opts.Sessions.HasSession(ctx, key)
 	if err != nil {
-		a.log.Warn("follow-up: looking up the thread's session", zap.String("thread", key.String()), zap.Error(err))
-		return false
+		return false, fmt.Errorf("slack: follow-up: %w", err)
 	}
-	return ok
+	return ok, nil
 }
 
 // withinLimits applies the per-user then the per-channel limit. The first message over a limit in a
