@@ -124,7 +124,8 @@ func (r *replier) post(ctx context.Context, text string, escape bool) error {
 	})
 }
 
-// Progress implements bot.Replier: the first call posts the "working…" message, later ones edit it.
+// Progress implements bot.Replier: the first call posts the "working…" message, later ones edit it
+// (or post it again if it was deleted).
 // It never waits: a rate limit comes back as *bot.RateLimitedError, and the coalescer holds off for
 // its RetryAfter while the turn carries on.
 func (r *replier) Progress(ctx context.Context, text string) error {
@@ -133,14 +134,20 @@ func (r *replier) Progress(ctx context.Context, text string) error {
 	ctx, cancel := context.WithTimeout(ctx, updateTimeout)
 	defer cancel()
 	var err error
-	if r.progressTS == "" {
+	if r.progressTS != "" {
+		_, _, _, err = r.a.api.UpdateMessageContext(ctx, r.channel, r.progressTS, slack.MsgOptionText(text, true))
+		if isSlackError(err, "message_not_found") || isSlackError(err, "cant_update_message") {
+			// Someone deleted the progress message: every later edit would fail the same way, and
+			// the rest of the turn's progress (its final state included) would be lost. Post anew.
+			r.progressTS, err = "", nil
+		}
+	}
+	if r.progressTS == "" && err == nil {
 		var ts string
 		_, ts, err = r.a.api.PostMessageContext(ctx, r.channel, r.msgOptions(text, true)...)
 		if err == nil {
 			r.progressTS = ts
 		}
-	} else {
-		_, _, _, err = r.a.api.UpdateMessageContext(ctx, r.channel, r.progressTS, slack.MsgOptionText(text, true))
 	}
 	if d, ok := rateLimited(err); ok {
 		return &bot.RateLimitedError{RetryAfter: d}

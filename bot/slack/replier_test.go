@@ -39,3 +39,25 @@ func TestReplierMarksWaitOutRateLimits(t *testing.T) {
 	require.NoError(t, hs.ad.newReplier("C1", other.TS, other.TS).React(ctx, bot.ReactSkipped))
 	require.Equal(t, []string{bot.ReactSkipped}, fake.Reactions("C1", other.TS), "🚫 says how a message ended too")
 }
+
+// TestProgressAfterItsMessageWasDeleted: someone deletes the "working…" message mid-turn. Every
+// later edit fails with message_not_found; the progress comes back as a new message instead of being
+// lost for the rest of the turn (the final "done in …" included).
+func TestProgressAfterItsMessageWasDeleted(t *testing.T) {
+	fake := slackfake.New(slackfake.Options{})
+	t.Cleanup(fake.Close)
+	hs := newHarness(t, fake, newStubHandler())
+	ctx := t.Context()
+	root := fake.Mention("C1", "U1", "go")
+	r := hs.ad.newReplier("C1", root.TS, root.TS)
+
+	require.NoError(t, r.Progress(ctx, "working…"))
+	fake.Fail("chat.update", 1, "message_not_found")
+	require.NoError(t, r.Progress(ctx, "working… 1"))
+	replies := fake.Replies("C1", root.TS)
+	require.Len(t, replies, 2)
+	require.Equal(t, "working… 1", replies[1].Text, "a new progress message")
+	require.NoError(t, r.Progress(ctx, "done"))
+	require.Equal(t, "done", fake.Replies("C1", root.TS)[1].Text)
+	require.Len(t, fake.Replies("C1", root.TS), 2, "and it is the one edited after")
+}
