@@ -416,3 +416,25 @@ func TestAckOnlyWhatWasTaken(t *testing.T) {
 	_, err = hs.fake.SlashCommand(t.Context(), hs.commands, slackfake.SlashCommand{Text: "sessions", UserID: "U1"})
 	require.NoError(t, err)
 }
+
+// TestEditedMentionIsNoNewRequest: Slack sends app_mention again, with an "edited" field and the
+// message's own ts, when a user edits a message that mentions the bot. The (channel, ts) dedupe mark
+// hides it for DedupeTTL on the replica that saw the original, but not after a restart or the TTL,
+// and commands (reset, stop, admin) have no turn row to stop them running again.
+func TestEditedMentionIsNoNewRequest(t *testing.T) {
+	fake := slackfake.New(slackfake.Options{})
+	t.Cleanup(fake.Close)
+	first := newStubHandler()
+	hs := newHarness(t, fake, first)
+	orig := fake.Mention("C1", "U1", "reset")
+	hs.deliver(t, orig)
+	require.Equal(t, "reset", first.next(t).Text)
+
+	// The replica restarts (in-process marks gone); then the user fixes a typo in the message.
+	h := newStubHandler()
+	hs = newHarness(t, fake, h)
+	hs.deliver(t, fake.Callback(map[string]any{"type": "app_mention", "user": "U1", "text": "<@U0BOT> reset!",
+		"ts": orig.TS, "channel": "C1", "edited": map[string]any{"user": "U1", "ts": "9999999999.000000"}}))
+	hs.deliver(t, fake.Mention("C1", "U1", "marker"))
+	require.Equal(t, "marker", h.next(t).Text, "the edit is not a new request")
+}

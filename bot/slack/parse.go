@@ -40,6 +40,8 @@ type event struct {
 	Team        string          `json:"team"`
 	Hidden      bool            `json:"hidden"`
 	Files       json.RawMessage `json:"files"`
+	// Edited is set on an app_mention that Slack sends again because its message was edited.
+	Edited json.RawMessage `json:"edited"`
 }
 
 // slackFile is one entry of an event's files.
@@ -129,6 +131,10 @@ func classify(ev event, botUserID string) (k kind, why string) {
 		return kindIgnore, "subtype " + ev.Subtype
 	case ev.Hidden:
 		return kindIgnore, "hidden"
+	case len(ev.Edited) > 0 && string(ev.Edited) != "null":
+		// An edit of a mention comes as app_mention again, under the message's own ts: not a new
+		// request, and a command in it (reset, stop) must not run twice.
+		return kindIgnore, "edited"
 	case ev.Channel == "" || ev.TS == "":
 		return kindIgnore, "no channel or ts"
 	}

@@ -69,6 +69,8 @@ func TestClassify(t *testing.T) {
 		{"file share in a DM", mod(func(e *event) { e.Type = "message"; e.Subtype = "file_share"; e.ChannelType = "im" }), "UBOT", kindDM},
 		{"dm", mod(func(e *event) { e.Type = "message"; e.ChannelType = "im"; e.Text = "hi" }), "UBOT", kindDM},
 		{"hidden", mod(func(e *event) { e.Hidden = true }), "UBOT", kindIgnore},
+		{"edited mention", mod(func(e *event) { e.Edited = json.RawMessage(`{"user":"U1","ts":"2.0"}`) }), "UBOT", kindIgnore},
+		{"edited: null", mod(func(e *event) { e.Edited = json.RawMessage(`null`) }), "UBOT", kindMention},
 		{"no user", mod(func(e *event) { e.User = "" }), "UBOT", kindIgnore},
 		{"no ts", mod(func(e *event) { e.TS = "" }), "UBOT", kindIgnore},
 		{"channel message with mention: app_mention answers it", mod(func(e *event) { e.Type = "message"; e.ChannelType = "channel"; e.ThreadTS = "0.5" }), "UBOT", kindIgnore},
