@@ -204,7 +204,9 @@ func (l *lifecycle) resolve(ctx context.Context, sess db.Session, note func()) (
 	case l.maxResumeFailures > 0 && sess.ResumeFailCount >= l.maxResumeFailures:
 		// The old sandbox cannot be made to work: free it (idempotent) before replacing it.
 		prov := l.provOf(h)
-		if err := l.withProvider(ctx, note, func() error { return prov.Destroy(ctx, h) }); err != nil {
+		// A sandbox already gone is destroyed, which is all this asked (Destroy is idempotent, also
+		// for a provider that reports ErrNotFound anyway).
+		if err := l.withProvider(ctx, note, func() error { return prov.Destroy(ctx, h) }); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 			return resolved{}, fmt.Errorf("destroy a sandbox that failed to resume: %w", err)
 		}
 		why := fmt.Sprintf("resume failed %d times", sess.ResumeFailCount)
@@ -223,7 +225,7 @@ func (l *lifecycle) resolve(ctx context.Context, sess db.Session, note func()) (
 	case sandbox.StateStopped, sandbox.StateArchived, sandbox.StateStarting:
 		return l.resume(ctx, sess, h, note)
 	case sandbox.StateFailed:
-		if err := l.withProvider(ctx, note, func() error { return prov.Destroy(ctx, h) }); err != nil {
+		if err := l.withProvider(ctx, note, func() error { return prov.Destroy(ctx, h) }); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 			return resolved{}, fmt.Errorf("destroy failed sandbox: %w", err)
 		}
 		return l.recreate(ctx, sess, RecreateFailed, "sandbox failed", note)
