@@ -121,7 +121,9 @@ func (p *Pool) admit(ctx context.Context, threadKey string, sink Sink) (release 
 		}
 		c.mu.Lock()
 		changed := c.changed
-		first := !queued || (len(c.line) > 0 && c.line[0] == w)
+		// A newcomer is first only when nobody waits: the head of the line, woken by a freed slot,
+		// must not lose it to a turn that arrived after it.
+		first := len(c.line) == 0 || (queued && c.line[0] == w)
 		used := len(live)
 		for k := range c.pending {
 			if !live[k] {
