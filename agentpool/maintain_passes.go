@@ -354,6 +354,13 @@ func (m *Maintainer) reapProvider(ctx context.Context, prov sandbox.Provider, re
 			if owned[info.Handle.ID] {
 				continue
 			}
+			creating, err := m.createInFlight(ctx, prov, info)
+			if err != nil {
+				return err
+			}
+			if creating {
+				continue
+			}
 			rep.Orphans = append(rep.Orphans, info)
 			if rep.DryRun {
 				continue
@@ -373,6 +380,39 @@ func (m *Maintainer) reapProvider(ctx context.Context, prov sandbox.Provider, re
 	// The reaper's view, for /metrics: every sandbox of the deployment, and those no session owns.
 	m.met.Sandboxes(prov.Name(), len(infos), len(rep.Orphans)-orphansBefore)
 	return m.reapVolumes(ctx, prov, rep)
+}
+
+// createInFlight reports whether info is the sandbox of a create still under way: its labels name a
+// session in creating, at the label's generation, on this provider, and the thread's lock is held
+// (the creator holds it until the handle is saved). Such a session names the sandbox only once Create
+// returns, which a slow provider (an image build, a long start) may do after ReapGrace. A create
+// abandoned (cancelled, crashed) leaves the lock free, and its sandbox is an orphan.
+func (m *Maintainer) createInFlight(ctx context.Context, prov sandbox.Provider, info sandbox.Info) (bool, error) {
+	l := sandbox.ParseLabels(info.Labels)
+	if l.Thread == "" {
+		return false, nil
+	}
+	s, err := m.store.SessionGet(ctx, l.Thread)
+	switch {
+	case errors.Is(err, db.ErrNotFound):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("session of sandbox %s: %w", info.Handle.ID, err)
+	case s.Status != db.SessionCreating || s.Generation != l.Generation || m.provs.pick(s.Provider).Name() != prov.Name():
+		return false, nil
+	}
+	// Busy (or gone meanwhile) keeps it for a later pass; under the lock, the create may have
+	// finished since the listing and saved this very sandbox.
+	out, err := m.withThread(ctx, l.Thread, func(cur db.Session) (itemOutcome, error) {
+		if cur.SandboxID == info.Handle.ID && cur.Status != db.SessionDestroyed {
+			return outSkipped, nil
+		}
+		return outDone, nil
+	})
+	if err != nil {
+		return false, err
+	}
+	return out == outSkipped, nil
 }
 
 // reapVolumes removes this deployment's labelled volumes that no sandbox mounts, once older than
