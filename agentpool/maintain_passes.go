@@ -23,17 +23,22 @@ const (
 )
 
 // drainBatches fetches candidates and handles each once, until a batch comes back short or holds
-// nothing new. The second condition matters: a skipped candidate (its thread was busy) stays in the
-// query's result, and a full batch of those means this pass can make no more progress.
+// nothing new. The second condition matters: a skipped candidate (its thread was busy, its provider
+// down) stays in the query's result, and a full batch of those means this pass can make no more
+// progress. So each fetch asks for as many more rows as are stuck that way (up to db.MaxBatch):
+// otherwise a batch's worth of them, oldest first, would hide every candidate behind them, e.g. one
+// provider's outage would keep the others' idle sandboxes running.
 func drainBatches[T any](ctx context.Context, size int, rep *PassReport, key func(T) string,
-	fetch func(context.Context) ([]T, error), handle func(context.Context, T) (itemOutcome, error),
+	fetch func(ctx context.Context, limit int) ([]T, error), handle func(context.Context, T) (itemOutcome, error),
 ) error {
 	seen := map[string]bool{}
+	stuck := 0 // seen and not done: they may come back in every batch
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		items, err := fetch(ctx)
+		limit := min(size+stuck, db.MaxBatch)
+		items, err := fetch(ctx, limit)
 		if err != nil {
 			return err
 		}
@@ -56,11 +61,13 @@ func drainBatches[T any](ctx context.Context, size int, rep *PassReport, key fun
 				rep.Done++
 			case outSkipped:
 				rep.Skipped++
+				stuck++
 			case outFailed:
 				rep.fail(err)
+				stuck++
 			}
 		}
-		if len(items) < size || fresh == 0 {
+		if len(items) < limit || fresh == 0 {
 			return nil
 		}
 	}
@@ -70,10 +77,10 @@ func sessionThreadKey(s db.Session) string { return s.ThreadKey }
 
 // byStatus pages through the sessions in status by thread key. The pages never repeat, so
 // drainBatches stops at the first short one.
-func (m *Maintainer) byStatus(status db.SessionStatus) func(context.Context) ([]db.Session, error) {
+func (m *Maintainer) byStatus(status db.SessionStatus) func(context.Context, int) ([]db.Session, error) {
 	after := ""
-	return func(ctx context.Context) ([]db.Session, error) {
-		ss, err := m.store.SessionsByStatus(ctx, status, after, m.cfg.BatchSize)
+	return func(ctx context.Context, limit int) ([]db.Session, error) {
+		ss, err := m.store.SessionsByStatus(ctx, status, after, limit)
 		if len(ss) > 0 {
 			after = ss[len(ss)-1].ThreadKey
 		}
@@ -130,8 +137,8 @@ func (m *Maintainer) IdlePass(ctx context.Context) (PassReport, error) {
 
 	cutoff := m.now().Add(-m.cfg.IdleTimeout)
 	err = drainBatches(ctx, m.cfg.BatchSize, &rep, sessionThreadKey,
-		func(ctx context.Context) ([]db.Session, error) {
-			return m.store.SessionsIdle(ctx, cutoff, m.cfg.BatchSize)
+		func(ctx context.Context, limit int) ([]db.Session, error) {
+			return m.store.SessionsIdle(ctx, cutoff, limit)
 		},
 		g.wrap(func(ctx context.Context, s db.Session) (itemOutcome, error) {
 			return m.withThread(ctx, s.ThreadKey, func(cur db.Session) (itemOutcome, error) {
@@ -185,8 +192,8 @@ func (m *Maintainer) CleanupPass(ctx context.Context) (PassReport, error) {
 
 	cutoff := m.now().Add(-m.cfg.PausedTTL)
 	err = drainBatches(ctx, m.cfg.BatchSize, &rep, sessionThreadKey,
-		func(ctx context.Context) ([]db.Session, error) {
-			return m.store.SessionsPausedExpired(ctx, cutoff, m.cfg.BatchSize)
+		func(ctx context.Context, limit int) ([]db.Session, error) {
+			return m.store.SessionsPausedExpired(ctx, cutoff, limit)
 		},
 		g.wrap(func(ctx context.Context, s db.Session) (itemOutcome, error) {
 			return m.withThread(ctx, s.ThreadKey, func(cur db.Session) (itemOutcome, error) {
@@ -213,8 +220,8 @@ func (m *Maintainer) ReconcilePass(ctx context.Context) (PassReport, error) {
 	g := m.newGuard(passReconcile)
 	cutoff := m.now().Add(-m.cfg.ReconcileGrace)
 	err := drainBatches(ctx, m.cfg.BatchSize, &rep, sessionThreadKey,
-		func(ctx context.Context) ([]db.Session, error) {
-			return m.store.SessionsUnsettled(ctx, cutoff, m.cfg.BatchSize)
+		func(ctx context.Context, limit int) ([]db.Session, error) {
+			return m.store.SessionsUnsettled(ctx, cutoff, limit)
 		},
 		g.wrap(func(ctx context.Context, s db.Session) (itemOutcome, error) {
 			return m.withThread(ctx, s.ThreadKey, func(cur db.Session) (itemOutcome, error) {
@@ -462,8 +469,8 @@ func (m *Maintainer) WatchdogPass(ctx context.Context) (PassReport, error) {
 	msg := fmt.Sprintf("no progress from the agent for %s; aborted", humanDuration(m.cfg.StuckAfter))
 	err := drainBatches(ctx, m.cfg.BatchSize, &rep,
 		func(t db.Turn) string { return strconv.FormatInt(t.ID, 10) },
-		func(ctx context.Context) ([]db.Turn, error) {
-			return m.store.TurnsStuck(ctx, cutoff, m.cfg.BatchSize)
+		func(ctx context.Context, limit int) ([]db.Turn, error) {
+			return m.store.TurnsStuck(ctx, cutoff, limit)
 		},
 		func(ctx context.Context, t db.Turn) (itemOutcome, error) {
 			// The runtime may have sent an event since the query.
