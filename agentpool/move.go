@@ -117,6 +117,11 @@ func (p *Pool) move(ctx context.Context, wc WorkspaceChooser, req MoveRequest) (
 		return res, classify(EUNAVAILABLE, "move", err)
 	}
 	if live {
+		// Asking for unsaved work resolved the sandbox, which may have recreated it (a session left
+		// destroying, or past its failed resumes) at a new generation: destroy what is there now.
+		if cur, err = p.store.SessionGet(ctx, key); err != nil {
+			return res, classify(EUNAVAILABLE, "move", err)
+		}
 		if _, err := p.life.destroy(ctx, cur); err != nil {
 			return res, classify(ESANDBOX, "move: destroy the old sandbox", err)
 		}
