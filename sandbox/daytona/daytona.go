@@ -229,14 +229,7 @@ func decode(op string, resp *http.Response, out any) error {
 func errorMessage(body []byte) string { return clip(rawErrorMessage(body)) }
 
 // clip cuts text from Daytona to maxMessage runes.
-func clip(s string) string {
-	s = s[:min(len(s), 4*maxMessage)] // a rune is at most 4 bytes: spare converting megabytes
-	r := []rune(s)
-	if len(r) > maxMessage {
-		return string(r[:maxMessage]) + "…"
-	}
-	return s
-}
+func clip(s string) string { return sandbox.ClipText(s, maxMessage) }
 
 func rawErrorMessage(body []byte) string {
 	var e struct {
@@ -368,4 +361,4 @@ func ptr[T any](v T) *T { return &v }
 const maxRetryAfter = 30 * time.Second
 
 // maxMessage bounds Daytona's error text kept in our errors, which reach logs and chat threads.
-const maxMessage = 500
+const maxMessage = sandbox.MaxErrorText

@@ -215,17 +215,10 @@ func validRegion(r string) bool {
 }
 
 // maxMessage bounds Deno's error text kept in our errors, which reach logs and chat threads.
-const maxMessage = 500
+const maxMessage = sandbox.MaxErrorText
 
 // clip cuts text from Deno to maxMessage runes.
-func clip(s string) string {
-	s = s[:min(len(s), 4*maxMessage)] // a rune is at most 4 bytes: spare converting megabytes
-	r := []rune(s)
-	if len(r) > maxMessage {
-		return string(r[:maxMessage]) + "…"
-	}
-	return s
-}
+func clip(s string) string { return sandbox.ClipText(s, maxMessage) }
 
 // maxListItems bounds what a console listing keeps: far more volumes and snapshots than a
 // deployment holds, and pages of a hostile or broken console must not grow it without end.

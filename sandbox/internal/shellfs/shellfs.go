@@ -66,17 +66,12 @@ cd "$dir" && find . ! -name . -exec stat -c '%f %s %Y %n' {} + 2>/dev/null`
 // past MaxListEntries lines.
 const ListBytes = int64(sandbox.MaxListEntries+1) * 600
 
-// maxQuoted bounds the script output an error quotes.
-const maxQuoted = 500
-
 // ScriptErr maps a script's exit code to the sandbox's errors; prefix names the provider.
 func ScriptErr(prefix, op, abs, out string, code int, err error) error {
 	out = strings.TrimSpace(out)
 	// The output is the sandbox's and may be a whole listing: quote its start only, since the error
 	// reaches logs and threads.
-	if len(out) > maxQuoted {
-		out = strings.ToValidUTF8(out[:maxQuoted], "") + "…"
-	}
+	out = sandbox.ClipText(out, sandbox.MaxErrorText)
 	switch {
 	case err != nil:
 		return fmt.Errorf("%s: %s %s: %w", prefix, op, abs, err)
