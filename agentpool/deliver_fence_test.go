@@ -30,12 +30,8 @@ func (s *gateSink) Deliver(ctx context.Context, out Outcome) ([]string, error) {
 // recovery pass then sees A as dead and the turn as finished but undelivered. Claimed without the
 // thread's lock, B posted the outcome a second time while A posted it too. Under the lock, B waits
 // for A to release the thread, by when the turn is recorded as delivered.
-// On PostgreSQL the two pools hold their locks on connections of their own, as replicas do.
 func TestRecoverDoesNotRedeliverWhileTheOwnerPosts(t *testing.T) {
-	for name, open := range map[string]func(testing.TB) db.Store{
-		"sqlite":   newSQLiteStore,
-		"postgres": func(t testing.TB) db.Store { return dbtest.OpenPostgres(t) },
-	} {
+	for name, open := range fenceStores {
 		t.Run(name, func(t *testing.T) { testRecoverDoesNotRedeliverWhileTheOwnerPosts(t, open(t)) })
 	}
 }
@@ -43,16 +39,9 @@ func TestRecoverDoesNotRedeliverWhileTheOwnerPosts(t *testing.T) {
 func testRecoverDoesNotRedeliverWhileTheOwnerPosts(t *testing.T, st db.Store) {
 	ctx := t.Context()
 	sinkA := &gateSink{collector: newCollector(), reached: make(chan struct{}), proceed: make(chan struct{})}
-	a, err := New(Config{Deployment: "test-fence", Image: "img"}, Deps{
-		Store: st, Provider: sandboxfake.New(), Runtime: &scriptRuntime{}, Instance: "A"})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+	a := fencePool(t, st, "A", sinkA) // A runs no recovery pass here: it restores nothing
 	sinkB := newCollector()
-	b, err := New(Config{Deployment: "test-fence", Image: "img"}, Deps{
-		Store: st, Provider: sandboxfake.New(), Runtime: &scriptRuntime{}, Instance: "B",
-		Restore: func(context.Context, db.Turn) (Request, error) { return Request{Sink: sinkB}, nil }})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = b.Shutdown(context.Background()) })
+	b := fencePool(t, st, "B", sinkB)
 
 	tk := submit(t, a, "web:fence", "e1", "hi", sinkA)
 	<-sinkA.reached
@@ -75,10 +64,7 @@ func testRecoverDoesNotRedeliverWhileTheOwnerPosts(t *testing.T, st db.Store) {
 // posting without the thread's lock (its claim's lock was let go once the post was queued) was
 // answered over by B; posting under it, B waits for A to let go, by when the turn is delivered.
 func TestRecoveryPostsUnderTheThreadLock(t *testing.T) {
-	for name, open := range map[string]func(testing.TB) db.Store{
-		"sqlite":   newSQLiteStore,
-		"postgres": func(t testing.TB) db.Store { return dbtest.OpenPostgres(t) },
-	} {
+	for name, open := range fenceStores {
 		for _, left := range []string{"running", "finished"} {
 			t.Run(name+"/"+left, func(t *testing.T) { testRecoveryPostsUnderTheThreadLock(t, open(t), left) })
 		}
@@ -98,17 +84,9 @@ func testRecoveryPostsUnderTheThreadLock(t *testing.T, st db.Store, left string)
 	require.NoError(t, err)
 
 	sinkA := &gateSink{collector: newCollector(), reached: make(chan struct{}), proceed: make(chan struct{})}
-	a, err := New(Config{Deployment: "test-fence", Image: "img"}, Deps{
-		Store: st, Provider: sandboxfake.New(), Runtime: &scriptRuntime{}, Instance: "A",
-		Restore: func(context.Context, db.Turn) (Request, error) { return Request{Sink: sinkA}, nil }})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+	a := fencePool(t, st, "A", sinkA)
 	sinkB := newCollector()
-	b, err := New(Config{Deployment: "test-fence", Image: "img"}, Deps{
-		Store: st, Provider: sandboxfake.New(), Runtime: &scriptRuntime{}, Instance: "B",
-		Restore: func(context.Context, db.Turn) (Request, error) { return Request{Sink: sinkB}, nil }})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = b.Shutdown(context.Background()) })
+	b := fencePool(t, st, "B", sinkB)
 
 	_, err = a.RecoverPass(ctx)
 	require.NoError(t, err)
@@ -124,4 +102,22 @@ func testRecoveryPostsUnderTheThreadLock(t *testing.T, st db.Store, left string)
 	sinkB.mu.Lock()
 	defer sinkB.mu.Unlock()
 	require.Empty(t, sinkB.outcomes, "the outcome was posted twice")
+}
+
+// fenceStores are the stores the fence tests run on: on PostgreSQL each pool holds its locks on
+// connections of its own, as replicas do.
+var fenceStores = map[string]func(testing.TB) db.Store{
+	"sqlite":   newSQLiteStore,
+	"postgres": func(t testing.TB) db.Store { return dbtest.OpenPostgres(t) },
+}
+
+// fencePool is a replica named instance on st whose restored turns answer to sink.
+func fencePool(t *testing.T, st db.Store, instance string, sink Sink) *Pool {
+	t.Helper()
+	p, err := New(Config{Deployment: "test-fence", Image: "img"}, Deps{
+		Store: st, Provider: sandboxfake.New(), Runtime: &scriptRuntime{}, Instance: instance,
+		Restore: func(context.Context, db.Turn) (Request, error) { return Request{Sink: sink}, nil }})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Shutdown(context.Background()) })
+	return p
 }
