@@ -42,8 +42,10 @@ func forEachMaintStore(t *testing.T, f func(t *testing.T, st db.Store, clock *db
 	}
 }
 
-// newTestMaintainer builds a Maintainer on the shared clock, with a short lock wait so that a busy
-// thread costs the test milliseconds.
+// newTestMaintainer builds a Maintainer on the shared clock, with a lock wait of one second: a busy
+// thread costs the test a second, and a free thread's lock is had well within it even on a loaded
+// machine (20 ms was not: on PostgreSQL the wait includes opening a lock connection, and a loaded CI
+// run counted free threads as busy).
 func newTestMaintainer(t *testing.T, cfg MaintainerConfig, st db.Store, prov sandbox.Provider, deployment string, clock *dbtest.Clock, onStuck func(context.Context, db.Turn)) *Maintainer {
 	t.Helper()
 	m, err := NewMaintainer(cfg, MaintainerDeps{
@@ -51,7 +53,7 @@ func newTestMaintainer(t *testing.T, cfg MaintainerConfig, st db.Store, prov san
 		Now: clock.Now, OnStuck: onStuck,
 	})
 	require.NoError(t, err)
-	m.lockWait = 20 * time.Millisecond
+	m.lockWait = time.Second
 	return m
 }
 
