@@ -20,12 +20,17 @@ func TestRetryPolicy(t *testing.T) {
 		wantCalls int
 		wantErr   error
 		maxWait   time.Duration
+		deadline  time.Duration // the caller's deadline, if any
 	}{
 		{name: "first call succeeds", wantCalls: 1},
 		{name: "rate limited twice, then succeeds", fails: []error{errSlowDown, errSlowDown}, wantCalls: 3},
 		{name: "not a retryable error", fails: []error{context.DeadlineExceeded}, wantCalls: 1, wantErr: context.DeadlineExceeded},
 		{name: "attempts spent", fails: []error{errSlowDown, errSlowDown, errSlowDown, errSlowDown}, wantCalls: 3, wantErr: errSlowDown},
 		{name: "wait longer than worth taking", fails: []error{errSlowDown}, wantCalls: 1, wantErr: errSlowDown, maxWait: time.Millisecond},
+		// A delivery has its own deadline: a Retry-After past MaxWait that still ends within it is
+		// waited out, since giving up loses an acknowledged message's answer.
+		{name: "long wait within the caller's deadline", fails: []error{errSlowDown}, wantCalls: 2, maxWait: time.Millisecond, deadline: 2 * time.Second},
+		{name: "long wait past the caller's deadline", fails: []error{errSlowDown}, wantCalls: 1, wantErr: errSlowDown, maxWait: time.Millisecond, deadline: time.Second},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -34,9 +39,15 @@ func TestRetryPolicy(t *testing.T) {
 				if tt.maxWait > 0 {
 					p.MaxWait = tt.maxWait
 				}
+				ctx := t.Context()
+				if tt.deadline > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, tt.deadline)
+					defer cancel()
+				}
 				calls := 0
 				start := time.Now()
-				err := p.Do(t.Context(), func(context.Context) error {
+				err := p.Do(ctx, func(context.Context) error {
 					calls++
 					if calls <= len(tt.fails) {
 						return tt.fails[calls-1]
