@@ -2,6 +2,7 @@ package agentpool
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -102,6 +103,8 @@ func (p *Pool) releaseTurn(turnID int64) {
 type AdoptReport struct {
 	// Adopted turns were queued here; Failed ones could not be restored and were failed.
 	Adopted, Failed int
+	// Reposted turns had a reply that did not reach the chat (ErrNotPosted); it was posted again.
+	Reposted int
 }
 
 // AdoptPass queues this process's own orphaned turns (see above). It runs in every process, not
@@ -131,9 +134,84 @@ func (p *Pool) AdoptPass(ctx context.Context) (AdoptReport, error) {
 			}
 		}
 		if len(page) < db.DefaultBatch {
-			return rep, nil
+			break
 		}
 	}
+	return rep, p.repostPass(ctx, cutoff, &rep)
+}
+
+// repostPass posts again the replies of this process's finished turns that did not reach the chat
+// (ErrNotPosted) and ended before cutoff. The ones that ended over RepostFor ago are given up.
+func (p *Pool) repostPass(ctx context.Context, cutoff time.Time, rep *AdoptReport) error {
+	var after int64
+	for {
+		page, err := p.store.TurnsUndelivered(ctx, after, db.DefaultBatch)
+		if err != nil {
+			return fmt.Errorf("adopt: %w", err)
+		}
+		for _, t := range page {
+			after = t.ID
+			if t.Owner != p.instance || t.FinishedAt.After(cutoff) {
+				continue
+			}
+			if err := p.repostTurn(ctx, t, rep); err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				p.log.Warn("posting a reply again", zap.Int64("turn", t.ID), zap.String("thread", t.ThreadKey), zap.Error(err))
+			}
+		}
+		if len(page) < db.DefaultBatch {
+			return nil
+		}
+	}
+}
+
+// repostTurn posts one of repostPass's turns on its thread's queue, after the turns queued there.
+func (p *Pool) repostTurn(ctx context.Context, t db.Turn, rep *AdoptReport) error {
+	if !p.reserveTurn(t.ID, t.PlatformEventID, true) {
+		return nil // its run is still posting it
+	}
+	reserved := true
+	defer func() {
+		if reserved {
+			p.releaseTurn(t.ID)
+		}
+	}()
+	// The listing may be stale (its run may have posted it since): the claim checks that it is
+	// still this process's and still undelivered.
+	claimed, err := p.store.TurnClaimUndelivered(ctx, t.ID, p.instance, p.instance)
+	if errors.Is(err, db.ErrConflict) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if p.now().Sub(claimed.FinishedAt) >= RepostFor {
+		p.log.Error("giving up posting a reply that never reached the chat", zap.Int64("turn", t.ID),
+			zap.String("thread", t.ThreadKey), zap.Duration("tried_for", RepostFor))
+		p.markDelivered(ctx, t.ID)
+		return nil
+	}
+	req, err := p.restoreRequest(ctx, claimed)
+	if err != nil {
+		rep.Failed++
+		p.markDelivered(ctx, t.ID) // nowhere to post it: do not try for ever
+		return err
+	}
+	discardFiles(req.Files)
+	out := recordedOutcome(claimed)
+	err = p.Do(t.ThreadKey, func(context.Context) {
+		defer p.releaseTurn(t.ID)
+		p.postTakenOver(t.ThreadKey, req.Sink, out, claimed.FinishedAt, "posting a reply again")
+	}, func(error) { p.releaseTurn(t.ID) })
+	if err != nil {
+		return err // closing: the next pass, or the next process, posts it
+	}
+	reserved = false
+	rep.Reposted++
+	p.log.Info("posting again a reply that did not reach the chat", zap.Int64("turn", t.ID), zap.String("thread", t.ThreadKey))
+	return nil
 }
 
 func (p *Pool) adoptTurn(ctx context.Context, t db.Turn, rep *AdoptReport) error {

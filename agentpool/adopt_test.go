@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -186,5 +187,95 @@ func TestAdoptSkipsTurnsHeldHere(t *testing.T) {
 		}
 		require.NoError(t, p.Shutdown(ctx))
 		require.Empty(t, sink.got, "each answered once")
+	})
+}
+
+// notPostedSink fails its first fails deliveries with ErrNotPosted (the chat was down), then
+// collects.
+type notPostedSink struct {
+	*collector
+	mu    sync.Mutex
+	fails int
+	tried chan Outcome
+}
+
+func (s *notPostedSink) Deliver(ctx context.Context, out Outcome) ([]string, error) {
+	s.mu.Lock()
+	fail := s.fails > 0
+	if fail {
+		s.fails--
+	}
+	s.mu.Unlock()
+	if fail {
+		s.tried <- out
+		return nil, fmt.Errorf("slack: posting: %w", ErrNotPosted)
+	}
+	return s.collector.Deliver(ctx, out)
+}
+
+// TestRepostReplyThatDidNotReachTheChat: a finished turn whose reply did not get through at all
+// stays undelivered, and its live owner's adoption pass posts it again after the grace period, once;
+// one that keeps failing is given up after RepostFor.
+func TestRepostReplyThatDidNotReachTheChat(t *testing.T) {
+	forEachMaintStore(t, func(t *testing.T, st db.Store, clock *dbtest.Clock) {
+		ctx := t.Context()
+		sink := &notPostedSink{collector: newCollector(), fails: 1, tried: make(chan Outcome, 10)}
+		p := newAdoptPool(t, st, clock, &scriptRuntime{}, sink)
+		req := Request{ThreadKey: "k", Platform: "test", EventID: "e1", Text: "hello", Sink: sink, Delivery: json.RawMessage(`{}`)}
+		tk, err := p.Submit(ctx, req)
+		require.NoError(t, err)
+		require.Equal(t, "echo: hello", (<-sink.tried).Answer)
+		require.NoError(t, p.q.wait(ctx))
+		tr, err := st.TurnGet(ctx, tk.TurnID)
+		require.NoError(t, err)
+		require.True(t, tr.DeliveredAt.IsZero(), "a reply that never got through is not recorded as delivered")
+
+		rep, err := p.RecoverPass(ctx)
+		require.NoError(t, err)
+		require.Equal(t, RecoverReport{}, rep, "recovery leaves a live owner's turns alone")
+		rep2, err := p.AdoptPass(ctx)
+		require.NoError(t, err)
+		require.Equal(t, AdoptReport{}, rep2, "within the grace period nothing is posted again")
+
+		clock.Advance(DefaultAdoptAfter + 1)
+		rep2, err = p.AdoptPass(ctx)
+		require.NoError(t, err)
+		require.Equal(t, AdoptReport{Reposted: 1}, rep2)
+		out := sink.wait(t, 1)[0]
+		require.Equal(t, tk.TurnID, out.TurnID)
+		require.Equal(t, "echo: hello", out.Answer)
+		require.True(t, out.Redelivered, "posted from the record")
+		require.NoError(t, p.q.wait(ctx))
+		tr, err = st.TurnGet(ctx, tk.TurnID)
+		require.NoError(t, err)
+		require.False(t, tr.DeliveredAt.IsZero())
+
+		rep2, err = p.AdoptPass(ctx)
+		require.NoError(t, err)
+		require.Equal(t, AdoptReport{}, rep2, "a delivered reply is not posted again")
+
+		// The chat stays down: after RepostFor the turn is given up, not tried for ever.
+		sink.mu.Lock()
+		sink.fails = 1000
+		sink.mu.Unlock()
+		tk2, err := p.Submit(ctx, Request{ThreadKey: "k", Platform: "test", EventID: "e2", Text: "again", Sink: sink, Delivery: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+		<-sink.tried
+		require.NoError(t, p.q.wait(ctx))
+		clock.Advance(DefaultAdoptAfter + 1)
+		rep2, err = p.AdoptPass(ctx)
+		require.NoError(t, err)
+		require.Equal(t, AdoptReport{Reposted: 1}, rep2)
+		<-sink.tried
+		require.NoError(t, p.q.wait(ctx))
+		clock.Advance(RepostFor)
+		rep2, err = p.AdoptPass(ctx)
+		require.NoError(t, err)
+		require.Equal(t, AdoptReport{}, rep2)
+		tr, err = st.TurnGet(ctx, tk2.TurnID)
+		require.NoError(t, err)
+		require.False(t, tr.DeliveredAt.IsZero(), "given up: recorded as delivered")
+		require.NoError(t, p.Shutdown(ctx))
+		require.Empty(t, sink.got, "exactly one answer for the first turn")
 	})
 }

@@ -452,6 +452,21 @@ func (p *Pool) finishQuietly(turnID int64, r db.TurnResult) bool {
 	return true
 }
 
+// settleDelivery records how posting turn turnID's outcome went (Sink.Deliver's err; the turn
+// ended at finished). A reply that did not reach the chat at all (ErrNotPosted) is left
+// undelivered while it is recent, for the adoption pass to post again; anything else is recorded
+// as delivered, failed posts included (logged), so nothing is posted twice.
+func (p *Pool) settleDelivery(ctx context.Context, turnID int64, finished time.Time, err error) {
+	if err != nil {
+		p.log.Warn("posting a turn's reply", zap.Int64("turn", turnID), zap.Error(err))
+	}
+	if errors.Is(err, ErrNotPosted) && p.now().Sub(finished) < RepostFor {
+		p.log.Warn("the reply did not reach the chat; posting it again later", zap.Int64("turn", turnID))
+		return
+	}
+	p.markDelivered(ctx, turnID)
+}
+
 // markDelivered records that a turn's outcome was posted, so recovery never posts it again.
 func (p *Pool) markDelivered(ctx context.Context, turnID int64) {
 	if err := retryWrite(ctx, func(ctx context.Context) error { return p.store.TurnMarkDelivered(ctx, turnID) }); err != nil {

@@ -247,7 +247,7 @@ func (p *Pool) recoverInterrupted(ctx context.Context, t db.Turn, rep *RecoverRe
 	// ending it: its attachments are read by no one now.
 	discardFiles(req.Files)
 	return p.Do(t.ThreadKey, func(context.Context) {
-		p.postTakenOver(t.ThreadKey, req.Sink, Outcome{TurnID: t.ID, Err: ErrInterrupted}, "telling a user their turn was interrupted")
+		p.postTakenOver(t.ThreadKey, req.Sink, Outcome{TurnID: t.ID, Err: ErrInterrupted}, p.now(), "telling a user their turn was interrupted")
 	}, nil)
 }
 
@@ -256,7 +256,10 @@ func (p *Pool) recoverInterrupted(ctx context.Context, t db.Turn, rep *RecoverRe
 // recovery pass elsewhere that takes this process for dead (its instance lock's connection died)
 // then waits, instead of finding the turn undelivered and posting it a second time. Without the
 // lock it posts anyway: at least once, never not at all.
-func (p *Pool) postTakenOver(threadKey string, sink Sink, out Outcome, what string) {
+//
+// finished is when the turn ended: a reply that does not get through is left undelivered while it
+// is recent (settleDelivery), to be posted again by this process's adoption pass.
+func (p *Pool) postTakenOver(threadKey string, sink Sink, out Outcome, finished time.Time, what string) {
 	lctx, lcancel := context.WithTimeout(context.Background(), deliverTimeout)
 	hold, err := p.store.HoldThread(lctx, threadKey)
 	lcancel()
@@ -267,10 +270,11 @@ func (p *Pool) postTakenOver(threadKey string, sink Sink, out Outcome, what stri
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), deliverTimeout)
 	defer cancel()
-	if _, err := sink.Deliver(ctx, out); err != nil {
+	_, err = sink.Deliver(ctx, out)
+	if err != nil {
 		p.log.Warn(what, zap.Int64("turn", out.TurnID), zap.Error(err))
 	}
-	p.markDelivered(ctx, out.TurnID)
+	p.settleDelivery(ctx, out.TurnID, finished, err)
 }
 
 // takeOverThread answers, before turn turnID, the older unfinished turns of its thread that a dead
@@ -318,10 +322,8 @@ func (p *Pool) takeOverHeld(ctx context.Context, threadKey string, t db.Turn) {
 		}
 		discardFiles(req.Files) // as in recoverInterrupted
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deliverTimeout)
-		if _, err := req.Sink.Deliver(dctx, Outcome{TurnID: t.ID, Err: ErrInterrupted}); err != nil {
-			p.log.Warn("telling a user their turn was interrupted", zap.Int64("turn", t.ID), zap.Error(err))
-		}
-		p.markDelivered(dctx, t.ID)
+		_, err := req.Sink.Deliver(dctx, Outcome{TurnID: t.ID, Err: ErrInterrupted})
+		p.settleDelivery(dctx, t.ID, p.now(), err)
 		cancel()
 		p.log.Info("answered an interrupted turn on taking over its thread", zap.Int64("turn", t.ID), zap.String("thread", threadKey), zap.String("from", t.Owner))
 		return
@@ -365,7 +367,7 @@ func (p *Pool) recoverUndelivered(ctx context.Context, t db.Turn, rep *RecoverRe
 	discardFiles(req.Files)
 	out := recordedOutcome(claimed)
 	if err := p.Do(t.ThreadKey, func(context.Context) {
-		p.postTakenOver(t.ThreadKey, req.Sink, out, "posting a recorded outcome again")
+		p.postTakenOver(t.ThreadKey, req.Sink, out, claimed.FinishedAt, "posting a recorded outcome again")
 	}, nil); err != nil {
 		return err
 	}

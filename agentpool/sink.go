@@ -2,6 +2,8 @@ package agentpool
 
 import (
 	"context"
+	"errors"
+	"time"
 
 	"github.com/threadbox/threadbox/agentpool/runtime"
 )
@@ -13,9 +15,21 @@ type Sink interface {
 	Progress(ev runtime.Event)
 	// Deliver posts the outcome. It returns, for each of out.Artifacts in order, the platform's id of
 	// the uploaded file, or "" where the upload failed; only uploaded files are recorded as such, so a
-	// failed one is offered again next turn.
+	// failed one is offered again next turn. An error wrapping ErrNotPosted says that nothing of the
+	// reply reached the chat: the turn then stays undelivered and is posted again later.
 	Deliver(ctx context.Context, out Outcome) (fileIDs []string, err error)
 }
+
+// ErrNotPosted is what Sink.Deliver wraps when none of the reply reached the chat (the platform
+// was down, or rate limited it for longer than the delivery may wait). Its message was
+// acknowledged, so the answer must still arrive: the turn is left undelivered, and the process
+// that owns it posts it again on its adoption pass (or, once that process has died, recovery
+// does), for up to RepostFor after the turn ended. A reply posted in part is not reposted: a
+// second copy of what did arrive would be worse than the gap.
+var ErrNotPosted = errors.New("the reply did not reach the chat")
+
+// RepostFor bounds how long after its end a turn whose reply did not get through is posted again.
+const RepostFor = time.Hour
 
 // Outcome is how a turn ended.
 type Outcome struct {

@@ -479,12 +479,9 @@ func (p *Pool) endTurn(req Request, turnID int64, out Outcome, start time.Time) 
 		p.log.Warn("recording activity and the hand-off note", zap.String("thread", req.ThreadKey), zap.Error(err))
 	}
 	ids, err := req.Sink.Deliver(ctx, out)
-	if err != nil {
-		p.log.Warn("delivering answer", zap.String("thread", req.ThreadKey), zap.Error(err))
-	}
 	// After the posts: a process that dies before this line leaves the turn undelivered, and
 	// recovery posts its recorded outcome again (at least once, never not at all).
-	p.markDelivered(ctx, turnID)
+	p.settleDelivery(ctx, turnID, p.now(), err)
 	if len(out.Artifacts) > 0 {
 		if err := RecordArtifacts(ctx, p.store, turnID, out.Artifacts, ids); err != nil {
 			p.log.Warn("recording artifacts", zap.String("thread", req.ThreadKey), zap.Error(err))

@@ -125,13 +125,20 @@ func (s *replySink) Deliver(ctx context.Context, out agentpool.Outcome) ([]strin
 	}
 
 	var firstErr error
+	posted := 0 // posts of the reply itself that got through
 	post := func(text string) {
-		if err := s.r.Post(ctx, text); err != nil && firstErr == nil {
+		err := s.r.Post(ctx, text)
+		if err == nil {
+			posted++
+		} else if firstErr == nil {
 			firstErr = err
 		}
 	}
 	if out.Redelivered {
-		post("(I was restarted while posting the reply to this message, so here it is again, from my records. Files the agent made are not attached again; they are still in output/display/ of this thread's sandbox.)")
+		// Not counted: alone, it is no reply.
+		if err := s.r.Post(ctx, redeliveredNote); err != nil {
+			firstErr = err
+		}
 	}
 	turn := zap.Int64("turn", out.TurnID)
 	switch code := agentpool.ErrorCode(out.Err); {
@@ -205,11 +212,19 @@ func (s *replySink) Deliver(ctx context.Context, out agentpool.Outcome) ([]strin
 	if out.Cancelled {
 		react = ""
 	}
-	if react != "" {
+	if react != "" && (posted > 0 || firstErr == nil) {
 		_ = s.r.React(ctx, react)
+	}
+	if posted == 0 && firstErr != nil {
+		// Nothing of the reply got through: the pool keeps the turn undelivered and posts it again.
+		return ids, fmt.Errorf("%w: %w", agentpool.ErrNotPosted, firstErr)
 	}
 	return ids, firstErr
 }
+
+// redeliveredNote heads a reply posted from the record: its process died while posting it, or the
+// chat did not take it when it was ready.
+const redeliveredNote = "(The reply to this message did not get through when it was ready (a restart, or the chat service refusing it), so here it is from my records. Files the agent made are not attached again; they are still in output/display/ of this thread's sandbox.)"
 
 // skippedLine words a file that was not uploaded for the reply: "not uploaded: report.pdf (12.3 MiB):
 // larger than the 10 MiB per-file limit".

@@ -2,6 +2,7 @@ package bot
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -223,5 +224,56 @@ func TestHumanSize(t *testing.T) {
 		3 << 30: "3 GiB", 5 << 40: "5 TiB", 1<<20 + 1: "1.0 MiB",
 	} {
 		require.Equal(t, want, HumanSize(n), n)
+	}
+}
+
+// downReplier fails the posts whose index (from 0) is in down, with a rate limit past the wait.
+type downReplier struct {
+	chatReplier
+	n    int
+	down func(i int) bool
+}
+
+func (r *downReplier) Post(ctx context.Context, text string) error {
+	i := r.n
+	r.n++
+	if r.down(i) {
+		return &RateLimitedError{RetryAfter: time.Hour}
+	}
+	return r.chatReplier.Post(ctx, text)
+}
+
+// TestDeliverSaysWhetherTheReplyGotThrough: a reply none of which reached the chat is reported as
+// agentpool.ErrNotPosted (the pool posts it again later, without the reaction now); one posted in
+// part is not (a repost would repeat what arrived).
+func TestDeliverSaysWhetherTheReplyGotThrough(t *testing.T) {
+	answer := agentpool.Outcome{TurnID: 3, Answer: "the answer"}
+	tests := []struct {
+		name        string
+		out         agentpool.Outcome
+		down        func(i int) bool
+		wantNotPost bool
+		wantErr     bool
+		wantReacts  []string
+	}{
+		{name: "all through", out: answer, down: func(int) bool { return false }, wantReacts: []string{ReactDone}},
+		{name: "nothing through", out: answer, down: func(int) bool { return true }, wantNotPost: true, wantErr: true},
+		{name: "reposted: the note got through, the answer did not", out: agentpool.Outcome{TurnID: 3, Answer: "x", Redelivered: true},
+			down: func(i int) bool { return i > 0 }, wantNotPost: true, wantErr: true},
+		{name: "a failure's words did not get through", out: agentpool.Outcome{TurnID: 3, Err: agentpool.ErrInterrupted},
+			down: func(int) bool { return true }, wantNotPost: true, wantErr: true},
+		{name: "part through", out: agentpool.Outcome{TurnID: 3, Answer: "x", Replayed: true},
+			down: func(i int) bool { return i == 1 }, wantErr: true, wantReacts: []string{ReactDone}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			log, _ := observed(zapcore.DebugLevel)
+			r := &downReplier{chatReplier: chatReplier{posted: make(chan string, 100)}, down: tt.down}
+			s := newReplySink(t.Context(), r, time.Millisecond, log)
+			_, err := s.Deliver(t.Context(), tt.out)
+			require.Equal(t, tt.wantErr, err != nil, "%v", err)
+			require.Equal(t, tt.wantNotPost, errors.Is(err, agentpool.ErrNotPosted), "%v", err)
+			require.Equal(t, tt.wantReacts, r.reacts)
+		})
 	}
 }
