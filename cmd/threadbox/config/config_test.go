@@ -125,6 +125,8 @@ func TestBadConfigNamesTheKey(t *testing.T) {
 		{name: "map key needs name", env: []string{"THREADBOX_SANDBOX_ENV_SET=x"}, wantKey: "THREADBOX_SANDBOX_ENV_SET", wantMsg: "one by one"},
 		{name: "yaml syntax", file: "http: [unclosed\n", wantKey: "threadbox.yaml", wantMsg: ""},
 		{name: "money budget needs prices", env: []string{"THREADBOX_GATEWAY_BUDGET_DAILY_MONEY=5"}, wantKey: "gateway.budget.*_money", wantMsg: "gateway.prices"},
+		{name: "negative shutdown grace", env: []string{"THREADBOX_LIFECYCLE_SHUTDOWN_GRACE=-5s"}, wantKey: "lifecycle.shutdown_grace", wantMsg: "between 0s and 1h0m0s"},
+		{name: "shutdown grace beyond an hour", file: "lifecycle:\n  shutdown_grace: 200h\n", wantKey: "lifecycle.shutdown_grace", wantMsg: "between 0s and 1h0m0s"},
 		{name: "negative price", file: "gateway:\n  prices:\n    m: {input: -1, output: 2}\n", wantKey: "gateway.prices.m", wantMsg: "0 or more"},
 	}
 	for _, tt := range tests {

@@ -150,6 +150,10 @@ func (c Config) Validate() error {
 			return duration("lifecycle.provider_wait", c.Lifecycle.ProviderWait, time.Second, time.Hour)
 		},
 		func() error {
+			// 0 cancels running turns at once; past an hour no orchestrator waits (Kubernetes: 30 s).
+			return duration("lifecycle.shutdown_grace", c.Lifecycle.ShutdownGrace, 0, time.Hour)
+		},
+		func() error {
 			if n := c.Lifecycle.MaxResumeFailures; n < 1 || n > 100 {
 				return fmt.Errorf("lifecycle.max_resume_failures = %d: must be between 1 and 100", n)
 			}
