@@ -127,6 +127,8 @@ func TestBadConfigNamesTheKey(t *testing.T) {
 		{name: "money budget needs prices", env: []string{"THREADBOX_GATEWAY_BUDGET_DAILY_MONEY=5"}, wantKey: "gateway.budget.*_money", wantMsg: "gateway.prices"},
 		{name: "negative shutdown grace", env: []string{"THREADBOX_LIFECYCLE_SHUTDOWN_GRACE=-5s"}, wantKey: "lifecycle.shutdown_grace", wantMsg: "between 0s and 1h0m0s"},
 		{name: "shutdown grace beyond an hour", file: "lifecycle:\n  shutdown_grace: 200h\n", wantKey: "lifecycle.shutdown_grace", wantMsg: "between 0s and 1h0m0s"},
+		{name: "egress port is the gateway's", env: []string{"THREADBOX_SANDBOX_EGRESS_PORT=18080"}, wantKey: "sandbox.egress.port", wantMsg: "gateway.port"},
+		{name: "gateway port is the egress proxy's", file: "gateway:\n  port: 18081\n", wantKey: "sandbox.egress.port", wantMsg: "gateway.port"},
 		{name: "negative price", file: "gateway:\n  prices:\n    m: {input: -1, output: 2}\n", wantKey: "gateway.prices.m", wantMsg: "0 or more"},
 	}
 	for _, tt := range tests {

@@ -79,6 +79,10 @@ func (c Config) Validate() error {
 			if c.Sandbox.Egress.Port < 1024 || c.Sandbox.Egress.Port > 65535 {
 				return fmt.Errorf("sandbox.egress.port = %d: must be between 1024 and 65535", c.Sandbox.Egress.Port)
 			}
+			if c.Sandbox.Egress.Port == c.Gateway.Port {
+				// Both listen on the sandbox's loopback: in restricted mode the second would fail to bind.
+				return fmt.Errorf("sandbox.egress.port = %d: must differ from gateway.port (both listen on the sandbox's loopback)", c.Sandbox.Egress.Port)
+			}
 			return nil
 		},
 		func() error {
