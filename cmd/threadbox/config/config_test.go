@@ -129,6 +129,9 @@ func TestBadConfigNamesTheKey(t *testing.T) {
 		{name: "shutdown grace beyond an hour", file: "lifecycle:\n  shutdown_grace: 200h\n", wantKey: "lifecycle.shutdown_grace", wantMsg: "between 0s and 1h0m0s"},
 		{name: "egress port is the gateway's", env: []string{"THREADBOX_SANDBOX_EGRESS_PORT=18080"}, wantKey: "sandbox.egress.port", wantMsg: "gateway.port"},
 		{name: "gateway port is the egress proxy's", file: "gateway:\n  port: 18081\n", wantKey: "sandbox.egress.port", wantMsg: "gateway.port"},
+		{name: "empty number", env: []string{"THREADBOX_SANDBOX_MAX_ACTIVE="}, wantKey: "THREADBOX_SANDBOX_MAX_ACTIVE (sandbox.max_active)", wantMsg: "empty"},
+		{name: "empty bool", env: []string{"THREADBOX_SANDBOX_READ_ONLY_ROOT="}, wantKey: "THREADBOX_SANDBOX_READ_ONLY_ROOT (sandbox.read_only_root)", wantMsg: "unset it"},
+		{name: "empty duration", env: []string{"THREADBOX_LIFECYCLE_SHUTDOWN_GRACE="}, wantKey: "lifecycle.shutdown_grace", wantMsg: "empty"},
 		{name: "negative price", file: "gateway:\n  prices:\n    m: {input: -1, output: 2}\n", wantKey: "gateway.prices.m", wantMsg: "0 or more"},
 	}
 	for _, tt := range tests {

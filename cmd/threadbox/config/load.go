@@ -164,6 +164,10 @@ func envOverrides(environ []string) (map[string]any, []string, error) {
 			if k.kind == reflect.Map {
 				return nil, nil, fmt.Errorf("%s: set entries one by one, as %s_<NAME>", name, name)
 			}
+			if val == "" && scalar(k.kind) {
+				// Decoded weakly, "" would be 0 or false: no sandbox cap, a writable root, unnoticed.
+				return nil, nil, fmt.Errorf("%s (%s): empty; unset it to keep the default, or give a value", name, k.path)
+			}
 			out[k.path] = val
 			continue
 		}
@@ -213,6 +217,17 @@ func isReserved(name string) bool {
 		if rest == r || strings.HasSuffix(r, "_") && strings.HasPrefix(rest, r) {
 			return true
 		}
+	}
+	return false
+}
+
+// scalar reports whether a key of this kind is a number, a duration or a bool, for which an empty
+// value means nothing.
+func scalar(k reflect.Kind) bool {
+	switch k {
+	case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+		return true
 	}
 	return false
 }
