@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/threadbox/threadbox/cmd/threadbox/logging"
 	"github.com/threadbox/threadbox/sandbox/daytona"
 	"github.com/threadbox/threadbox/sandbox/deno"
 	"github.com/threadbox/threadbox/sandbox/docker"
@@ -37,7 +38,16 @@ func (m *Main) runDoctor(ctx context.Context) error {
 	if cfg.File != "" {
 		src = cfg.File
 	}
-	fmt.Fprintf(m.Stdout, "ok      config: %s (+ THREADBOX_* overrides)\n", src)
+	// Lines quote configured URLs and errors that may quote them; they are redacted as the log is.
+	pairs := []string{}
+	for _, s := range logging.SecretsToRedact(append(cfg.Secrets(), m.getenv(anthropicKeyEnv), m.getenv(openAIKeyEnv)), cfg.Public()) {
+		pairs = append(pairs, s, logging.Redacted)
+	}
+	secrets := strings.NewReplacer(pairs...)
+	printf := func(format string, args ...any) {
+		fmt.Fprint(m.Stdout, secrets.Replace(logging.RedactURLs(fmt.Sprintf(format, args...))))
+	}
+	printf("ok      config: %s (+ THREADBOX_* overrides)\n", src)
 	problems, warnings := 0, 0
 	for _, c := range m.doctorChecks() {
 		cctx, cancel := context.WithTimeout(ctx, probeTimeout)
@@ -46,12 +56,12 @@ func (m *Main) runDoctor(ctx context.Context) error {
 		switch {
 		case p != nil && p.warn:
 			warnings++
-			fmt.Fprintf(m.Stdout, "WARN    %s: %s. Fix: %s\n", c.name, p.what, p.fix)
+			printf("WARN    %s: %s. Fix: %s\n", c.name, p.what, p.fix)
 		case p != nil:
 			problems++
-			fmt.Fprintf(m.Stdout, "PROBLEM %s: %s. Fix: %s\n", c.name, p.what, p.fix)
+			printf("PROBLEM %s: %s. Fix: %s\n", c.name, p.what, p.fix)
 		case ok != "":
-			fmt.Fprintf(m.Stdout, "ok      %s: %s\n", c.name, ok)
+			printf("ok      %s: %s\n", c.name, ok)
 		}
 	}
 	if warnings > 0 {

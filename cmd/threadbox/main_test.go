@@ -318,3 +318,24 @@ func TestDoctorSaysPostgresNeedsARuntimeSecret(t *testing.T) {
 	require.NoError(t, err, out)
 	require.Contains(t, out, "ok      database: reachable")
 }
+
+// TestDoctorRedactsSecrets: doctor's lines quote configured URLs (the gateway's upstreams, the Docker
+// host); a password in one, as written or percent-encoded, or in a query string, is never printed,
+// nor is a secret quoted by value.
+func TestDoctorRedactsSecrets(t *testing.T) {
+	tests := []struct{ name, env, secret string }{
+		{"gateway upstream user-info", "THREADBOX_GATEWAY_ANTHROPIC_URL=https://proxy:hunter2-upstream@proxy.example/v1", "hunter2-upstream"},
+		{"percent-encoded", "THREADBOX_GATEWAY_OPENAI_URL=https://proxy:hunter2%40pct@proxy.example/v1", "hunter2%40pct"},
+		{"query password", "THREADBOX_GATEWAY_ANTHROPIC_URL=https://proxy.example/v1?password=hunter2-query", "hunter2-query"},
+		{"docker host user-info", "THREADBOX_SANDBOX_DOCKER_HOST=tcp://ops:hunter2-docker@127.0.0.1:1", "hunter2-docker"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := baseEnv(t, "ANTHROPIC_API_KEY=sk-ant-test-key-123456", "THREADBOX_SANDBOX_PROVIDER=docker",
+				"THREADBOX_SANDBOX_DOCKER_HOST=unix://"+filepath.Join(t.TempDir(), "no-daemon.sock"), tt.env)
+			out, stderr, _ := runMain(t, env, "doctor")
+			require.NotContains(t, out+stderr, tt.secret, out)
+			require.NotContains(t, out+stderr, "sk-ant-test-key-123456", out)
+		})
+	}
+}
