@@ -132,6 +132,10 @@ func TestBadConfigNamesTheKey(t *testing.T) {
 		{name: "empty number", env: []string{"THREADBOX_SANDBOX_MAX_ACTIVE="}, wantKey: "THREADBOX_SANDBOX_MAX_ACTIVE (sandbox.max_active)", wantMsg: "empty"},
 		{name: "empty bool", env: []string{"THREADBOX_SANDBOX_READ_ONLY_ROOT="}, wantKey: "THREADBOX_SANDBOX_READ_ONLY_ROOT (sandbox.read_only_root)", wantMsg: "unset it"},
 		{name: "empty duration", env: []string{"THREADBOX_LIFECYCLE_SHUTDOWN_GRACE="}, wantKey: "lifecycle.shutdown_grace", wantMsg: "empty"},
+		{name: "deno volume capacity not a size", env: []string{"THREADBOX_SANDBOX_DENO_VOLUME_CAPACITY=banana"}, wantKey: "sandbox.deno.volume_capacity", wantMsg: "300MB"},
+		{name: "deno volume capacity too small", file: "sandbox:\n  deno:\n    volume_capacity: 100MB\n", wantKey: "sandbox.deno.volume_capacity", wantMsg: "20GB"},
+		{name: "deno volume capacity too big", env: []string{"THREADBOX_SANDBOX_DENO_VOLUME_CAPACITY=1TB"}, wantKey: "sandbox.deno.volume_capacity", wantMsg: "between"},
+		{name: "deno volume capacity in bytes too small", env: []string{"THREADBOX_SANDBOX_DENO_VOLUME_CAPACITY=1024"}, wantKey: "sandbox.deno.volume_capacity", wantMsg: "between"},
 		{name: "negative price", file: "gateway:\n  prices:\n    m: {input: -1, output: 2}\n", wantKey: "gateway.prices.m", wantMsg: "0 or more"},
 	}
 	for _, tt := range tests {
@@ -294,4 +298,12 @@ func TestGatewayPricesLoad(t *testing.T) {
 	require.Equal(t, map[string]GatewayPrice{"claude-sonnet-4-5": {Input: 3, Output: 15}, "gpt-4.1": {Input: 2, Output: 8}, "*": {Input: 1, Output: 2}}, got.Gateway.Prices)
 	require.Equal(t, 12.5, got.Gateway.Budget.DailyMoney)
 	require.Equal(t, "EUR", got.Gateway.Currency)
+}
+
+// TestDenoVolumeCapacityForms: the sizes the README shows are accepted.
+func TestDenoVolumeCapacityForms(t *testing.T) {
+	for _, v := range []string{"10GB", "512MiB", "300MB", "20GB", "20GiB", "1073741824", "1.5GB"} {
+		_, err := Load("", []string{"THREADBOX_SANDBOX_DENO_VOLUME_CAPACITY=" + v})
+		require.NoError(t, err, v)
+	}
 }

@@ -7,7 +7,9 @@ import (
 	"github.com/threadbox/threadbox/agentpool/egress"
 	"net"
 	"net/url"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -514,8 +516,26 @@ func (d Deno) validate() error {
 	if err := checkURL("sandbox.deno.sandbox_url", strings.ReplaceAll(d.SandboxURL, "{region}", d.Region), []string{"http", "https"}, true); err != nil {
 		return err
 	}
-	if d.VolumeCapacity == "" {
-		return fmt.Errorf("sandbox.deno.volume_capacity: must not be empty (e.g. 10GB)")
+	if n, ok := parseSize(d.VolumeCapacity); !ok || n < 300e6 || n > 20<<30 {
+		return fmt.Errorf("sandbox.deno.volume_capacity = %q: must be a size between 300MB and 20GB: bytes, or 10GB, 512MiB…", d.VolumeCapacity)
 	}
 	return nil
+}
+
+// sizePattern is bytes, or a number with a decimal (KB, MB, GB, TB) or binary (KiB, MiB, GiB, TiB) unit.
+var sizePattern = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)\s*([KMGT]i?B|B)?$`)
+
+// parseSize reads a size as Deno's volume capacity takes it, in bytes.
+func parseSize(s string) (float64, bool) {
+	m := sizePattern.FindStringSubmatch(strings.TrimSpace(s))
+	if m == nil {
+		return 0, false
+	}
+	n, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		return 0, false
+	}
+	unit := map[string]float64{"": 1, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
+		"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}[m[2]]
+	return n * unit, true
 }
