@@ -136,6 +136,8 @@ func TestBadConfigNamesTheKey(t *testing.T) {
 		{name: "deno volume capacity too small", file: "sandbox:\n  deno:\n    volume_capacity: 100MB\n", wantKey: "sandbox.deno.volume_capacity", wantMsg: "20GB"},
 		{name: "deno volume capacity too big", env: []string{"THREADBOX_SANDBOX_DENO_VOLUME_CAPACITY=1TB"}, wantKey: "sandbox.deno.volume_capacity", wantMsg: "between"},
 		{name: "deno volume capacity in bytes too small", env: []string{"THREADBOX_SANDBOX_DENO_VOLUME_CAPACITY=1024"}, wantKey: "sandbox.deno.volume_capacity", wantMsg: "between"},
+		{name: "negative token budget", env: []string{"THREADBOX_GATEWAY_BUDGET_USER_DAILY_TOKENS=-1"}, wantKey: "gateway.budget.user_daily_tokens = -1", wantMsg: "0 (no cap)"},
+		{name: "negative money budget", file: "gateway:\n  budget:\n    daily_money: -2.5\n", wantKey: "gateway.budget.daily_money = -2.5", wantMsg: "0 (no cap)"},
 		{name: "negative price", file: "gateway:\n  prices:\n    m: {input: -1, output: 2}\n", wantKey: "gateway.prices.m", wantMsg: "0 or more"},
 	}
 	for _, tt := range tests {

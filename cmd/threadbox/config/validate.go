@@ -474,15 +474,22 @@ func urlPublic(raw string) []string {
 
 func (c Config) validateGateway() error {
 	g := c.Gateway
+	for key, n := range map[string]int64{"thread_tokens": g.Budget.ThreadTokens,
+		"user_daily_tokens": g.Budget.UserDailyTokens, "daily_tokens": g.Budget.DailyTokens} {
+		if n < 0 {
+			return fmt.Errorf("gateway.budget.%s = %d: must be 0 (no cap) or a positive number of tokens", key, n)
+		}
+	}
+	for key, n := range map[string]float64{"user_daily_money": g.Budget.UserDailyMoney, "daily_money": g.Budget.DailyMoney} {
+		if n < 0 {
+			return fmt.Errorf("gateway.budget.%s = %g: must be 0 (no cap) or a positive amount", key, n)
+		}
+	}
 	switch {
 	case g.Port < 1 || g.Port > 65535:
 		return fmt.Errorf("gateway.port = %d: must be between 1 and 65535", g.Port)
 	case g.SocketDir == "":
 		return errors.New("gateway.socket_dir: must not be empty")
-	case g.Budget.ThreadTokens < 0 || g.Budget.UserDailyTokens < 0 || g.Budget.DailyTokens < 0:
-		return errors.New("gateway.budget.*: must be 0 (no cap) or a positive number of tokens")
-	case g.Budget.UserDailyMoney < 0 || g.Budget.DailyMoney < 0:
-		return errors.New("gateway.budget.*_money: must be 0 (no cap) or a positive amount")
 	case (g.Budget.UserDailyMoney > 0 || g.Budget.DailyMoney > 0) && len(g.Prices) == 0:
 		return errors.New("gateway.budget.*_money: needs gateway.prices (per model, per million input and output tokens) to count cost")
 	}
