@@ -61,7 +61,9 @@ func (s Spec) String() string {
 
 var (
 	namePart = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$`)
-	hostPart = regexp.MustCompile(`^[A-Za-z0-9.-]+(:[0-9]+)?$`)
+	// hostPart is DNS labels (each starting and ending with a letter or digit, so no "." or ".."
+	// segment: the host names a directory of the cache) and an optional port.
+	hostPart = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*(:[0-9]{1,5})?$`)
 	// branchName is a conservative subset of git check-ref-format.
 	branchName = regexp.MustCompile(`^[A-Za-z0-9._/-]{1,200}$`)
 )
@@ -90,7 +92,7 @@ func Parse(text, defaultHost string) (Spec, error) {
 		return Spec{}, fmt.Errorf("%q: %w", text, ErrInvalidSpec)
 	}
 	s.Name = strings.TrimSuffix(s.Name, ".git")
-	if !hostPart.MatchString(s.Host) || !namePart.MatchString(s.Owner) || !namePart.MatchString(s.Name) {
+	if len(s.Host) > 253 || !hostPart.MatchString(s.Host) || !namePart.MatchString(s.Owner) || !namePart.MatchString(s.Name) {
 		return Spec{}, fmt.Errorf("%q: %w", text, ErrInvalidSpec)
 	}
 	if hasBranch {

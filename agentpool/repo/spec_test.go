@@ -31,6 +31,15 @@ func TestParse(t *testing.T) {
 		{"acme/app@x y", Spec{}, false},
 		{"-acme/app", Spec{}, false},
 		{"acme/app;rm", Spec{}, false},
+		// The host names a cache directory: no dot segments, no option-like or over-long host.
+		{"../acme/app", Spec{}, false},
+		{"./acme/app", Spec{}, false},
+		{"https://../acme/app", Spec{}, false},
+		{"a..b/acme/app", Spec{}, false},
+		{"-oProxyCommand=x/acme/app", Spec{}, false},
+		{".github.com/acme/app", Spec{}, false},
+		{strings.Repeat("a", 254) + "/acme/app", Spec{}, false},
+		{"github.com:99999999/acme/app", Spec{}, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.in, func(t *testing.T) {
