@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
+	"time"
 )
 
 // git runs git on the bot's side. The token travels in the environment as an http.extraHeader
@@ -24,6 +26,12 @@ func (g git) run(ctx context.Context, dir string, args ...string) ([]byte, error
 	cmd := exec.CommandContext(ctx, "git", args...)
 	cmd.Dir = dir
 	cmd.Env = g.env()
+	// git leaves the network to helpers (git-remote-https, upload-pack over ssh) that inherit its
+	// pipes: cancelling kills the whole process group, and Wait stops waiting for pipes some
+	// straggler still holds, so a forge that stalls cannot hang a cancelled clone.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
