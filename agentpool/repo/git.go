@@ -32,12 +32,56 @@ func (g git) run(ctx context.Context, dir string, args ...string) ([]byte, error
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	var stdout bytes.Buffer
+	stderr := &tailWriter{max: maxStderr}
+	cmd.Stdout, cmd.Stderr = &stdout, stderr
 	if err := cmd.Run(); err != nil {
-		return stdout.Bytes(), &gitError{args: args, stderr: g.scrub(strings.TrimSpace(stderr.String())), err: err}
+		text := strings.ToValidUTF8(strings.TrimSpace(stderr.String()), "\uFFFD")
+		return stdout.Bytes(), &gitError{args: args, stderr: g.scrub(text), err: err}
 	}
 	return stdout.Bytes(), nil
+}
+
+// maxStderr bounds what is kept of git's stderr: a forge writes into it (remote: lines), and it
+// ends up in errors and logs.
+const maxStderr = 16 << 10
+
+// tailWriter keeps the last lines of what is written, within max bytes: git's verdict (fatal: …)
+// comes last. A line cut at the front is dropped whole, so no cut leaves half a token that scrub
+// would then miss.
+type tailWriter struct {
+	max  int
+	buf  []byte
+	lost bool
+}
+
+func (w *tailWriter) Write(p []byte) (int, error) {
+	w.buf = append(w.buf, p...)
+	if len(w.buf) > 2*w.max {
+		w.trim()
+	}
+	return len(p), nil
+}
+
+func (w *tailWriter) trim() {
+	if len(w.buf) <= w.max {
+		return
+	}
+	keep := w.buf[len(w.buf)-w.max:]
+	if i := bytes.IndexByte(keep, '\n'); i >= 0 {
+		keep = keep[i+1:]
+	} else {
+		keep = nil
+	}
+	w.buf, w.lost = append(w.buf[:0], keep...), true
+}
+
+func (w *tailWriter) String() string {
+	w.trim()
+	if w.lost {
+		return "[…]\n" + string(w.buf)
+	}
+	return string(w.buf)
 }
 
 // env is the bot's environment minus anything that would prompt or pick up a user's config, plus

@@ -2,7 +2,11 @@ package repo
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // Git's words decide whether a choice was wrong (not found) or the forge failed (try later); the
@@ -31,5 +35,41 @@ func TestNotFoundReadsGitsWordsNotItsQuotes(t *testing.T) {
 				t.Fatalf("notFound(%q) = %v, want %v", tc.stderr, got, tc.want)
 			}
 		})
+	}
+}
+
+// A forge's words reach errors, logs and notFound: a hostile one that floods stderr (remote: lines
+// from its hooks) with bytes that are not UTF-8 must neither fill the bot's memory nor put invalid
+// text in an error.
+func TestRunBoundsHostileStderr(t *testing.T) {
+	dir := t.TempDir()
+	bare := filepath.Join(dir, "forge.git")
+	g := git{}
+	if _, err := g.run(t.Context(), "", "init", "--quiet", "--bare", bare); err != nil {
+		t.Fatal(err)
+	}
+	hook := "#!/bin/sh\nhead -c 8388608 /dev/zero | tr '\\000' '\\377'\nexit 1\n"
+	if err := os.WriteFile(filepath.Join(bare, "hooks", "pre-receive"), []byte(hook), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	work := filepath.Join(dir, "work")
+	for _, args := range [][]string{{"init", "--quiet", work}, {"-C", work, "commit", "--quiet", "--allow-empty", "-m", "x"}} {
+		if _, err := g.run(t.Context(), "", args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := g.run(t.Context(), work, "push", "--quiet", bare, "HEAD:refs/heads/main")
+	if err == nil {
+		t.Fatal("push past a refusing hook succeeded")
+	}
+	text := err.Error()
+	if len(text) > 64<<10 {
+		t.Errorf("error is %d bytes, want it bounded", len(text))
+	}
+	if !strings.Contains(text, "failed to push") {
+		t.Errorf("git's verdict, which comes last, was lost: %q", text[max(0, len(text)-300):])
+	}
+	if !utf8.ValidString(text) {
+		t.Errorf("error is not valid UTF-8: %q", text[:min(len(text), 200)])
 	}
 }
