@@ -151,23 +151,18 @@ func copyIn(ctx context.Context, sb sandbox.Sandbox, dir string) error {
 	return nil
 }
 
-// writeTar writes dir's tree (regular files, directories, symlinks) as a tar stream.
+// lastEntry is written after everything else: Ensure takes a sandbox with .git/HEAD for a finished
+// checkout, so a copy cut short (a full disk, a cancelled context) leaves none and the next Ensure
+// copies again, over what the cut one left.
+const lastEntry = ".git/HEAD"
+
+// writeTar writes dir's tree (regular files, directories, symlinks) as a tar stream, lastEntry last.
 func writeTar(w io.Writer, dir string) error {
 	tw := tar.NewWriter(w)
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(dir, path)
-		if err != nil || rel == "." {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
+	add := func(path, rel string, info fs.FileInfo) error {
 		link := ""
 		if info.Mode()&fs.ModeSymlink != 0 {
+			var err error
 			if link, err = os.Readlink(path); err != nil {
 				return err
 			}
@@ -196,8 +191,30 @@ func writeTar(w io.Writer, dir string) error {
 		_, err = io.Copy(tw, f)
 		_ = f.Close()
 		return err
+	}
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, path)
+		if err != nil || rel == "." || filepath.ToSlash(rel) == lastEntry {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		return add(path, rel, info)
 	})
 	if err != nil {
+		return err
+	}
+	last := filepath.Join(dir, filepath.FromSlash(lastEntry))
+	info, err := os.Lstat(last)
+	if err != nil {
+		return err
+	}
+	if err := add(last, lastEntry, info); err != nil {
 		return err
 	}
 	return tw.Close()
