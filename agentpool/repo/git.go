@@ -18,6 +18,8 @@ import (
 type git struct {
 	// token authenticates to the forge over HTTPS ("" for none).
 	token string
+	// tokenURL is the forge's base URL: git sends the token to URLs under it only ("" for any).
+	tokenURL string
 }
 
 // run runs git with args in dir ("" for the current one) and returns stdout. Errors carry git's
@@ -100,7 +102,11 @@ func (g git) env() []string {
 		"GIT_COMMITTER_NAME=threadbox", "GIT_COMMITTER_EMAIL=threadbox@localhost")
 	if g.token != "" {
 		basic := base64.StdEncoding.EncodeToString([]byte("x-access-token:" + g.token))
-		env = append(env, "GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=http.extraHeader",
+		key := "http.extraHeader"
+		if g.tokenURL != "" {
+			key = "http." + g.tokenURL + "/.extraHeader"
+		}
+		env = append(env, "GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0="+key,
 			"GIT_CONFIG_VALUE_0=Authorization: Basic "+basic)
 	}
 	return env

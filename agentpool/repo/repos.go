@@ -18,6 +18,9 @@ type Config struct {
 	CacheDir string
 	// Token authenticates clones, fetches and pushes (git.token); it never enters a sandbox.
 	Token string
+	// TokenHost is the forge host Token belongs to (git.host; default github.com): git sends the
+	// token to that host's base URL only, never to another host on the allowlist.
+	TokenHost string
 	// Hosts maps a forge host to its base URL (default https://<host>): GitHub Enterprise, tests.
 	Hosts map[string]string
 	// Allow is repos.allow.
@@ -45,7 +48,10 @@ func New(cfg Config) (*Repos, error) {
 		return nil, errors.New("repo: CacheDir is required")
 	}
 	cfg.MaxBundle = cmp.Or(cfg.MaxBundle, DefaultMaxBundle)
-	return &Repos{cfg: cfg, git: git{token: cfg.Token}, locks: map[string]*sync.Mutex{}}, nil
+	cfg.TokenHost = cmp.Or(cfg.TokenHost, "github.com")
+	r := &Repos{cfg: cfg, locks: map[string]*sync.Mutex{}}
+	r.git = git{token: cfg.Token, tokenURL: r.baseURL(cfg.TokenHost)}
+	return r, nil
 }
 
 // Check parses nothing: it applies the allowlist (callers parse with Parse).
@@ -53,11 +59,16 @@ func (r *Repos) Check(s Spec) error { return r.cfg.Allow.Check(s) }
 
 // URL is the repository's clone URL, without credentials: what the sandbox's origin says.
 func (r *Repos) URL(s Spec) string {
-	base := r.cfg.Hosts[s.Host]
+	return r.baseURL(s.Host) + "/" + url.PathEscape(s.Owner) + "/" + url.PathEscape(s.Name) + ".git"
+}
+
+// baseURL is a host's base URL, without a trailing slash.
+func (r *Repos) baseURL(host string) string {
+	base := r.cfg.Hosts[host]
 	if base == "" {
-		base = "https://" + s.Host
+		base = "https://" + host
 	}
-	return strings.TrimRight(base, "/") + "/" + url.PathEscape(s.Owner) + "/" + url.PathEscape(s.Name) + ".git"
+	return strings.TrimRight(base, "/")
 }
 
 // lock serializes the operations on one repository's cache.

@@ -25,7 +25,7 @@ func newWorkspace(cfg config.Config, store db.ThreadRepoStore, log *zap.Logger) 
 	if cfg.Git.URL != "" {
 		hosts[cfg.Git.Host] = cfg.Git.URL
 	}
-	r, err := repo.New(repo.Config{CacheDir: cfg.Repos.CacheDir, Token: cfg.Git.Token, Hosts: hosts, Allow: repo.Allowlist(cfg.Repos.Allow)})
+	r, err := repo.New(repo.Config{CacheDir: cfg.Repos.CacheDir, Token: cfg.Git.Token, TokenHost: cfg.Git.Host, Hosts: hosts, Allow: repo.Allowlist(cfg.Repos.Allow)})
 	if err != nil {
 		return nil, err
 	}
