@@ -113,7 +113,11 @@ func (r *Repos) sync(ctx context.Context, s Spec) (dir string, cold bool, err er
 			return "", false, fetchErr(s, err)
 		}
 		if err := os.Rename(tmp, dir); err != nil {
-			return "", false, fmt.Errorf("repo: cache: %w", err)
+			// Another process sharing the cache (a second replica) cloned it meanwhile: its clone
+			// is as fresh as ours, and ours goes with tmp.
+			if _, serr := os.Stat(filepath.Join(dir, "HEAD")); serr != nil {
+				return "", false, fmt.Errorf("repo: cache: %w", err)
+			}
 		}
 		cold = true
 	}
