@@ -97,7 +97,10 @@ func (g git) env() []string {
 		}
 		env = append(env, kv)
 	}
+	// No system, global or XDG config: a credential helper, an insteadOf rewrite or a filter there
+	// would apply to forge traffic. Only http(s) to the forge, and local paths (the cache, bundles).
 	env = append(env, "GIT_TERMINAL_PROMPT=0", "GIT_ASKPASS=", "SSH_ASKPASS=", "GIT_CONFIG_NOSYSTEM=1",
+		"GIT_CONFIG_GLOBAL="+os.DevNull, "GIT_ALLOW_PROTOCOL=http:https:file",
 		"GIT_AUTHOR_NAME=threadbox", "GIT_AUTHOR_EMAIL=threadbox@localhost",
 		"GIT_COMMITTER_NAME=threadbox", "GIT_COMMITTER_EMAIL=threadbox@localhost")
 	if g.token != "" {

@@ -73,3 +73,28 @@ func TestRunBoundsHostileStderr(t *testing.T) {
 		t.Errorf("error is not valid UTF-8: %q", text[:min(len(text), 200)])
 	}
 }
+
+// TestGitIgnoresTheBotUsersConfig: git on the bot's side reads no global or XDG config (a
+// credential helper, an insteadOf rewrite or a filter there would apply to forge traffic) and
+// speaks only http(s) and local paths.
+func TestGitIgnoresTheBotUsersConfig(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	t.Setenv("XDG_CONFIG_HOME", filepath.Join(home, ".config"))
+	if err := os.MkdirAll(filepath.Join(home, ".config", "git"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{filepath.Join(home, ".gitconfig"), filepath.Join(home, ".config", "git", "config")} {
+		if err := os.WriteFile(f, []byte("[credential]\n\thelper = !echo leaked\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, err := (git{}).run(t.Context(), "", "config", "--get-all", "credential.helper"); err == nil {
+		t.Fatalf("the bot user's credential.helper was read: %q", out)
+	}
+	// git:// on a loopback port nothing listens on: refused by policy before any connection.
+	_, err := (git{}).run(t.Context(), "", "ls-remote", "git://127.0.0.1:1/x")
+	if err == nil || !strings.Contains(err.Error(), "not allowed") {
+		t.Fatalf("git:// was not refused by policy: %v", err)
+	}
+}
