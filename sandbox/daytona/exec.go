@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"path"
@@ -380,6 +381,9 @@ func (p *Provider) toolbox(ctx context.Context, h sandbox.Handle, st handleState
 			return toolboxClient{}, err
 		}
 	}
+	if err := toolboxTrusted(p.opts.APIURL, proxy); err != nil {
+		return toolboxClient{}, err
+	}
 	base := strings.TrimSuffix(proxy, "/") + "/" + url.PathEscape(h.ID) // the id is the API's: keep it one segment
 	c, err := toolbox.NewClient(base, toolbox.WithHTTPClient(p.hc), toolbox.WithRequestEditorFn(p.headers))
 	if err != nil {
@@ -475,4 +479,49 @@ func shellJoin(argv []string) string {
 		b.WriteByte('\'')
 	}
 	return b.String()
+}
+
+// toolboxTrusted refuses a toolbox URL the API key should not be sent to. The URL comes from the
+// API's answers (and handles recorded from them), and every toolbox request carries the key: an
+// answer naming another site (a compromised or misconfigured endpoint, a proxy rewriting bodies)
+// would hand that site the organisation's key. The toolbox must be on the API's host or under
+// its parent domain (app.daytona.io's toolbox is proxy.app.daytona.io), over https unless the API
+// itself is plain http (a local install, the tests), and carry no user info.
+func toolboxTrusted(apiURL, toolboxURL string) error {
+	api, err := url.Parse(apiURL)
+	if err != nil {
+		return fmt.Errorf("daytona: API URL: %w", err)
+	}
+	tb, err := url.Parse(toolboxURL)
+	quoted := "(unparsable)"
+	if err == nil {
+		quoted = tb.Redacted()
+	}
+	refuse := func(why string) error {
+		return fmt.Errorf("daytona: not sending the API key to toolbox URL %q: %s", sandbox.ClipText(quoted, 200), why)
+	}
+	switch {
+	case err != nil:
+		return refuse("not a URL")
+	case tb.User != nil:
+		return refuse("it carries user info")
+	case tb.Scheme != "https" && (tb.Scheme != "http" || api.Scheme != "http"):
+		return refuse("not https")
+	}
+	host := strings.TrimSuffix(strings.ToLower(tb.Hostname()), ".")
+	apiHost := strings.TrimSuffix(strings.ToLower(api.Hostname()), ".")
+	if host == "" {
+		return refuse("no host")
+	}
+	if host == apiHost {
+		return nil
+	}
+	domain := apiHost
+	if labels := strings.Split(apiHost, "."); len(labels) >= 3 && net.ParseIP(apiHost) == nil {
+		domain = strings.Join(labels[1:], ".")
+	}
+	if net.ParseIP(apiHost) == nil && (host == domain || strings.HasSuffix(host, "."+domain)) {
+		return nil
+	}
+	return refuse("not on the API's host " + apiHost + " or under " + domain)
 }

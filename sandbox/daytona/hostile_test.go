@@ -110,12 +110,53 @@ func TestLogsMessageBounded(t *testing.T) {
 
 // TestToolboxIDEscaped: the sandbox id stays one path segment of the toolbox's base URL.
 func TestToolboxIDEscaped(t *testing.T) {
-	p, err := New(Options{APIURL: "http://api.invalid", APIKey: "k"})
+	p, err := New(Options{APIURL: "https://app.proxy.invalid/api", APIKey: "k"})
 	require.NoError(t, err)
 	h := newHandle("a/../../b", handleState{Toolbox: "https://proxy.invalid/toolbox/"})
 	tb, err := p.toolbox(t.Context(), h, handleState{Toolbox: "https://proxy.invalid/toolbox/"})
 	require.NoError(t, err)
 	require.Equal(t, "https://proxy.invalid/toolbox/a%2F..%2F..%2Fb", tb.base)
+}
+
+// TestToolboxURLTrusted: the toolbox URL comes from the API's answers, and every toolbox request
+// carries the API key, so only a URL on the API's host or under its parent domain gets it.
+func TestToolboxURLTrusted(t *testing.T) {
+	for _, tc := range []struct {
+		api, toolbox string
+		ok           bool
+	}{
+		{DefaultAPIURL, "https://proxy.app.daytona.io/toolbox", true}, // Daytona Cloud
+		{DefaultAPIURL, "https://app.daytona.io/toolbox", true},
+		{DefaultAPIURL, "https://PROXY.App.Daytona.io./toolbox", true},
+		{"https://daytona.example.com/api", "https://proxy.example.com/toolbox", true},
+		{"http://127.0.0.1:3000/api", "http://127.0.0.1:3001/toolbox", true}, // a local install, the fake
+		{DefaultAPIURL, "http://proxy.app.daytona.io/toolbox", false},         // the key in clear
+		{DefaultAPIURL, "https://evil.example/toolbox", false},
+		{DefaultAPIURL, "https://daytona.io.evil.example/toolbox", false},
+		{DefaultAPIURL, "https://evildaytona.io/toolbox", false},
+		{DefaultAPIURL, "https://user:pw@proxy.app.daytona.io/toolbox", false},
+		{DefaultAPIURL, "ftp://proxy.app.daytona.io/toolbox", false},
+		{DefaultAPIURL, "/toolbox", false},
+		{DefaultAPIURL, "https://%zz/toolbox", false},
+		{"http://127.0.0.1:3000/api", "http://127.0.0.2:3001/toolbox", false},
+		{"http://127.0.0.1:3000/api", "http://0.0.1:3001/toolbox", false},
+	} {
+		err := toolboxTrusted(tc.api, tc.toolbox)
+		require.Equal(t, tc.ok, err == nil, "%s with API %s: %v", tc.toolbox, tc.api, err)
+		if err != nil {
+			require.NotContains(t, err.Error(), "pw@", "the refusal quotes no credentials")
+		}
+	}
+	// And the provider refuses before any request: the handle recorded a hostile URL.
+	var hits atomic.Int64
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	t.Cleanup(evil.Close)
+	p, err := New(Options{APIURL: "http://api.invalid", APIKey: "k"})
+	require.NoError(t, err)
+	st := handleState{Toolbox: evil.URL}
+	_, err = p.toolbox(t.Context(), newHandle("sb", st), st)
+	require.ErrorContains(t, err, "not sending the API key")
+	require.Zero(t, hits.Load())
 }
 
 // TestScriptErrBounded: a file script's output is the sandbox's (a listing that failed part way
