@@ -130,7 +130,7 @@ func TestToolboxURLTrusted(t *testing.T) {
 		{DefaultAPIURL, "https://PROXY.App.Daytona.io./toolbox", true},
 		{"https://daytona.example.com/api", "https://proxy.example.com/toolbox", true},
 		{"http://127.0.0.1:3000/api", "http://127.0.0.1:3001/toolbox", true}, // a local install, the fake
-		{DefaultAPIURL, "http://proxy.app.daytona.io/toolbox", false},         // the key in clear
+		{DefaultAPIURL, "http://proxy.app.daytona.io/toolbox", false},        // the key in clear
 		{DefaultAPIURL, "https://evil.example/toolbox", false},
 		{DefaultAPIURL, "https://daytona.io.evil.example/toolbox", false},
 		{DefaultAPIURL, "https://evildaytona.io/toolbox", false},
