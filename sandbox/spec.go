@@ -87,7 +87,7 @@ func (r Resources) Validate(field func(string) string) error {
 	switch {
 	case r.MemoryMB < MemoryMBRange[0] || r.MemoryMB > MemoryMBRange[1]:
 		return fmt.Errorf("%s = %d: must be between %d and %d (MB)", field("memory_mb"), r.MemoryMB, MemoryMBRange[0], MemoryMBRange[1])
-	case r.CPUs < CPUsRange[0] || r.CPUs > CPUsRange[1]:
+	case !(r.CPUs >= CPUsRange[0] && r.CPUs <= CPUsRange[1]): // also NaN, which fails every comparison
 		return fmt.Errorf("%s = %g: must be between %g and %g", field("cpus"), r.CPUs, CPUsRange[0], CPUsRange[1])
 	case r.PIDs < PIDsRange[0] || r.PIDs > PIDsRange[1]:
 		return fmt.Errorf("%s = %d: must be between %d and %d", field("pids"), r.PIDs, PIDsRange[0], PIDsRange[1])
