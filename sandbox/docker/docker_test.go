@@ -290,3 +290,21 @@ func TestVolumeReaper(t *testing.T) {
 	require.Len(t, vols, 1)
 	require.Equal(t, volumeOf(t, kept), vols[0].Name)
 }
+
+// The archive endpoint sends the second name of a hard-linked file as a link entry with no size;
+// the listing must still report it as the regular file it is, with its size (the artifact collector
+// skips an oversized file on its listed size without reading it).
+func TestListFilesHardlinks(t *testing.T) {
+	p := dockertest.New(t, docker.Options{})
+	h := create(t, p, testSpec(t))
+	sh(t, p, h, `mkdir -p out/sub && head -c 5000 /dev/zero > out/a && ln out/a out/sub/b && ln out/a out/z`)
+	list, err := p.ListFiles(t.Context(), h, "out")
+	require.NoError(t, err)
+	got := map[string]int64{}
+	for _, e := range list {
+		if e.Mode.IsRegular() {
+			got[e.Path] = e.Size
+		}
+	}
+	require.Equal(t, map[string]int64{"a": 5000, "sub/b": 5000, "z": 5000}, got)
+}

@@ -158,6 +158,9 @@ func (p *Provider) ListFiles(ctx context.Context, h sandbox.Handle, dir string) 
 		return nil, fmt.Errorf("list %s: mode %s, not a directory: %w", abs, stat.Mode, sandbox.ErrNotRegular)
 	}
 	var out []sandbox.FileInfo
+	// A file with several names is sent in full once, then as link entries without a size: they
+	// get the size of the entry they link to (always an earlier one in the same archive).
+	sizes := map[string]int64{}
 	tr := tar.NewReader(rc)
 	for {
 		hdr, err := tr.Next()
@@ -176,8 +179,12 @@ func (p *Provider) ListFiles(ctx context.Context, h sandbox.Handle, dir string) 
 			return nil, fmt.Errorf("list %s: more than %d entries: %w", abs, sandbox.MaxListEntries, sandbox.ErrTooLarge)
 		}
 		fi := sandbox.FileInfo{Path: rel, Mode: hdr.FileInfo().Mode(), ModTime: hdr.ModTime.UTC()}
-		if hdr.Typeflag == tar.TypeReg {
+		switch hdr.Typeflag {
+		case tar.TypeReg:
 			fi.Size = hdr.Size
+			sizes[hdr.Name] = hdr.Size
+		case tar.TypeLink:
+			fi.Size = sizes[hdr.Linkname]
 		}
 		out = append(out, fi)
 	}
