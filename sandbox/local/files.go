@@ -111,10 +111,14 @@ func (p *Provider) ListFiles(ctx context.Context, h sandbox.Handle, dir string) 
 		return nil, err
 	}
 	defer r.Close()
-	if fi, err := r.Lstat(rel); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
-		return nil, fmt.Errorf("local list %s: a symlink: %w", dir, sandbox.ErrNotRegular)
-	} else if errors.Is(err, fs.ErrNotExist) {
+	switch fi, err := r.Lstat(rel); {
+	case errors.Is(err, fs.ErrNotExist):
 		return nil, fmt.Errorf("local list %s: %w", dir, fs.ErrNotExist)
+	case err != nil:
+		return nil, fmt.Errorf("local list %s: %w", dir, err)
+	case !fi.IsDir():
+		// A symlink, or a file: walking it would answer an empty listing.
+		return nil, fmt.Errorf("local list %s: %s, not a directory: %w", dir, fi.Mode().Type(), sandbox.ErrNotRegular)
 	}
 	var out []sandbox.FileInfo
 	err = fs.WalkDir(r.FS(), rel, func(p string, d fs.DirEntry, err error) error {

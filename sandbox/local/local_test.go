@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -90,4 +91,24 @@ func TestDialLoopback(t *testing.T) {
 	require.NoError(t, p.Stop(t.Context(), h))
 	_, err = p.Dial(t.Context(), h, 1)
 	require.ErrorIs(t, err, sandbox.ErrNotRunning)
+}
+
+// ListFiles lists directories only: a file or a fifo is refused as on Docker
+// (ErrNotRegular), never answered with an empty listing that reads as "nothing there".
+func TestListFilesNotADirectory(t *testing.T) {
+	p, err := New(Options{Dir: t.TempDir(), IUnderstandNoIsolation: true})
+	require.NoError(t, err)
+	h, err := p.Create(t.Context(), sandbox.Spec{Image: "host", Labels: sandbox.Labels{Deployment: "d", Thread: "t"}})
+	require.NoError(t, err)
+	require.NoError(t, p.WriteFile(t.Context(), h, "out/file", []byte("x"), 0))
+	require.NoError(t, syscall.Mkfifo(filepath.Join(p.Root(h), "workspace", "out", "fifo"), 0o600))
+	for _, dir := range []string{"out/file", "out/fifo"} {
+		t.Run(dir, func(t *testing.T) {
+			_, err := p.ListFiles(t.Context(), h, dir)
+			require.ErrorIs(t, err, sandbox.ErrNotRegular)
+		})
+	}
+	list, err := p.ListFiles(t.Context(), h, "out")
+	require.NoError(t, err)
+	require.Len(t, list, 2)
 }
