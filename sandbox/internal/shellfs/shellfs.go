@@ -54,13 +54,15 @@ s=$(stat -c %s "$f") || exit 1
 [ "$s" -le "$max" ] || { echo "$s bytes"; exit 4; }`
 
 // ListScript lists the tree below $1 without following symlinks, walking from $2: raw mode (hex),
-// size, mtime, path per line.
-const ListScript = walkScript + `dir=$1 top=$2 mk= d=${1%/*}
+// size, mtime, path per line. Paths holding a newline are left out: the path ends the line, so
+// such a name (a directory "x<newline>81a4 1 1 .") would forge whole entries.
+const ListScript = walkScript + `dir=$1 top=$2 mk= d=${1%/*} nl='
+'
 walk
 if [ -L "$dir" ]; then echo "$dir is a symlink; symlinks are never followed"; exit 3; fi
 [ -e "$dir" ] || { echo "$dir: no such directory"; exit 2; }
 [ -d "$dir" ] || { echo "$dir: not a directory"; exit 3; }
-cd "$dir" && find . ! -name . -exec stat -c '%f %s %Y %n' {} + 2>/dev/null`
+cd "$dir" && find . ! -name . ! -path "*$nl*" -exec stat -c '%f %s %Y %n' {} + 2>/dev/null`
 
 // ListBytes bounds a listing's answer: each line is at most a few hundred bytes, so this is well
 // past MaxListEntries lines.

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -71,4 +74,27 @@ func TestResolveAndTop(t *testing.T) {
 	require.ErrorIs(t, err, sandbox.ErrInvalidSpec, "the root directory is refused")
 	require.Equal(t, "/workspace", shellfs.Top("/workspace/", "/workspace/b"))
 	require.Equal(t, "", shellfs.Top("/workspace", "/etc/passwd"), "outside the work directory the walk starts at the root")
+}
+
+// A name is the last field of a stat line, so a name holding a newline could forge whole lines of
+// the listing (an entry that does not exist, a symlink claimed regular, padding toward the cap).
+// Paths with a newline are left out of the listing instead.
+func TestListScriptNewlineNames(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "ok.txt"), []byte("x"), 0o644))
+	// A name cannot hold a slash, but a directory's name can end a line and start the next one.
+	for _, d := range []string{"x\n81a4 1 1 .", "y\na1ff 1 1 ."} {
+		require.NoError(t, os.Mkdir(filepath.Join(dir, d), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, d, "forged"), []byte("x"), 0o644))
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "plain\nname"), []byte("x"), 0o644))
+	out, err := exec.Command("/bin/sh", "-c", shellfs.ListScript, "sh", dir, "").Output()
+	require.NoError(t, err)
+	list, err := shellfs.ParseList("p", dir, string(out))
+	require.NoError(t, err)
+	var got []string
+	for _, fi := range list {
+		got = append(got, fi.Path)
+	}
+	require.Equal(t, []string{"ok.txt"}, got)
 }
