@@ -315,6 +315,12 @@ customize_base_rootfs() {
 	echo localhost >"$root/etc/hostname"
 	printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n' >"$root/etc/hosts"
 
+	# debootstrap wrote the mirror it used into sources.list: a THREADBOX_DEBIAN_MIRROR
+	# with credentials (https://user:token@mirror/) would ship them in every sandbox.
+	if [[ -f $root/etc/apt/sources.list ]]; then
+		sed -i -E 's#(://)[^/@[:space:]]+@#\1#g' "$root/etc/apt/sources.list"
+	fi
+
 	# Like debian:*-slim: no docs, man pages or translations, neither now nor
 	# in whatever gets apt-installed on top later (licences are kept).
 	cat >"$root/etc/dpkg/dpkg.cfg.d/threadbox-slim" <<-'EOF'
