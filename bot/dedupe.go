@@ -23,24 +23,26 @@ type Deduper struct {
 	ttl    time.Duration
 	local  *TTLCache
 	log    *zap.Logger
+	brk    *redisBreaker
 }
 
 func NewDeduper(rdb *redis.Client, prefix string, ttl time.Duration, now func() time.Time, log *zap.Logger) *Deduper {
-	return &Deduper{rdb: rdb, prefix: prefix + "seen:", ttl: ttl, local: NewTTLCache(200_000, ttl, now), log: log}
+	return &Deduper{rdb: rdb, prefix: prefix + "seen:", ttl: ttl, local: NewTTLCache(200_000, ttl, now), log: log,
+		brk: &redisBreaker{now: now, log: log, what: "dedupe"}}
 }
 
 // First reports whether key is seen for the first time, and marks it seen.
 func (d *Deduper) First(ctx context.Context, key string) bool {
-	if d.rdb != nil {
+	if d.rdb != nil && d.brk.try() {
 		rctx, cancel := context.WithTimeout(ctx, redisTimeout)
 		ok, err := d.rdb.SetNX(rctx, d.prefix+key, 1, d.ttl).Result()
 		cancel()
+		d.brk.result(err)
 		if err == nil {
 			// Mirror it locally, so that a Redis outage later does not forget what was seen.
 			d.local.Add(key)
 			return ok
 		}
-		d.log.Warn("redis dedupe failed; deduplicating in process only", zap.Error(err))
 	}
 	return d.local.Add(key)
 }
@@ -48,12 +50,14 @@ func (d *Deduper) First(ctx context.Context, key string) bool {
 // Forget withdraws a mark, for an event that was marked but then not taken.
 func (d *Deduper) Forget(ctx context.Context, key string) {
 	d.local.Remove(key)
-	if d.rdb == nil {
+	if d.rdb == nil || !d.brk.try() {
 		return
 	}
 	rctx, cancel := context.WithTimeout(ctx, redisTimeout)
 	defer cancel()
-	if err := d.rdb.Del(rctx, d.prefix+key).Err(); err != nil {
+	err := d.rdb.Del(rctx, d.prefix+key).Err()
+	d.brk.result(err)
+	if err != nil {
 		d.log.Warn("redis dedupe: withdrawing a mark", zap.Error(err))
 	}
 }

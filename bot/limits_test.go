@@ -1,6 +1,8 @@
 package bot_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"github.com/threadbox/threadbox/db/dbtest"
 	"strings"
@@ -134,4 +136,91 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.mu.Lock()
 	c.now = c.now.Add(d)
 	c.mu.Unlock()
+}
+
+// flakyRedis answers every command without a server, or fails them all while down, and counts them.
+type flakyRedis struct {
+	mu    sync.Mutex
+	down  bool
+	calls int
+}
+
+var errRedisHung = errors.New("i/o timeout")
+
+func (h *flakyRedis) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *flakyRedis) answer(cmds ...redis.Cmder) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.calls++
+	if h.down {
+		return errRedisHung
+	}
+	for _, c := range cmds {
+		switch c := c.(type) {
+		case *redis.BoolCmd:
+			c.SetVal(true)
+		case *redis.IntCmd:
+			c.SetVal(1)
+		}
+	}
+	return nil
+}
+
+func (h *flakyRedis) ProcessHook(redis.ProcessHook) redis.ProcessHook {
+	return func(_ context.Context, cmd redis.Cmder) error { return h.answer(cmd) }
+}
+
+func (h *flakyRedis) ProcessPipelineHook(redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(_ context.Context, cmds []redis.Cmder) error { return h.answer(cmds...) }
+}
+
+func (h *flakyRedis) set(down bool) (calls int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.down, calls = down, h.calls
+	h.calls = 0
+	return calls
+}
+
+// TestRedisFailurePausesIt: after a failed call, dedupe and rate limits leave Redis alone for a
+// cool-down (a hanging Redis would cost every event of a burst its timeout, and log a line each),
+// then try it again, and go back to it once it answers.
+func TestRedisFailurePausesIt(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		call func(t *testing.T, rdb *redis.Client, clock *fakeClock) func(key string)
+	}{
+		{"dedupe", func(t *testing.T, rdb *redis.Client, clock *fakeClock) func(string) {
+			d := bot.NewDeduper(rdb, "p:", time.Hour, clock.Now, zaptest.NewLogger(t))
+			return func(key string) { require.True(t, d.First(t.Context(), key)) }
+		}},
+		{"rate limit", func(t *testing.T, rdb *redis.Client, clock *fakeClock) func(string) {
+			l := bot.NewLimiter(rdb, "p:", time.Minute, clock.Now, zaptest.NewLogger(t))
+			return func(key string) { require.True(t, l.Allow(t.Context(), key, 10).Allowed) }
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &flakyRedis{}
+			rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+			rdb.AddHook(h)
+			t.Cleanup(func() { _ = rdb.Close() })
+			clock := &fakeClock{now: time.Unix(600, 0)}
+			call := tc.call(t, rdb, clock)
+
+			call("a")
+			require.Equal(t, 1, h.set(true), "up: Redis is asked")
+			call("b")
+			call("c")
+			call("d")
+			require.Equal(t, 1, h.set(false), "one failure, then no calls during the cool-down")
+			clock.Advance(4 * time.Second)
+			call("e")
+			require.Equal(t, 0, h.set(false), "still cooling down")
+			clock.Advance(time.Second)
+			call("f")
+			call("g")
+			require.Equal(t, 2, h.set(false), "after the cool-down Redis is tried, and used again")
+		})
+	}
 }

@@ -36,6 +36,8 @@ type Limiter struct {
 	now    func() time.Time
 	log    *zap.Logger
 
+	brk *redisBreaker
+
 	// mu protects local.
 	mu    sync.Mutex
 	local map[string]localCount
@@ -47,7 +49,8 @@ type localCount struct {
 }
 
 func NewLimiter(rdb *redis.Client, prefix string, window time.Duration, now func() time.Time, log *zap.Logger) *Limiter {
-	return &Limiter{rdb: rdb, prefix: prefix + "rl:", window: window, now: now, log: log, local: map[string]localCount{}}
+	return &Limiter{rdb: rdb, prefix: prefix + "rl:", window: window, now: now, log: log, local: map[string]localCount{},
+		brk: &redisBreaker{now: now, log: log, what: "rate limit"}}
 }
 
 // Allow counts one message against scope's limit of max per window. max < 0 means no limit.
@@ -60,7 +63,6 @@ func (l *Limiter) Allow(ctx context.Context, scope string, max int) Verdict {
 	resetIn := time.Duration((w+1)*int64(l.window) - now.UnixNano())
 	n, err := l.count(ctx, scope, w)
 	if err != nil {
-		l.log.Warn("redis rate limit failed; counting in process only", zap.Error(err))
 		n = l.countLocal(scope, w)
 	}
 	return Verdict{Allowed: n <= int64(max), Notify: n == int64(max)+1, Mark: n <= 2*int64(max)+1, ResetIn: resetIn}
@@ -70,6 +72,9 @@ func (l *Limiter) count(ctx context.Context, scope string, w int64) (int64, erro
 	if l.rdb == nil {
 		return l.countLocal(scope, w), nil
 	}
+	if !l.brk.try() {
+		return 0, errRedisPaused
+	}
 	ctx, cancel := context.WithTimeout(ctx, redisTimeout)
 	defer cancel()
 	key := l.prefix + scope + ":" + strconv.FormatInt(w, 10)
@@ -78,7 +83,9 @@ func (l *Limiter) count(ctx context.Context, scope string, w int64) (int64, erro
 	// Two windows of life: long enough for replicas with slightly different clocks, and the key
 	// goes away by itself.
 	pipe.Expire(ctx, key, 2*l.window)
-	if _, err := pipe.Exec(ctx); err != nil {
+	_, err := pipe.Exec(ctx)
+	l.brk.result(err)
+	if err != nil {
 		return 0, err
 	}
 	return incr.Val(), nil
