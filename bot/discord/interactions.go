@@ -322,12 +322,22 @@ func (a *Adapter) adminCommand(ctx context.Context, in *discordgo.Interaction, u
 	actor := "discord:" + user.ID
 	a.goBackground(func(ctx context.Context) {
 		out, _ := a.opts.Admin.Run(ctx, actor, argv)
-		if err := r.Post(ctx, formatCommandOutput(out)); err != nil {
+		err := r.Post(ctx, formatCommandOutput(out))
+		if errors.Is(err, bot.ErrNoPrivate) {
+			// The token expired: the output is not for the channel, but the user is told.
+			plain := &replier{a: a, channel: in.ChannelID}
+			err = plain.Post(ctx, AdminExpiredText)
+		}
+		if err != nil {
 			a.log.Warn("posting an admin command's result", zap.Error(err))
 		}
 	})
 	return nil
 }
+
+// AdminExpiredText replaces an admin command's output once its interaction has expired: only the
+// user who ran it was to see the output, and the channel is seen by everyone.
+const AdminExpiredText = "An admin command's output could not be shown privately (its interaction expired); run /threadbox again."
 
 // formatCommandOutput fences multi-line output (tables) and keeps it within one message.
 func formatCommandOutput(out string) string {

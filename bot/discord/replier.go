@@ -140,7 +140,9 @@ func (r *replier) Post(ctx context.Context, text string) error {
 	return r.send(ctx, text, nil)
 }
 
-// send posts text and files: into the interaction (editing @original first) or the channel.
+// send posts text and files: into the interaction (editing @original first) or the channel. An
+// ephemeral reply never goes to the channel, where everyone would see it: without a working token
+// it is an error wrapping bot.ErrNoPrivate, nothing posted.
 func (r *replier) send(ctx context.Context, text string, files []*discordgo.File) error {
 	if tok := r.interactionToken(ctx); tok != "" {
 		err := withRetry(ctx, func(ctx context.Context) error { return r.sendInteraction(ctx, tok, text, files) })
@@ -148,6 +150,11 @@ func (r *replier) send(ctx context.Context, text string, files []*discordgo.File
 			return err
 		}
 		r.dropToken() // from now on, the channel
+		if r.ephemeral {
+			return fmt.Errorf("%w: the interaction's token no longer works: %w", bot.ErrNoPrivate, err)
+		}
+	} else if r.ephemeral {
+		return fmt.Errorf("%w: no interaction token", bot.ErrNoPrivate)
 	}
 	if err := r.ensureThread(ctx); err != nil {
 		return err

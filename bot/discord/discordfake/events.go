@@ -122,7 +122,9 @@ type Interaction struct {
 	OriginalID string
 	// FollowupIDs are the ids of follow-up messages.
 	FollowupIDs []string
-	payload     []byte
+	// TokenExpired is set by ExpireToken: webhook calls with the token answer 401 (50027).
+	TokenExpired bool
+	payload      []byte
 }
 
 // Slash builds a slash command invocation in a channel, thread or DM. Send it with
@@ -248,6 +250,16 @@ func (s *Server) ExpireInteraction(id string) {
 	}
 }
 
+// ExpireToken ends an interaction's token as Discord does after 15 minutes: editing @original and
+// follow-ups answer 401 Invalid Webhook Token (50027).
+func (s *Server) ExpireToken(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if in := s.interactions[id]; in != nil {
+		in.TokenExpired = true
+	}
+}
+
 // Interaction returns the interaction's record.
 func (s *Server) Interaction(id string) (Interaction, bool) {
 	s.mu.Lock()
@@ -320,6 +332,10 @@ func (s *Server) webhookLocked(w http.ResponseWriter, r *http.Request) *Interact
 	in := s.byToken[r.PathValue("token")]
 	if in == nil || r.PathValue("app") != s.opts.AppID {
 		writeError(w, http.StatusNotFound, codeUnknownWebhook, "Unknown Webhook")
+		return nil
+	}
+	if in.TokenExpired {
+		writeError(w, http.StatusUnauthorized, codeInvalidWebhookToken, "Invalid Webhook Token")
 		return nil
 	}
 	return in

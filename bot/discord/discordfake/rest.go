@@ -16,15 +16,16 @@ import (
 
 // Discord's JSON error codes the fake uses.
 const (
-	codeUnknownChannel     = 10003
-	codeUnknownMessage     = 10008
-	codeUnknownWebhook     = 10015
-	codeUnknownInteraction = 10062
-	codeMissingAccess      = 50001
-	codeEmptyMessage       = 50006
-	codeAlreadyAcked       = 40060
-	codeThreadExists       = 160004
-	codeTooLong            = 50035
+	codeUnknownChannel      = 10003
+	codeUnknownMessage      = 10008
+	codeUnknownWebhook      = 10015
+	codeUnknownInteraction  = 10062
+	codeMissingAccess       = 50001
+	codeInvalidWebhookToken = 50027
+	codeEmptyMessage        = 50006
+	codeAlreadyAcked        = 40060
+	codeThreadExists        = 160004
+	codeTooLong             = 50035
 )
 
 // maxContent is Discord's limit on a message's content.

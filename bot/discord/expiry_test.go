@@ -1,0 +1,89 @@
+package discord_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/threadbox/threadbox/bot"
+	"github.com/threadbox/threadbox/bot/discord"
+	"github.com/threadbox/threadbox/bot/discord/discordfake"
+)
+
+// keeper hands each message's replier to the test and answers nothing itself.
+type keeper struct{ got chan bot.Replier }
+
+func (k *keeper) Handle(_ context.Context, _ bot.Message, r bot.Replier) error {
+	k.got <- r
+	return nil
+}
+
+// gatedAdmin answers once released.
+type gatedAdmin struct{ release chan struct{} }
+
+func (g *gatedAdmin) Run(ctx context.Context, _ string, _ []string) (string, error) {
+	select {
+	case <-g.release:
+	case <-ctx.Done():
+	}
+	return "secret admin output", nil
+}
+
+// Once an interaction's token has expired (15 minutes: a long turn), ordinary answers go to the
+// channel, but what only the user was to see must not: PostPrivate says ErrNoPrivate, and an admin
+// command's output is replaced by a notice.
+func TestExpiredTokenNeverMakesPrivateRepliesPublic(t *testing.T) {
+	k := &keeper{got: make(chan bot.Replier, 4)}
+	admin := &gatedAdmin{release: make(chan struct{})}
+	r := newRig(t, func(o *discord.Options) { o.Handler = k; o.Admin = admin })
+	r.fake.GuildChannel("G1", "C1")
+	th := r.fake.UserThread("C1", discordfake.Person("U1"), "t")
+	cases := []struct {
+		name    string
+		command string
+		run     func(t *testing.T, in *discordfake.Interaction)
+		public  string // what must appear in the thread
+	}{
+		{"public answer falls back to the channel", "ask", func(t *testing.T, in *discordfake.Interaction) {
+			rp := <-k.got
+			r.wait(t, "deferred", func() bool { rec, _ := r.fake.Interaction(in.ID); return len(rec.Callbacks) == 1 })
+			r.fake.ExpireToken(in.ID)
+			require.NoError(t, rp.Post(t.Context(), "public answer"))
+		}, "public answer"},
+		{"private post", "ask", func(t *testing.T, in *discordfake.Interaction) {
+			rp := <-k.got
+			r.wait(t, "deferred", func() bool { rec, _ := r.fake.Interaction(in.ID); return len(rec.Callbacks) == 1 })
+			r.fake.ExpireToken(in.ID)
+			err := rp.(bot.PrivatePoster).PostPrivate(t.Context(), "U1", "secret private text")
+			require.ErrorIs(t, err, bot.ErrNoPrivate)
+		}, ""},
+		{"admin command", "threadbox", func(t *testing.T, in *discordfake.Interaction) {
+			r.wait(t, "deferred", func() bool { rec, _ := r.fake.Interaction(in.ID); return len(rec.Callbacks) == 1 })
+			r.fake.ExpireToken(in.ID)
+			close(admin.release)
+			r.wait(t, "the notice", func() bool { return strings.Contains(r.said(th), discord.AdminExpiredText) })
+		}, discord.AdminExpiredText},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			before := len(r.fake.BotMessages(th))
+			in := r.fake.Slash(th, discordfake.Person("U1"), c.command, map[string]string{"prompt": "q", "command": "sessions"})
+			r.fake.DispatchInteraction(in)
+			c.run(t, in)
+			var posted []string
+			for _, m := range r.fake.BotMessages(th)[before:] {
+				if m.Content != "" {
+					posted = append(posted, m.Content)
+				}
+			}
+			if c.public == "" {
+				require.Empty(t, posted)
+			} else {
+				require.Equal(t, []string{c.public}, posted)
+			}
+			require.NotContains(t, r.said(th), "secret")
+		})
+	}
+}
