@@ -112,3 +112,23 @@ func TestChannelAllowlistAdmitsItsThreads(t *testing.T) {
 	require.Equal(t, "Sorry, I'm not enabled in this channel. Ask the bot's operator to add it, or mention me in a channel where I work.",
 		policy.Refusal(next()))
 }
+
+// TestSlashAskOverTheRateLimitOpensNoThread: a /ask in a channel refused by the rate limit leaves
+// no empty thread behind; the refusal is the ephemeral answer.
+func TestSlashAskOverTheRateLimitOpensNoThread(t *testing.T) {
+	r := newRig(t, func(o *discord.Options) {
+		o.RateLimit = bot.RateLimit{UserMessages: 1, ChannelMessages: -1, Window: time.Hour}
+	})
+	r.fake.GuildChannel("G1", "C1")
+	u := discordfake.Person("U1")
+	first := r.fake.Slash("C1", u, "ask", map[string]string{"prompt": "one"})
+	r.fake.DispatchInteraction(first)
+	require.Equal(t, "one", r.next(t).Text)
+	second := r.fake.Slash("C1", u, "ask", map[string]string{"prompt": "two"})
+	r.fake.DispatchInteraction(second)
+	r.wait(t, "the refusal", func() bool { rec, _ := r.fake.Interaction(second.ID); return len(rec.Callbacks) == 1 })
+	rec, _ := r.fake.Interaction(second.ID)
+	require.Equal(t, 4, rec.Callbacks[0].Type)
+	require.Contains(t, rec.Callbacks[0].Content, "more than 1 messages")
+	require.Len(t, r.fake.Threads("C1"), 1, "no thread for the refused /ask")
+}

@@ -215,6 +215,15 @@ func (a *Adapter) takeCommand(ctx context.Context, in *discordgo.Interaction, us
 	if err != nil {
 		return fmt.Errorf("%w: %w", bot.ErrNotAccepted, err)
 	}
+	// overLimit checks /ask against the rate limit, before a thread is started for it. A slash
+	// command is answered by the ephemeral reply itself: no mark needed.
+	overLimit := func() (string, bool) {
+		if name != "ask" {
+			return "", false
+		}
+		ok, notice, _ := a.limits.Check(ctx, a.opts.RateLimit, "u:"+user.ID, "c:"+in.ChannelID, "<@"+user.ID+">")
+		return cmpNotice(notice), !ok
+	}
 	r := &replier{a: a, channel: in.ChannelID, token: in.Token, ready: make(chan struct{})}
 	var key bot.ThreadKey
 	thread := ""
@@ -233,6 +242,9 @@ func (a *Adapter) takeCommand(ctx context.Context, in *discordgo.Interaction, us
 				return respond(ctx, ephemeralReply(refusal))
 			}
 		}
+		if notice, over := overLimit(); over {
+			return respond(ctx, ephemeralReply(notice))
+		}
 		// A new thread for the question: answered there, linked from @original.
 		th, err := a.s.ThreadStartComplex(in.ChannelID, &discordgo.ThreadStart{
 			Name: threadName(text), AutoArchiveDuration: 1440, Type: discordgo.ChannelTypeGuildPublicThread,
@@ -246,11 +258,9 @@ func (a *Adapter) takeCommand(ctx context.Context, in *discordgo.Interaction, us
 	default:
 		return respond(ctx, ephemeralReply("Use /"+name+" inside a thread I answer in, or in a DM with me."))
 	}
-	if name == "ask" {
-		// A slash command is answered by the ephemeral reply itself: no mark needed.
-		ok, notice, _ := a.limits.Check(ctx, a.opts.RateLimit, "u:"+user.ID, "c:"+in.ChannelID, "<@"+user.ID+">")
-		if !ok {
-			return respond(ctx, ephemeralReply(cmpNotice(notice)))
+	if thread == "" {
+		if notice, over := overLimit(); over {
+			return respond(ctx, ephemeralReply(notice))
 		}
 	}
 	msg := bot.Message{Thread: key, ChannelID: r.channel, User: bot.User{ID: user.ID, Name: user.Username},
