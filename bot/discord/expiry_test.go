@@ -87,3 +87,21 @@ func TestExpiredTokenNeverMakesPrivateRepliesPublic(t *testing.T) {
 		})
 	}
 }
+
+// An interaction's @original deleted (by a moderator) before the answer: the answer goes to the
+// channel rather than being lost, and so do later ones.
+func TestDeletedOriginalStillGetsTheAnswer(t *testing.T) {
+	k := &keeper{got: make(chan bot.Replier, 4)}
+	r := newRig(t, func(o *discord.Options) { o.Handler = k })
+	r.fake.GuildChannel("G1", "C1")
+	th := r.fake.UserThread("C1", discordfake.Person("U1"), "t")
+	in := r.fake.Slash(th, discordfake.Person("U1"), "ask", map[string]string{"prompt": "q"})
+	r.fake.DispatchInteraction(in)
+	rp := <-k.got
+	r.wait(t, "deferred", func() bool { rec, _ := r.fake.Interaction(in.ID); return len(rec.Callbacks) == 1 })
+	rec, _ := r.fake.Interaction(in.ID)
+	r.fake.DeleteMessage(th, rec.OriginalID)
+	require.NoError(t, rp.Post(t.Context(), "the answer"))
+	require.NoError(t, rp.Post(t.Context(), "more"))
+	require.Equal(t, "the answer\nmore", r.said(th))
+}

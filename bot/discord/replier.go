@@ -146,10 +146,13 @@ func (r *replier) Post(ctx context.Context, text string) error {
 func (r *replier) send(ctx context.Context, text string, files []*discordgo.File) error {
 	if tok := r.interactionToken(ctx); tok != "" {
 		err := withRetry(ctx, func(ctx context.Context) error { return r.sendInteraction(ctx, tok, text, files) })
-		if !tokenGone(err) {
+		_, missing := errors.AsType[*notYet](err)
+		if (!tokenGone(err) && !missing) || ctx.Err() != nil {
 			return err
 		}
-		r.dropToken() // from now on, the channel
+		// The token expired, or @original is still missing after the retries (a moderator deleted
+		// it, or the deferral never reached Discord): from now on, the channel.
+		r.dropToken()
 		if r.ephemeral {
 			return fmt.Errorf("%w: the interaction's token no longer works: %w", bot.ErrNoPrivate, err)
 		}

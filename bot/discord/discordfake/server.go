@@ -252,6 +252,14 @@ func (s *Server) Message(channelID, messageID string) (Message, bool) {
 	return Message{}, false
 }
 
+// DeleteMessage deletes a message, as a moderator may (an interaction's @original included).
+func (s *Server) DeleteMessage(channelID, messageID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.messages[channelID] = slices.DeleteFunc(s.messages[channelID], func(m *Message) bool { return m.ID == messageID })
+	s.notifyLocked()
+}
+
 func copyMessage(m *Message) Message {
 	c := *m
 	c.Attachments = append([]Attachment(nil), m.Attachments...)
