@@ -308,6 +308,27 @@ func (a *Adapter) goBackground(f func(ctx context.Context)) {
 	a.wg.Go(func() { f(a.base) })
 }
 
+// reserve takes a place for background work promised before it starts (an interaction's answer,
+// once deferred): Close waits for it even if it starts after Close began. ok is false once the
+// adapter is closing: then promise nothing. start runs f; release gives the place back unused.
+func (a *Adapter) reserve() (start func(f func(ctx context.Context)), release func(), ok bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return nil, nil, false
+	}
+	a.wg.Add(1)
+	var once sync.Once
+	release = func() { once.Do(a.wg.Done) }
+	start = func(f func(ctx context.Context)) {
+		go func() {
+			defer release()
+			f(a.base)
+		}()
+	}
+	return start, release, true
+}
+
 // Limits reports Discord's sizes.
 func (a *Adapter) Limits() bot.Limits {
 	return bot.Limits{MaxMessage: maxMessage, MaxChunks: maxChunks, MaxFileBytes: a.opts.MaxFileBytes}

@@ -325,12 +325,18 @@ func (a *Adapter) adminCommand(ctx context.Context, in *discordgo.Interaction, u
 	if len(argv) > 0 && strings.EqualFold(argv[0], "admin") {
 		argv = argv[1:]
 	}
+	// The answer's place is taken before the deferral: once deferred it must run, Close or not.
+	start, release, ok := a.reserve()
+	if !ok {
+		return fmt.Errorf("%w: shutting down", bot.ErrNotAccepted)
+	}
 	if err := respond(ctx, deferral(discordgo.MessageFlagsEphemeral)); err != nil {
+		release()
 		return fmt.Errorf("%w: deferring: %w", bot.ErrNotAccepted, err)
 	}
 	r := &replier{a: a, channel: in.ChannelID, token: in.Token, ephemeral: true}
 	actor := "discord:" + user.ID
-	a.goBackground(func(ctx context.Context) {
+	start(func(ctx context.Context) {
 		out, _ := a.opts.Admin.Run(ctx, actor, argv)
 		err := r.Post(ctx, formatCommandOutput(out))
 		if errors.Is(err, bot.ErrNoPrivate) {
