@@ -227,6 +227,9 @@ func (a *Adapter) takeCommand(ctx context.Context, in *discordgo.Interaction, us
 	r := &replier{a: a, channel: in.ChannelID, token: in.Token, ready: make(chan struct{})}
 	var key bot.ThreadKey
 	thread := ""
+	// startLink runs the new thread's link and question (reserved); linked once it did.
+	var startLink func(f func(ctx context.Context))
+	linked := false
 	switch {
 	case pl == placeDM:
 		key = bot.DiscordDM(user.ID)
@@ -245,6 +248,18 @@ func (a *Adapter) takeCommand(ctx context.Context, in *discordgo.Interaction, us
 		if notice, over := overLimit(); over {
 			return respond(ctx, ephemeralReply(notice))
 		}
+		// The link from @original is promised by the deferral: its place is taken before, so that
+		// Close waits for it. Once closing, nothing is started.
+		var release func()
+		var ok bool
+		if startLink, release, ok = a.reserve(); !ok {
+			return fmt.Errorf("%w: shutting down", bot.ErrNotAccepted)
+		}
+		defer func() {
+			if !linked {
+				release()
+			}
+		}()
 		// A new thread for the question: answered there, linked from @original.
 		th, err := a.s.ThreadStartComplex(in.ChannelID, &discordgo.ThreadStart{
 			Name: threadName(text), AutoArchiveDuration: 1440, Type: discordgo.ChannelTypeGuildPublicThread,
@@ -285,7 +300,8 @@ func (a *Adapter) takeCommand(ctx context.Context, in *discordgo.Interaction, us
 	}
 	if thread != "" {
 		orig := &replier{a: a, channel: in.ChannelID, token: in.Token}
-		a.goBackground(func(ctx context.Context) {
+		linked = true
+		startLink(func(ctx context.Context) {
 			if err := orig.Post(ctx, fmt.Sprintf("Started <#%s> for %q; I answer there.", thread, oneLine(text, 80))); err != nil {
 				a.log.Warn("linking the new thread", zap.Error(err))
 			}
