@@ -105,3 +105,21 @@ func TestDeletedOriginalStillGetsTheAnswer(t *testing.T) {
 	require.NoError(t, rp.Post(t.Context(), "more"))
 	require.Equal(t, "the answer\nmore", r.said(th))
 }
+
+// A turn longer than the token's 15 minutes keeps showing progress: in the channel once @original
+// can no longer be edited.
+func TestProgressAfterTheTokenExpiredGoesToTheChannel(t *testing.T) {
+	k := &keeper{got: make(chan bot.Replier, 4)}
+	r := newRig(t, func(o *discord.Options) { o.Handler = k })
+	r.fake.GuildChannel("G1", "C1")
+	th := r.fake.UserThread("C1", discordfake.Person("U1"), "t")
+	in := r.fake.Slash(th, discordfake.Person("U1"), "ask", map[string]string{"prompt": "q"})
+	r.fake.DispatchInteraction(in)
+	rp := <-k.got
+	r.wait(t, "deferred", func() bool { rec, _ := r.fake.Interaction(in.ID); return len(rec.Callbacks) == 1 })
+	require.NoError(t, rp.Progress(t.Context(), "step 1"))
+	r.fake.ExpireToken(in.ID)
+	require.NoError(t, rp.Progress(t.Context(), "step 2"))
+	require.NoError(t, rp.Progress(t.Context(), "step 3"))
+	require.Contains(t, r.said(th), "step 3")
+}

@@ -268,24 +268,13 @@ func (r *replier) Progress(ctx context.Context, text string) error {
 	if tok := r.interactionToken(ctx); tok != "" && !r.answeredNow() {
 		_, err = r.a.s.InteractionResponseEdit(&discordgo.Interaction{AppID: r.a.opts.ApplicationID, Token: tok},
 			&discordgo.WebhookEdit{Content: &text, AllowedMentions: noMentions}, opts...)
+		if tokenGone(err) && !r.ephemeral {
+			// A turn past the token's 15 minutes: progress (and the answer) go to the channel.
+			r.dropToken()
+			err = r.progressInChannel(ctx, text, opts)
+		}
 	} else {
-		if err := r.ensureThread(ctx); err != nil {
-			return err
-		}
-		r.mu.Lock()
-		id := r.progressID
-		r.mu.Unlock()
-		if id == "" {
-			var m *discordgo.Message
-			m, err = r.a.s.ChannelMessageSendComplex(r.channel, &discordgo.MessageSend{Content: text, AllowedMentions: noMentions}, opts...)
-			if err == nil {
-				r.mu.Lock()
-				r.progressID = m.ID
-				r.mu.Unlock()
-			}
-		} else {
-			_, err = r.a.s.ChannelMessageEditComplex(&discordgo.MessageEdit{ID: id, Channel: r.channel, Content: &text, AllowedMentions: noMentions}, opts...)
-		}
+		err = r.progressInChannel(ctx, text, opts)
 	}
 	if rl, ok := errors.AsType[*discordgo.RateLimitError](err); ok {
 		wait := max(rl.RetryAfter, 100*time.Millisecond)
@@ -298,6 +287,27 @@ func (r *replier) Progress(ctx context.Context, text string) error {
 		return fmt.Errorf("discord: progress: %w", err)
 	}
 	return nil
+}
+
+// progressInChannel posts or edits the progress message in the channel.
+func (r *replier) progressInChannel(ctx context.Context, text string, opts []discordgo.RequestOption) error {
+	if err := r.ensureThread(ctx); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	id := r.progressID
+	r.mu.Unlock()
+	if id != "" {
+		_, err := r.a.s.ChannelMessageEditComplex(&discordgo.MessageEdit{ID: id, Channel: r.channel, Content: &text, AllowedMentions: noMentions}, opts...)
+		return err
+	}
+	m, err := r.a.s.ChannelMessageSendComplex(r.channel, &discordgo.MessageSend{Content: text, AllowedMentions: noMentions}, opts...)
+	if err == nil {
+		r.mu.Lock()
+		r.progressID = m.ID
+		r.mu.Unlock()
+	}
+	return err
 }
 
 // typing shows the typing indicator, renewed at most every typingEvery; failures only cost the hint.
