@@ -123,3 +123,25 @@ func TestProgressAfterTheTokenExpiredGoesToTheChannel(t *testing.T) {
 	require.NoError(t, rp.Progress(t.Context(), "step 3"))
 	require.Contains(t, r.said(th), "step 3")
 }
+
+// A slash command answered only privately (a refusal, an admin command's output) does not leave
+// its public @original "thinking" forever: it is resolved without the private text.
+func TestPrivateAnswerResolvesThePublicOriginal(t *testing.T) {
+	k := &keeper{got: make(chan bot.Replier, 4)}
+	r := newRig(t, func(o *discord.Options) { o.Handler = k })
+	r.fake.GuildChannel("G1", "C1")
+	th := r.fake.UserThread("C1", discordfake.Person("U1"), "t")
+	in := r.fake.Slash(th, discordfake.Person("U1"), "ask", map[string]string{"prompt": "q"})
+	r.fake.DispatchInteraction(in)
+	rp := <-k.got
+	r.wait(t, "deferred", func() bool { rec, _ := r.fake.Interaction(in.ID); return len(rec.Callbacks) == 1 })
+	require.NoError(t, rp.(bot.PrivatePoster).PostPrivate(t.Context(), "U1", "secret refusal"))
+	rec, _ := r.fake.Interaction(in.ID)
+	require.Len(t, rec.FollowupIDs, 1)
+	f, _ := r.fake.Message(th, rec.FollowupIDs[0])
+	require.Equal(t, "secret refusal", f.Content)
+	require.NotZero(t, f.Flags&64, "the follow-up is ephemeral")
+	orig, _ := r.fake.Message(th, rec.OriginalID)
+	require.NotEmpty(t, orig.Content, "@original resolved")
+	require.NotContains(t, orig.Content, "secret")
+}

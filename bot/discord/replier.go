@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bwmarrin/discordgo"
+	"go.uber.org/zap"
 
 	"github.com/threadbox/threadbox/bot"
 )
@@ -221,7 +222,33 @@ func (r *replier) PostPrivate(ctx context.Context, _ string, text string) error 
 	}
 	// Always a follow-up: @original may be public.
 	priv := &replier{a: r.a, channel: r.channel, token: tok, ephemeral: true, answered: true}
-	return priv.Post(ctx, text)
+	if err := priv.Post(ctx, text); err != nil {
+		return err
+	}
+	if !r.ephemeral && !r.answeredNow() {
+		// A public @original still "thinking" would never be answered (a refusal or an admin
+		// command's output is all there is): it says where the answer went, not what it is.
+		r.resolveOriginal(ctx, tok, privatelyAnswered)
+	}
+	return nil
+}
+
+// privatelyAnswered replaces a public @original whose command was answered only privately.
+const privatelyAnswered = "Answered privately."
+
+// resolveOriginal edits @original to text, once, unless something answered it already.
+func (r *replier) resolveOriginal(ctx context.Context, tok, text string) {
+	ctx, cancel := context.WithTimeout(ctx, editTimeout)
+	defer cancel()
+	_, err := r.a.s.InteractionResponseEdit(&discordgo.Interaction{AppID: r.a.opts.ApplicationID, Token: tok},
+		&discordgo.WebhookEdit{Content: &text, AllowedMentions: noMentions}, discordgo.WithContext(ctx), discordgo.WithRetryOnRatelimit(false))
+	if err != nil {
+		r.a.log.Warn("resolving an interaction's @original", zap.Error(err))
+		return
+	}
+	r.mu.Lock()
+	r.answered = true
+	r.mu.Unlock()
 }
 
 // interactionToken waits for the deferral, then returns the token ("" once it proved useless).
