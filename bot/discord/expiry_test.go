@@ -145,3 +145,23 @@ func TestPrivateAnswerResolvesThePublicOriginal(t *testing.T) {
 	require.NotEmpty(t, orig.Content, "@original resolved")
 	require.NotContains(t, orig.Content, "secret")
 }
+
+// A DM is seen by its user alone: what is private is posted there (an admin command sent as a DM
+// gets its output, not a pointer to /threadbox). A thread has no private post.
+func TestPrivatePostsInADM(t *testing.T) {
+	k := &keeper{got: make(chan bot.Replier, 4)}
+	r := newRig(t, func(o *discord.Options) { o.Handler = k })
+	u := discordfake.Person("U1")
+	dm := r.fake.DMChannel(u)
+	r.fake.DM(u, "admin sessions")
+	rp := <-k.got
+	require.NoError(t, rp.(bot.PrivatePoster).PostPrivate(t.Context(), "U1", "private output"))
+	require.Equal(t, "private output", r.said(dm))
+
+	r.fake.GuildChannel("G1", "C1")
+	th := r.fake.UserThread("C1", u, "t")
+	r.fake.MentionIn(th, u, "admin sessions")
+	rp = <-k.got
+	require.ErrorIs(t, rp.(bot.PrivatePoster).PostPrivate(t.Context(), "U1", "private output"), bot.ErrNoPrivate)
+	require.Empty(t, r.said(th))
+}

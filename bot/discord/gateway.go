@@ -113,7 +113,7 @@ func (a *Adapter) acceptMessage(ctx context.Context, m *discordgo.Message) error
 	r := &replier{a: a, reactChannel: m.ChannelID, reactMsg: m.ID}
 	switch pl {
 	case placeDM:
-		key, r.channel = bot.DiscordDM(m.Author.ID), m.ChannelID
+		key, r.channel, r.dm = bot.DiscordDM(m.Author.ID), m.ChannelID, true
 	case placeThread:
 		key, r.channel = bot.DiscordThread(m.GuildID, m.ChannelID), m.ChannelID
 	case placeChannel:

@@ -232,7 +232,7 @@ func (a *Adapter) takeCommand(ctx context.Context, in *discordgo.Interaction, us
 	linked := false
 	switch {
 	case pl == placeDM:
-		key = bot.DiscordDM(user.ID)
+		key, r.dm = bot.DiscordDM(user.ID), true
 	case pl == placeThread:
 		key = bot.DiscordThread(in.GuildID, in.ChannelID)
 	case pl == placeChannel && name == "ask":

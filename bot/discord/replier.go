@@ -42,6 +42,8 @@ type replier struct {
 	reactChannel, reactMsg  string
 	token                   string
 	ephemeral               bool
+	// dm is set when channel is a DM, which only its user sees: private posts go there.
+	dm bool
 	// ready, when set, is closed once the interaction is deferred: @original exists only then.
 	ready chan struct{}
 
@@ -70,11 +72,12 @@ type replyDest struct {
 	ReactMsg     string `json:"react_msg,omitempty"`
 	Token        string `json:"token,omitempty"`
 	Ephemeral    bool   `json:"ephemeral,omitempty"`
+	DM           bool   `json:"dm,omitempty"`
 }
 
 func (r *replier) dest() json.RawMessage {
 	b, _ := json.Marshal(replyDest{Channel: r.channel, StartParent: r.startParent, ThreadName: r.threadName,
-		ReactChannel: r.reactChannel, ReactMsg: r.reactMsg, Token: r.token, Ephemeral: r.ephemeral})
+		ReactChannel: r.reactChannel, ReactMsg: r.reactMsg, Token: r.token, Ephemeral: r.ephemeral, DM: r.dm})
 	return b
 }
 
@@ -88,7 +91,7 @@ func (a *Adapter) Restore(reply json.RawMessage) (bot.Replier, error) {
 		return nil, errors.New("discord reply address without a channel")
 	}
 	return &replier{a: a, channel: d.Channel, startParent: d.StartParent, threadName: d.ThreadName,
-		reactChannel: d.ReactChannel, reactMsg: d.ReactMsg, token: d.Token, ephemeral: d.Ephemeral}, nil
+		reactChannel: d.ReactChannel, reactMsg: d.ReactMsg, token: d.Token, ephemeral: d.Ephemeral, dm: d.DM}, nil
 }
 
 // noMentions keeps an agent's "@everyone" or "<@id>" as text.
@@ -213,16 +216,23 @@ func rewind(files []*discordgo.File) []*discordgo.File {
 	return files
 }
 
-// PostPrivate implements bot.PrivatePoster: in an interaction, an ephemeral follow-up. Elsewhere
-// Discord has no message only one user sees: bot.ErrNoPrivate, and the caller decides what is posted.
+// PostPrivate implements bot.PrivatePoster: in an interaction, an ephemeral follow-up; in a DM, a
+// post (only its user sees it). Elsewhere Discord has no message only one user sees:
+// bot.ErrNoPrivate, and the caller decides what is posted.
 func (r *replier) PostPrivate(ctx context.Context, _ string, text string) error {
 	tok := r.interactionToken(ctx)
 	if tok == "" {
+		if r.dm {
+			return r.Post(ctx, text)
+		}
 		return bot.ErrNoPrivate
 	}
 	// Always a follow-up: @original may be public.
 	priv := &replier{a: r.a, channel: r.channel, token: tok, ephemeral: true, answered: true}
 	if err := priv.Post(ctx, text); err != nil {
+		if errors.Is(err, bot.ErrNoPrivate) && r.dm {
+			return r.Post(ctx, text)
+		}
 		return err
 	}
 	if !r.ephemeral && !r.answeredNow() {
