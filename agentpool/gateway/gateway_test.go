@@ -111,6 +111,28 @@ func TestRefusals(t *testing.T) {
 			e.turn(t, "web:c1", "U1", "ev1")
 			return Token(testSecret, "web:c1", gen), apiCall{"files", OpenAIPath + "/files", "Authorization", anthropic.body}
 		}, http.StatusNotFound, "not a model API"},
+		// The upstream resolves dot segments: /v1/models/../files is its /v1/files, which the real
+		// key opens.
+		{"dot segments below models (openai)", func(t *testing.T, e *env) (string, apiCall) {
+			gen := e.session(t, "web:c1")
+			e.turn(t, "web:c1", "U1", "ev1")
+			return Token(testSecret, "web:c1", gen), apiCall{"files", OpenAIPath + "/models/../files", "Authorization", anthropic.body}
+		}, http.StatusNotFound, "not a model API"},
+		{"dot segments below models (anthropic)", func(t *testing.T, e *env) (string, apiCall) {
+			gen := e.session(t, "web:c1")
+			e.turn(t, "web:c1", "U1", "ev1")
+			return Token(testSecret, "web:c1", gen), apiCall{"files", AnthropicPath + "/v1/models/../files", "X-Api-Key", anthropic.body}
+		}, http.StatusNotFound, "not a model API"},
+		{"escaped dot segments", func(t *testing.T, e *env) (string, apiCall) {
+			gen := e.session(t, "web:c1")
+			e.turn(t, "web:c1", "U1", "ev1")
+			return Token(testSecret, "web:c1", gen), apiCall{"files", AnthropicPath + "/v1/models/%2e%2e/%2E%2E/v1/files", "X-Api-Key", anthropic.body}
+		}, http.StatusNotFound, "not a model API"},
+		{"escaped slash in a model id", func(t *testing.T, e *env) (string, apiCall) {
+			gen := e.session(t, "web:c1")
+			e.turn(t, "web:c1", "U1", "ev1")
+			return Token(testSecret, "web:c1", gen), apiCall{"files", OpenAIPath + "/models/..%2Ffiles", "Authorization", anthropic.body}
+		}, http.StatusNotFound, "not a model API"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"mime"
 	"net/http"
 	"net/http/httputil"
+	"path"
 	"strings"
 	"time"
 
@@ -48,15 +49,20 @@ type call struct {
 }
 
 // route maps a gateway path to its upstream and format. Only model calls and model listings pass: the
-// real key must not open the rest of the account (files, batches, fine-tuning, admin).
+// real key must not open the rest of the account (files, batches, fine-tuning, admin). The path must
+// be clean (no dot or empty segments) and a model id one segment: the upstream resolves
+// /v1/models/../files to its /v1/files.
 func route(p string) (family, api, string, bool) {
+	if path.Clean(p) != p {
+		return 0, 0, "", false
+	}
 	switch {
 	case strings.HasPrefix(p, AnthropicPath+"/"):
 		rest := strings.TrimPrefix(p, AnthropicPath)
 		switch {
 		case rest == "/v1/messages":
 			return familyAnthropic, apiMessages, rest, true
-		case rest == "/v1/messages/count_tokens", rest == "/v1/models", strings.HasPrefix(rest, "/v1/models/"):
+		case rest == "/v1/messages/count_tokens", rest == "/v1/models", modelPath(rest, "/v1/models/"):
 			return familyAnthropic, apiOther, rest, true
 		}
 	case strings.HasPrefix(p, OpenAIPath+"/"):
@@ -66,11 +72,17 @@ func route(p string) (family, api, string, bool) {
 			return familyOpenAI, apiChat, rest, true
 		case rest == "/responses":
 			return familyOpenAI, apiResponses, rest, true
-		case rest == "/models", strings.HasPrefix(rest, "/models/"):
+		case rest == "/models", modelPath(rest, "/models/"):
 			return familyOpenAI, apiOther, rest, true
 		}
 	}
 	return 0, 0, "", false
+}
+
+// modelPath says whether p is prefix followed by one model id.
+func modelPath(p, prefix string) bool {
+	id, ok := strings.CutPrefix(p, prefix)
+	return ok && id != "" && !strings.Contains(id, "/")
 }
 
 // maxRequestBody bounds a request body the gateway reads (see bufferBody), and maxJSONBody a
