@@ -133,7 +133,7 @@ func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID stri
 	}
 	start := time.Now()
 	// The event stream outlives ctx: after a cancel it still tells when the abort took effect.
-	ev, err := r.subscribe(context.WithoutCancel(ctx), sb)
+	ev, err := r.subscribe(ctx, sb)
 	if err != nil {
 		return runtime.Result{}, err
 	}

@@ -23,9 +23,19 @@ type events struct {
 }
 
 // subscribe opens /event and returns once the server confirmed the subscription (server.connected),
-// so that no event of a prompt sent afterwards can be missed.
-func (r *Runtime) subscribe(ctx context.Context, sb sandbox.Sandbox) (*events, error) {
-	ctx, cancel := context.WithCancel(ctx)
+// so that no event of a prompt sent afterwards can be missed. The subscription outlives ctx (after a
+// cancel it still tells when the abort took effect), but until the server confirms it ctx bounds the
+// wait: a server that never answers must not hold a turn whose caller gave up.
+func (r *Runtime) subscribe(callerCtx context.Context, sb sandbox.Sandbox) (*events, error) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(callerCtx))
+	stopWatch := context.AfterFunc(callerCtx, cancel)
+	defer stopWatch()
+	gaveUp := func() error {
+		if callerCtx.Err() != nil {
+			return fmt.Errorf("opencode: subscribing to events: %w", context.Cause(callerCtx))
+		}
+		return nil
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://opencode/event", nil)
 	if err != nil {
 		cancel()
@@ -37,6 +47,9 @@ func (r *Runtime) subscribe(ctx context.Context, sb sandbox.Sandbox) (*events, e
 	if err != nil {
 		cancel()
 		r.clients.Reset(sb)
+		if err := gaveUp(); err != nil {
+			return nil, err
+		}
 		return nil, fmt.Errorf("opencode: subscribing to events: %w: %w", runtime.ErrSandboxDown, err)
 	}
 	if resp.StatusCode != http.StatusOK {
@@ -56,7 +69,16 @@ func (r *Runtime) subscribe(ctx context.Context, sb sandbox.Sandbox) (*events, e
 	if err != nil || ev.Type != "server.connected" {
 		resp.Body.Close()
 		cancel()
+		if err := gaveUp(); err != nil {
+			return nil, err
+		}
 		return nil, fmt.Errorf("opencode: subscribing to events: %w: first event %q: %v", runtime.ErrSandboxDown, ev.Type, err)
+	}
+	if !stopWatch() && callerCtx.Err() != nil {
+		// ctx ended just as the server confirmed: the stream is cancelled already.
+		resp.Body.Close()
+		cancel()
+		return nil, gaveUp()
 	}
 	e := &events{c: make(chan event, 64), cancel: cancel, done: make(chan struct{})}
 	go func() {
