@@ -123,9 +123,14 @@ type stream struct {
 	failed error
 }
 
-// subscribe opens the event stream after lastID ("" replays what the server still buffers).
-func (r *Runtime) subscribe(ctx context.Context, sb sandbox.Sandbox, lastID string) (*stream, error) {
-	ctx, cancel := context.WithCancel(ctx)
+// subscribe opens the event stream after lastID ("" replays what the server still buffers). The
+// stream outlives ctx (after a cancel it still tells when the turn really ended), but until the
+// server answers ctx bounds the wait: a server that never does must not hold a turn whose caller
+// gave up.
+func (r *Runtime) subscribe(callerCtx context.Context, sb sandbox.Sandbox, lastID string) (*stream, error) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(callerCtx))
+	stopWatch := context.AfterFunc(callerCtx, cancel)
+	defer stopWatch()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://sandbox-agent/v1/acp/"+url.PathEscape(r.serverID()), nil)
 	if err != nil {
 		cancel()
@@ -140,7 +145,16 @@ func (r *Runtime) subscribe(ctx context.Context, sb sandbox.Sandbox, lastID stri
 	if err != nil {
 		cancel()
 		r.clients.Reset(sb)
+		if callerCtx.Err() != nil {
+			return nil, fmt.Errorf("sandbox-agent: subscribing to events: %w", context.Cause(callerCtx))
+		}
 		return nil, fmt.Errorf("sandbox-agent: subscribing to events: %w: %w", runtime.ErrSandboxDown, err)
+	}
+	if !stopWatch() && callerCtx.Err() != nil {
+		// ctx ended just as the server answered: the stream is cancelled already.
+		resp.Body.Close()
+		cancel()
+		return nil, fmt.Errorf("sandbox-agent: subscribing to events: %w", context.Cause(callerCtx))
 	}
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))

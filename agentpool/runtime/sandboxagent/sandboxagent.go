@@ -206,7 +206,7 @@ func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID stri
 	}
 	// The stream outlives ctx: after a cancel it still tells when the turn really ended.
 	detached := context.WithoutCancel(ctx)
-	ev, err := r.subscribe(detached, sb, lastID)
+	ev, err := r.subscribe(ctx, sb, lastID)
 	if err != nil {
 		return runtime.Result{}, err
 	}
