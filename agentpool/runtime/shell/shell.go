@@ -99,7 +99,8 @@ func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID stri
 	}
 	var stdout, stderr strings.Builder
 	res, err := sb.Exec(ctx, sandbox.ExecRequest{
-		Cmd:     []string{sh, "-c", p.Text},
+		// "--" ends the shell's options: a message starting with '-' is still the command.
+		Cmd:     []string{sh, "-c", "--", p.Text},
 		Env:     p.Env,
 		Timeout: p.Timeout,
 		Stdout:  tee{&stdout, emit, "stdout"},

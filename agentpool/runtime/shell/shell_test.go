@@ -13,6 +13,7 @@ import (
 	"github.com/threadbox/threadbox/sandbox"
 	"github.com/threadbox/threadbox/sandbox/docker"
 	"github.com/threadbox/threadbox/sandbox/docker/dockertest"
+	"github.com/threadbox/threadbox/sandbox/local"
 )
 
 func TestFormatAnswer(t *testing.T) {
@@ -75,4 +76,34 @@ func TestShellOnDocker(t *testing.T) {
 	require.NoError(t, p.Stop(t.Context(), h))
 	_, err = r.Prompt(t.Context(), sb, id, runtime.Prompt{Text: "true"}, nil)
 	require.Equal(t, runtime.ClassSandboxDown, runtime.Classify(err), "a stopped sandbox is sandbox-down: %v", err)
+}
+
+// TestPromptIsNeverAnOption: a message is the command, whatever it starts with; one starting with
+// '-' must not be read as an option of the shell.
+func TestPromptIsNeverAnOption(t *testing.T) {
+	p, err := local.New(local.Options{Dir: t.TempDir(), IUnderstandNoIsolation: true})
+	require.NoError(t, err)
+	h, err := p.Create(t.Context(), sandbox.Spec{Image: "host", Labels: sandbox.Labels{Deployment: "d", Thread: "t"}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Destroy(context.Background(), h) })
+	sb := sandbox.Bind(p, h)
+	r := New()
+	require.NoError(t, r.Ensure(t.Context(), sb))
+	tests := []struct {
+		text, want string
+		exit       int
+	}{
+		{"echo plain", "plain", 0},
+		{"--version", "--version: ", 127},
+		{"-x", "-x: ", 127},
+		{"-- echo hi", "--: ", 127},
+	}
+	for _, tt := range tests {
+		t.Run(tt.text, func(t *testing.T) {
+			res, err := r.Prompt(t.Context(), sb, "shell-1", runtime.Prompt{Text: tt.text}, nil)
+			require.NoError(t, err)
+			require.Equal(t, tt.exit, res.ExitCode, res.Answer)
+			require.Contains(t, res.Answer, tt.want)
+		})
+	}
 }
