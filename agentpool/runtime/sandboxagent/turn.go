@@ -30,6 +30,22 @@ type turnState struct {
 	usageSet  bool
 }
 
+// Bounds on the ids a turn remembers: the stream is outside input, and an id is bounded only by the
+// event size. ACP ids are tens of characters; a turn has at most hundreds of messages and calls.
+// Past the bounds an id is not remembered: a tool call may be reported twice, and a late chunk of an
+// older message taken for a new one.
+const (
+	maxTrackedID = 128
+	maxTracked   = 4096
+)
+
+// remember adds id to m within the bounds.
+func remember(m map[string]bool, id string) {
+	if len(id) <= maxTrackedID && len(m) < maxTracked {
+		m[id] = true
+	}
+}
+
 func newTurnState(sessionID string, emit func(runtime.Event)) *turnState {
 	if emit == nil {
 		emit = func(runtime.Event) {}
@@ -76,7 +92,7 @@ func (t *turnState) handle(params json.RawMessage) {
 			return // an older message's: progress only
 		case u.MessageID != t.msgID || t.text.Len() == 0:
 			if t.text.Len() > 0 {
-				t.past[t.msgID] = true
+				remember(t.past, t.msgID)
 			}
 			t.msgID = u.MessageID
 			t.text.Reset()
@@ -94,7 +110,7 @@ func (t *turnState) handle(params json.RawMessage) {
 		if t.tools[u.ToolCallID] || (!hasInput(u.RawInput) && u.Status != "in_progress" && u.Status != "completed" && u.Status != "failed") {
 			return
 		}
-		t.tools[u.ToolCallID] = true
+		remember(t.tools, u.ToolCallID)
 		name := u.Title
 		if name == "" {
 			name = u.Kind

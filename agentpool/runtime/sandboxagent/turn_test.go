@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -197,4 +198,38 @@ func TestErrorsAndOutcomes(t *testing.T) {
 	require.NotEqual(t, Token("s", "sb"), Token("s", "sb2"))
 	_, err := New(Config{Secret: "x", Agent: "claude"})
 	require.ErrorContains(t, err, "not installed")
+}
+
+// An agent that streams endless distinct messages and tool calls (or ids as long as an event) does
+// not grow what the turn remembers past its bounds; the answer is still the last message.
+func TestTurnStateRemembersBoundedIDs(t *testing.T) {
+	tools := 0
+	turn := newTurnState("s", func(e runtime.Event) {
+		if e.Kind == runtime.EventTool {
+			tools++
+		}
+	})
+	long := strings.Repeat("x", 4*maxTrackedID)
+	for i := range 3 * maxTracked {
+		id := fmt.Sprintf("%d", i)
+		if i%2 == 0 {
+			id = long + id
+		}
+		b, err := json.Marshal(map[string]any{"sessionId": "s", "update": map[string]any{
+			"sessionUpdate": "tool_call", "toolCallId": id, "title": "bash", "status": "in_progress"}})
+		require.NoError(t, err)
+		turn.handle(b)
+		turn.handle(chunkUpdate(id, "t"))
+	}
+	require.Equal(t, 3*maxTracked, tools, "every distinct call is reported")
+	require.LessOrEqual(t, len(turn.tools), maxTracked)
+	require.LessOrEqual(t, len(turn.past), maxTracked)
+	for id := range turn.tools {
+		require.LessOrEqual(t, len(id), maxTrackedID)
+	}
+	for id := range turn.past {
+		require.LessOrEqual(t, len(id), maxTrackedID)
+	}
+	turn.handle(chunkUpdate("last", "answer"))
+	require.Equal(t, "answer", turn.answer())
 }
