@@ -244,6 +244,11 @@ func (g *Gateway) newProxy() http.Handler {
 			pr.Out.Host = ""
 			pr.Out.Header.Del("X-Api-Key")
 			pr.Out.Header.Del("Authorization")
+			// The gateway reads each answer's usage, so it must see it uncompressed: with the
+			// client's Accept-Encoding (SDKs send gzip) the upstream compressed it and no usage was
+			// found, whatever the budgets. Without one, the transport asks for gzip itself and
+			// decompresses.
+			pr.Out.Header.Del("Accept-Encoding")
 			if c.family == familyAnthropic {
 				pr.Out.Header.Set("X-Api-Key", g.cfg.AnthropicKey)
 			} else {
