@@ -148,6 +148,8 @@ type Gateway struct {
 	refused map[string]*BudgetError
 	// unpriced remembers the models the price table missed, logged once each.
 	unpriced map[string]bool
+	// inFlight counts each thread's model calls in flight (maxCallsPerThread).
+	inFlight map[string]int
 	prov     sandbox.Provider
 	// clouds are the providers whose sandboxes call PublicHandler, by name; cloudIDs remembers which
 	// thread and generation their sandboxes are, by provider/id.
@@ -179,7 +181,7 @@ func New(cfg Config, store db.Store, log *zap.Logger) (*Gateway, error) {
 	}
 	g := &Gateway{
 		cfg: cfg, store: store, log: cmp.Or(log, zap.NewNop()).Named("gateway"),
-		refused: map[string]*BudgetError{}, unpriced: map[string]bool{},
+		refused: map[string]*BudgetError{}, unpriced: map[string]bool{}, inFlight: map[string]int{},
 		clouds: map[string]sandbox.Provider{}, cloudIDs: map[string]ident{},
 	}
 	var err error

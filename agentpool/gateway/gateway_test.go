@@ -303,3 +303,43 @@ func TestPricesLookup(t *testing.T) {
 	require.False(t, ok, "no \"*\": unpriced")
 	require.Equal(t, int64(105), Price{Input: 3, Output: 15}.CostMicros(Usage{Input: 10, Output: 5}))
 }
+
+// TestCallsInFlightPerThread: one thread cannot hold more than maxCallsPerThread calls open at once
+// (each may buffer a large body in the bot); another thread is not affected, and slots come back.
+func TestCallsInFlightPerThread(t *testing.T) {
+	e := newEnv(t, Budget{})
+	anthropic := apiCalls[0]
+	gen := e.session(t, "web:c1")
+	e.turn(t, "web:c1", "U1", "ev1")
+	tok := Token(testSecret, "web:c1", gen)
+	ctx, cancel := context.WithCancel(t.Context())
+	var held []*http.Response
+	for range maxCallsPerThread {
+		resp := e.do(ctx, t, anthropic, tok, "HANG please", true)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		held = append(held, resp)
+	}
+	resp := e.do(t.Context(), t, anthropic, tok, "hi", true)
+	body := readAll(t, resp)
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, body)
+	require.Contains(t, body, "in flight")
+
+	other := e.session(t, "web:c2")
+	e.turn(t, "web:c2", "U1", "ev2")
+	resp = e.do(t.Context(), t, anthropic, Token(testSecret, "web:c2", other), "hi", true)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "another thread is not affected")
+	readAll(t, resp)
+
+	cancel()
+	for _, r := range held {
+		_, _ = readAllDiscard(r)
+	}
+	require.Eventually(t, func() bool {
+		e.g.mu.Lock()
+		defer e.g.mu.Unlock()
+		return e.g.inFlight["web:c1"] == 0
+	}, 10*time.Second, 5*time.Millisecond, "the held calls' slots are released")
+	resp = e.do(t.Context(), t, anthropic, tok, "hi", true)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "the slots came back")
+	readAll(t, resp)
+}

@@ -119,11 +119,41 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fam, status, errType, "threadbox gateway: "+err.Error())
 		return
 	}
+	if !g.enter(c.thread) {
+		writeError(w, fam, http.StatusTooManyRequests, "rate_limit_error",
+			fmt.Sprintf("threadbox gateway: this thread has %d model calls in flight already", maxCallsPerThread))
+		return
+	}
+	defer g.leave(c.thread)
 	if err := bufferBody(r, c, kind == apiChat, g.cfg.Prices != nil); err != nil {
 		writeError(w, fam, http.StatusBadRequest, "invalid_request_error", "threadbox gateway: "+err.Error())
 		return
 	}
 	g.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxCall, c)))
+}
+
+// maxCallsPerThread bounds one thread's model calls in flight. Each may buffer a request body of up
+// to maxRequestBody in the bot: without a bound, one agent opening calls in parallel could take the
+// bot's memory. Agents make a few at once (subagents); this leaves them room.
+const maxCallsPerThread = 16
+
+// enter takes one of the thread's call slots, or reports false when all are taken.
+func (g *Gateway) enter(thread string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.inFlight[thread] >= maxCallsPerThread {
+		return false
+	}
+	g.inFlight[thread]++
+	return true
+}
+
+func (g *Gateway) leave(thread string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.inFlight[thread]--; g.inFlight[thread] <= 0 {
+		delete(g.inFlight, thread)
+	}
 }
 
 // authorize checks the token, that it is the current generation of a live session (and of the socket
