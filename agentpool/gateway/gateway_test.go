@@ -343,3 +343,39 @@ func TestCallsInFlightPerThread(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode, "the slots came back")
 	readAll(t, resp)
 }
+
+// TestAccountHeadersAreNotForwarded: the real key's account is the bot's to choose; headers that
+// pick another organization or project of it (billed and budgeted there), or carry other credentials,
+// do not reach the upstream from a sandbox.
+func TestAccountHeadersAreNotForwarded(t *testing.T) {
+	for _, c := range apiCalls {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, Budget{})
+			gen := e.session(t, "web:c1")
+			e.turn(t, "web:c1", "U1", "ev1")
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, e.url+c.path, strings.NewReader(c.body("hi", false)))
+			require.NoError(t, err)
+			req.Header.Set("Content-Type", "application/json")
+			tok := Token(testSecret, "web:c1", gen)
+			if c.header == "X-Api-Key" {
+				req.Header.Set("X-Api-Key", tok)
+			} else {
+				req.Header.Set("Authorization", "Bearer "+tok)
+			}
+			for _, h := range []string{"OpenAI-Organization", "OpenAI-Project", "Cookie", "Proxy-Authorization"} {
+				req.Header.Set(h, "other")
+			}
+			req.Header.Set("Anthropic-Version", "2023-06-01")
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			body := readAll(t, resp)
+			require.Equal(t, http.StatusOK, resp.StatusCode, body)
+			reqs := e.fake.Requests()
+			require.Len(t, reqs, 1)
+			for _, h := range []string{"OpenAI-Organization", "OpenAI-Project", "Cookie", "Proxy-Authorization"} {
+				require.Empty(t, reqs[0].Header.Get(h), h)
+			}
+			require.Equal(t, "2023-06-01", reqs[0].Header.Get("Anthropic-Version"), "API headers still pass")
+		})
+	}
+}

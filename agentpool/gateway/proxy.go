@@ -279,6 +279,11 @@ func (g *Gateway) newProxy() http.Handler {
 			// found, whatever the budgets. Without one, the transport asks for gzip itself and
 			// decompresses.
 			pr.Out.Header.Del("Accept-Encoding")
+			// The key's account is the bot's to choose: a sandbox must not pick another organization
+			// or project of it (billed and limited there), nor send other credentials.
+			for _, h := range []string{"OpenAI-Organization", "OpenAI-Project", "Cookie", "Proxy-Authorization"} {
+				pr.Out.Header.Del(h)
+			}
 			if c.family == familyAnthropic {
 				pr.Out.Header.Set("X-Api-Key", g.cfg.AnthropicKey)
 			} else {
