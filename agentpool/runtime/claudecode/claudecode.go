@@ -304,7 +304,11 @@ func (w *tailWriter) Write(p []byte) (int, error) {
 
 func (w *tailWriter) String() string { return string(w.b) }
 
+// lastLine is the last line of what claude printed, for an error message: that is outside input,
+// and the message is stored (PostgreSQL text refuses NUL and invalid UTF-8) and shown in the chat, so
+// invalid bytes become U+FFFD and NULs are dropped.
 func lastLine(s string) string {
+	s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "")
 	s = strings.TrimSpace(s)
 	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
 		s = s[i+1:]
