@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/bwmarrin/discordgo"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
@@ -297,7 +299,41 @@ func TestNotAcceptedIsNotDeferred(t *testing.T) {
 	require.Equal(t, "status", r.next(t).Text)
 	require.NoError(t, r.ad.Close()) // waits for the interaction's handling to end
 	rec, _ := r.fake.Interaction(gw.ID)
-	require.Empty(t, rec.Callbacks, "a command not taken is not deferred")
+	require.Len(t, rec.Callbacks, 1, "a command not taken is not deferred, but answered")
+	require.Contains(t, rec.Callbacks[0].Content, "I could not take that message")
+	require.Contains(t, rec.Callbacks[0].Content, "; ref ", "the log has the error under a ref")
+	require.NotContains(t, rec.Callbacks[0].Content, "database is down", "not the raw error")
+	require.Equal(t, int(discordgo.InteractionResponseChannelMessageWithSource), rec.Callbacks[0].Type)
+	require.Equal(t, int(discordgo.MessageFlagsEphemeral), rec.Callbacks[0].Flags)
+}
+
+// TestGatewayMessageNotTakenIsAnswered: the gateway never delivers a message again, so one the bot
+// could not take gets ❌ and a line asking for it again, in its channel (no thread is started).
+func TestGatewayMessageNotTakenIsAnswered(t *testing.T) {
+	for _, where := range []string{"dm", "channel"} {
+		t.Run(where, func(t *testing.T) {
+			r := newRig(t, nil)
+			r.h.mu.Lock()
+			r.h.refuse = true
+			r.h.mu.Unlock()
+			u := discordfake.Person("U1")
+			var m discordfake.Message
+			channel := "C1"
+			if where == "dm" {
+				channel = r.fake.DMChannel(u)
+				m = r.fake.DM(u, "hi")
+			} else {
+				m = r.fake.Mention("G1", channel, u, "build it")
+			}
+			r.next(t)
+			r.wait(t, "the refusal", func() bool {
+				return strings.Contains(r.said(channel), "I could not take that message") &&
+					slices.Contains(r.fake.Reactions(channel, m.ID), "❌")
+			})
+			require.NotContains(t, r.said(channel), "database is down", "not the raw error")
+			require.Empty(t, r.fake.Threads(channel), "no thread started for a message not taken")
+		})
+	}
 }
 
 func TestAnswerWaitsOutA429(t *testing.T) {

@@ -25,9 +25,9 @@ func (a *Adapter) onMessage(_ *discordgo.Session, m *discordgo.MessageCreate) {
 	}
 	ctx, cancel := context.WithTimeout(a.base, gatewayTimeout)
 	defer cancel()
-	if err := a.acceptMessage(ctx, m.Message); err != nil {
+	if err := a.acceptMessage(ctx, m.Message); err != nil && !errors.Is(err, bot.ErrNotAccepted) {
 		// The gateway has no acknowledgement: a message not taken is lost unless the user sends it
-		// again, so it is logged loudly.
+		// again, so it is logged loudly (one the handler refused is logged and told by tellNotTaken).
 		a.log.Error("message not taken", zap.String("message", m.ID), zap.String("channel", m.ChannelID), zap.Error(err))
 	}
 }
@@ -153,6 +153,7 @@ func (a *Adapter) acceptMessage(ctx context.Context, m *discordgo.Message) error
 	if err := a.handler.Handle(ctx, msg, r); err != nil {
 		if errors.Is(err, bot.ErrNotAccepted) {
 			forget()
+			a.tellNotTaken(ctx, m, err)
 			return err
 		}
 		a.log.Warn("handling message", zap.String("thread", key.String()), zap.Error(err))
@@ -167,6 +168,25 @@ func (a *Adapter) acceptMessage(ctx context.Context, m *discordgo.Message) error
 	}
 	a.goBackground(func(ctx context.Context) { r.typing(ctx) })
 	return nil
+}
+
+// tellNotTaken answers a message the bot could not take. The gateway has no acknowledgement and
+// never delivers a message again, so only its user can: ❌ on the message, and a line in its
+// channel (not a new thread: nothing was started) saying to send it again.
+func (a *Adapter) tellNotTaken(ctx context.Context, m *discordgo.Message, err error) {
+	p := bot.Explain(a.log, "message not taken", err, zap.String("message", m.ID))
+	plain := &replier{a: a, channel: m.ChannelID, reactChannel: m.ChannelID, reactMsg: m.ID}
+	a.goBackground(func(ctx context.Context) {
+		_ = plain.React(ctx, bot.ReactError)
+		if err := plain.Post(ctx, notTakenText(p)); err != nil {
+			a.log.Warn("telling a user their message was not taken", zap.String("message", m.ID), zap.Error(err))
+		}
+	})
+}
+
+// notTakenText is the reply to a message or command the bot could not take.
+func notTakenText(p bot.Problem) string {
+	return "I could not take that message (a service I depend on failed; ref " + p.Ref + "). Please send it again in a minute."
 }
 
 // threadName names a thread from its first message: Discord allows 1-100 characters.

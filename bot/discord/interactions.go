@@ -65,7 +65,13 @@ func (a *Adapter) onInteraction(_ *discordgo.Session, ic *discordgo.InteractionC
 		err := a.acceptInteraction(ctx, in, func(ctx context.Context, resp *discordgo.InteractionResponse) error {
 			return a.s.InteractionRespond(in, resp, discordgo.WithContext(ctx), discordgo.WithRetryOnRatelimit(false))
 		})
-		if err != nil {
+		switch {
+		case errors.Is(err, bot.ErrNotAccepted) && !a.isClosed():
+			// Nothing was deferred, and the gateway never delivers it again: the response slot is
+			// still free for saying so, where Discord would say only "did not respond".
+			p := bot.Explain(a.log, "interaction not taken", err, zap.String("interaction", in.ID))
+			_ = a.s.InteractionRespond(in, ephemeralReply(notTakenText(p)), discordgo.WithContext(ctx), discordgo.WithRetryOnRatelimit(false))
+		case err != nil:
 			a.log.Error("interaction not taken", zap.String("interaction", in.ID), zap.Error(err))
 		}
 	})
