@@ -8,7 +8,9 @@
 // table, queries named EntityVerb) and the schema in migrations/<engine>/ (goose files, embedded).
 // sqlc generates db/internal/pgsqlc and db/internal/sqlitesqlc from them; only this package sees
 // those types. All times written are the store's clock (WithClock) in UTC, truncated to microseconds;
-// all times read are UTC, and a zero time.Time stands for NULL.
+// all times read are UTC, and a zero time.Time stands for NULL. PostgreSQL text holds neither NUL nor
+// invalid UTF-8: in free text (prompts, answers, errors, notes) both engines store each as U+FFFD,
+// and a key holding one is ErrInvalid.
 //
 // # Errors and retries
 //

@@ -41,9 +41,13 @@ func newIntakeRig(t *testing.T) *intakeRig {
 }
 
 func (r *intakeRig) insert(ctx context.Context, event, prompt string) chan insertResult {
+	return r.insertTurn(ctx, db.NewTurn{ThreadKey: "slack:T:C:1", PlatformEventID: event, Prompt: prompt, Owner: "i1"})
+}
+
+func (r *intakeRig) insertTurn(ctx context.Context, nt db.NewTurn) chan insertResult {
 	ch := make(chan insertResult, 1)
 	go func() {
-		tn, err := r.s.TurnInsert(ctx, db.NewTurn{ThreadKey: "slack:T:C:1", PlatformEventID: event, Prompt: prompt, Owner: "i1"})
+		tn, err := r.s.TurnInsert(ctx, nt)
 		ch <- insertResult{tn, err}
 	}()
 	return ch
@@ -81,8 +85,12 @@ func (r *intakeRig) waitLockWaiters(n int) {
 
 // queue starts an insert and waits until it waits for a batch, so that requests line up in order.
 func (r *intakeRig) queue(ctx context.Context, event, prompt string) chan insertResult {
+	return r.queueTurn(ctx, db.NewTurn{ThreadKey: "slack:T:C:1", PlatformEventID: event, Prompt: prompt, Owner: "i1"})
+}
+
+func (r *intakeRig) queueTurn(ctx context.Context, nt db.NewTurn) chan insertResult {
 	before := db.IntakeWaiting(r.s)
-	ch := r.insert(ctx, event, prompt)
+	ch := r.insertTurn(ctx, nt)
 	require.Eventually(r.t, func() bool { return db.IntakeWaiting(r.s) == before+1 }, time.Minute, time.Millisecond)
 	return ch
 }
@@ -152,15 +160,15 @@ func TestPostgresIntakeGroupCommit(t *testing.T) {
 	require.Equal(t, 1, r.xmins(events), "one commit for the batch")
 }
 
-// TestPostgresIntakeBadRowFailsAlone: a row the server refuses (a NUL byte in text) fails only its own
-// caller; the others in its batch are recorded.
+// TestPostgresIntakeBadRowFailsAlone: a row the server refuses (a NUL byte in a user id: prompts are
+// made storable before) fails only its own caller; the others in its batch are recorded.
 func TestPostgresIntakeBadRowFailsAlone(t *testing.T) {
 	t.Parallel()
 	r := newIntakeRig(t)
 	ctx := pgCtx(t)
 	r.lock()
 	good1 := r.queue(ctx, "g1", "fine")
-	bad := r.queue(ctx, "bad", "nul \x00 byte")
+	bad := r.queueTurn(ctx, db.NewTurn{ThreadKey: "slack:T:C:1", PlatformEventID: "bad", UserID: "U\x00", Prompt: "fine", Owner: "i1"})
 	good2 := r.queue(ctx, "g2", "fine")
 	r.unlock()
 

@@ -56,6 +56,7 @@ func (s *pgStore) SessionTransition(ctx context.Context, threadKey string, t Tra
 	if err := t.check(); err != nil {
 		return Session{}, err
 	}
+	t.Patch = t.Patch.clean()
 	p := t.Patch
 	r, err := s.q.SessionTransition(ctx, s.dbtx, pgsqlc.SessionTransitionParams{
 		ToStatus:        string(t.To),
@@ -99,6 +100,7 @@ func (s *pgStore) SessionUpdate(ctx context.Context, threadKey string, p Session
 	if err := p.check(); err != nil {
 		return Session{}, err
 	}
+	p = p.clean()
 	r, err := s.q.SessionUpdate(ctx, s.dbtx, pgsqlc.SessionUpdateParams{
 		Handle:         p.Handle,
 		Provider:       pgText(p.Provider),
@@ -120,7 +122,7 @@ func (s *pgStore) SessionUpdate(ctx context.Context, threadKey string, p Session
 }
 
 func (s *pgStore) SessionTouch(ctx context.Context, threadKey string, handoffNote *string) error {
-	n, err := s.q.SessionTouch(ctx, s.relaxed, pgsqlc.SessionTouchParams{Now: pgTime(s.clock()), ThreadKey: threadKey, HandoffNote: pgText(handoffNote)})
+	n, err := s.q.SessionTouch(ctx, s.relaxed, pgsqlc.SessionTouchParams{Now: pgTime(s.clock()), ThreadKey: threadKey, HandoffNote: pgText(storableTextPtr(handoffNote))})
 	if err != nil {
 		return pgErr("touch session "+threadKey, err)
 	}

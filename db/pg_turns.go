@@ -16,6 +16,7 @@ func (s *pgStore) TurnInsert(ctx context.Context, t NewTurn) (Turn, error) {
 	if err := t.check(); err != nil {
 		return Turn{}, err
 	}
+	t = t.clean()
 	return s.intake.insert(ctx, t)
 }
 
@@ -72,6 +73,7 @@ func (s *pgStore) TurnFinish(ctx context.Context, id int64, res TurnResult) (Tur
 	if err := res.check(); err != nil {
 		return Turn{}, err
 	}
+	res = res.clean()
 	r, err := s.q.TurnFinish(ctx, s.dbtx, pgsqlc.TurnFinishParams{
 		ToStatus: string(res.Status),
 		Answer:   res.Answer,
@@ -217,7 +219,7 @@ func (s *pgStore) TurnGetRunning(ctx context.Context, threadKey string) (Turn, e
 }
 
 func (s *pgStore) TurnLastFailedWith(ctx context.Context, threadKey, errText string) (Turn, error) {
-	r, err := s.q.TurnLastFailedWith(ctx, s.dbtx, pgsqlc.TurnLastFailedWithParams{ThreadKey: threadKey, Error: errText})
+	r, err := s.q.TurnLastFailedWith(ctx, s.dbtx, pgsqlc.TurnLastFailedWithParams{ThreadKey: threadKey, Error: storableText(errText)})
 	if err != nil {
 		return Turn{}, pgErr("last failed turn of "+threadKey, err)
 	}

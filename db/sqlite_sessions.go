@@ -58,6 +58,7 @@ func (s *sqliteStore) SessionTransition(ctx context.Context, threadKey string, t
 	if err := t.check(); err != nil {
 		return Session{}, err
 	}
+	t.Patch = t.Patch.clean()
 	p := t.Patch
 	r, err := s.q.SessionTransition(ctx, s.dbtx, sqlitesqlc.SessionTransitionParams{
 		ToStatus:        string(t.To),
@@ -96,6 +97,7 @@ func (s *sqliteStore) SessionUpdate(ctx context.Context, threadKey string, p Ses
 	if err := p.check(); err != nil {
 		return Session{}, err
 	}
+	p = p.clean()
 	r, err := s.q.SessionUpdate(ctx, s.dbtx, sqlitesqlc.SessionUpdateParams{
 		Handle:         sqliteJSON(p.Handle),
 		Provider:       sqliteText(p.Provider),
@@ -117,7 +119,7 @@ func (s *sqliteStore) SessionUpdate(ctx context.Context, threadKey string, p Ses
 }
 
 func (s *sqliteStore) SessionTouch(ctx context.Context, threadKey string, handoffNote *string) error {
-	n, err := s.q.SessionTouch(ctx, s.dbtx, sqlitesqlc.SessionTouchParams{Now: s.clock(), ThreadKey: threadKey, HandoffNote: sqliteText(handoffNote)})
+	n, err := s.q.SessionTouch(ctx, s.dbtx, sqlitesqlc.SessionTouchParams{Now: s.clock(), ThreadKey: threadKey, HandoffNote: sqliteText(storableTextPtr(handoffNote))})
 	if err != nil {
 		return sqliteErr("touch session "+threadKey, err)
 	}

@@ -14,6 +14,7 @@ func (s *sqliteStore) TurnInsert(ctx context.Context, t NewTurn) (Turn, error) {
 	if err := t.check(); err != nil {
 		return Turn{}, err
 	}
+	t = t.clean()
 	r, err := s.q.TurnInsert(ctx, s.dbtx, sqlitesqlc.TurnInsertParams{
 		ThreadKey:       t.ThreadKey,
 		PlatformEventID: t.PlatformEventID,
@@ -85,6 +86,7 @@ func (s *sqliteStore) TurnFinish(ctx context.Context, id int64, res TurnResult) 
 	if err := res.check(); err != nil {
 		return Turn{}, err
 	}
+	res = res.clean()
 	r, err := s.q.TurnFinish(ctx, s.dbtx, sqlitesqlc.TurnFinishParams{
 		ToStatus: string(res.Status),
 		Answer:   res.Answer,
@@ -236,7 +238,7 @@ func (s *sqliteStore) TurnGetRunning(ctx context.Context, threadKey string) (Tur
 }
 
 func (s *sqliteStore) TurnLastFailedWith(ctx context.Context, threadKey, errText string) (Turn, error) {
-	r, err := s.q.TurnLastFailedWith(ctx, s.dbtx, sqlitesqlc.TurnLastFailedWithParams{ThreadKey: threadKey, Error: errText})
+	r, err := s.q.TurnLastFailedWith(ctx, s.dbtx, sqlitesqlc.TurnLastFailedWithParams{ThreadKey: threadKey, Error: storableText(errText)})
 	if err != nil {
 		return Turn{}, sqliteErr("last failed turn of "+threadKey, err)
 	}

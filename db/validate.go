@@ -31,7 +31,52 @@ func checkThreadKey(key string) error {
 	if key == "" {
 		return invalidf("empty thread key")
 	}
+	return checkKeyText("thread key", key)
+}
+
+// checkKeyText refuses a key PostgreSQL text cannot hold (NUL, invalid UTF-8). Keys are not
+// repaired like free text (storableText): two different keys could become one.
+func checkKeyText(what, key string) error {
+	if !utf8.ValidString(key) || strings.IndexByte(key, 0) >= 0 {
+		return invalidf("%s %q is not valid UTF-8 without NUL", what, key)
+	}
 	return nil
+}
+
+// storableText makes free text (prompts, answers, errors, notes: chat users' and agents' words)
+// storable on both engines: PostgreSQL text refuses NUL and invalid UTF-8, so each run of invalid
+// bytes and each NUL becomes U+FFFD, on SQLite too, so that the engines give back the same text.
+func storableText(s string) string {
+	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
+		return s
+	}
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+}
+
+func storableTextPtr(s *string) *string {
+	if s == nil {
+		return nil
+	}
+	v := storableText(*s)
+	return &v
+}
+
+// clean makes the turn's prompt storable (storableText).
+func (t NewTurn) clean() NewTurn {
+	t.Prompt = storableText(t.Prompt)
+	return t
+}
+
+// clean makes the result's answer and error storable (storableText).
+func (r TurnResult) clean() TurnResult {
+	r.Answer, r.Error = storableText(r.Answer), storableText(r.Error)
+	return r
+}
+
+// clean makes the patch's error and hand-off note storable (storableText).
+func (p SessionPatch) clean() SessionPatch {
+	p.LastError, p.HandoffNote = storableTextPtr(p.LastError), storableTextPtr(p.HandoffNote)
+	return p
 }
 
 func (s NewSession) normalize() (NewSession, error) {
@@ -115,6 +160,9 @@ func (t NewTurn) check() error {
 	}
 	if t.PlatformEventID == "" {
 		return invalidf("turn for %s has no platform event id", t.ThreadKey)
+	}
+	if err := checkKeyText("platform event id", t.PlatformEventID); err != nil {
+		return err
 	}
 	if t.Delivery != nil && !json.Valid(t.Delivery) {
 		return invalidf("turn delivery is not valid JSON")

@@ -59,6 +59,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"Artifacts", testArtifacts},
 		{"Audit", testAudit},
 		{"AuditEscapesControlCharacters", testAuditEscapesControlCharacters},
+		{"UnstorableText", testUnstorableText},
 		{"MigrateTwice", testMigrateTwice},
 		{"LockSameKeySerial", testLockSameKeySerial},
 		{"LockMutualExclusion", testLockMutualExclusion},

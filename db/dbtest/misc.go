@@ -2,6 +2,7 @@ package dbtest
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -138,4 +139,61 @@ func testMigrateTwice(t *testing.T, newStore NewStore) {
 	_, err = s.SessionGet(ctx, "kept")
 	require.NoError(t, err, "migrating again keeps the data")
 	require.NoError(t, s.Ping(ctx))
+}
+
+// testUnstorableText: prompts, answers, errors and notes come from chat users and agents, and may
+// hold NUL or invalid UTF-8, which PostgreSQL text refuses (SQLite stored them, so the engines
+// disagreed, and on PostgreSQL a turn whose answer had a NUL could not finish). Both engines store
+// them with U+FFFD in their place; keys with them are refused as invalid.
+func testUnstorableText(t *testing.T, newStore NewStore) {
+	s := newStore(t)
+	ctx := testCtx(t)
+	huge := strings.Repeat("é🙂", 1<<20/6)
+	for i, tc := range []struct{ name, in, want string }{
+		{"NUL", "a\x00b", "a\uFFFDb"},
+		{"invalid UTF-8", "a\xff\xfeb", "a\uFFFDb"},
+		{"cut rune", "ok🙂"[:4], "ok\uFFFD"},
+		{"U+FFFD and odd Unicode kept", "\uFFFD\u2028\u202e\U0010FFFF", "\uFFFD\u2028\u202e\U0010FFFF"},
+		{"1 MiB", huge, huge},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			thread := fmt.Sprintf("text-%d", i)
+			turn, err := s.TurnInsert(ctx, newTurn(thread, thread, tc.in))
+			require.NoError(t, err)
+			require.Equal(t, tc.want, turn.Prompt)
+			turn, err = s.TurnFinish(ctx, turn.ID, db.TurnResult{Status: db.TurnFailed, Answer: tc.in, Error: tc.in})
+			require.NoError(t, err, "a turn finishes whatever its answer holds")
+			require.Equal(t, tc.want, turn.Answer)
+			require.Equal(t, tc.want, turn.Error)
+			got, err := s.TurnLastFailedWith(ctx, thread, tc.in)
+			require.NoError(t, err, "looked up by the error it was given")
+			require.Equal(t, turn, got)
+
+			_, _, err = s.SessionCreate(ctx, newSession(thread))
+			require.NoError(t, err)
+			require.NoError(t, s.SessionTouch(ctx, thread, &tc.in))
+			sess, err := s.SessionGet(ctx, thread)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, sess.HandoffNote)
+			sess, err = s.SessionUpdate(ctx, thread, db.SessionPatch{LastError: &tc.in, HandoffNote: &tc.in})
+			require.NoError(t, err)
+			require.Equal(t, tc.want, sess.LastError)
+			require.Equal(t, tc.want, sess.HandoffNote)
+			sess, err = s.SessionTransition(ctx, thread, db.Transition{
+				From: []db.SessionStatus{db.SessionCreating}, To: db.SessionError, Patch: db.SessionPatch{LastError: &tc.in},
+			})
+			require.NoError(t, err)
+			require.Equal(t, tc.want, sess.LastError)
+		})
+	}
+	t.Run("keys refused", func(t *testing.T) {
+		for _, key := range []string{"k\x00", "k\xff"} {
+			_, _, err := s.SessionCreate(ctx, newSession(key))
+			require.ErrorIs(t, err, db.ErrInvalid)
+			_, err = s.TurnInsert(ctx, newTurn(key, "ev-"+key, "p"))
+			require.ErrorIs(t, err, db.ErrInvalid)
+			_, err = s.TurnInsert(ctx, newTurn("k", key, "p"))
+			require.ErrorIs(t, err, db.ErrInvalid)
+		}
+	})
 }
