@@ -318,11 +318,14 @@ func (p SessionPatch) check() error {
 }
 
 // nonEmpty drops empty ids: sessions without a sandbox have SandboxID "", and asking for "" would
-// return all of them.
+// return all of them. It drops repeats too: SQLite asks in chunks, and an id in two chunks would
+// return its row twice.
 func nonEmpty(ids []string) []string {
 	out := make([]string, 0, len(ids))
+	seen := make(map[string]struct{}, len(ids))
 	for _, id := range ids {
-		if id != "" {
+		if _, dup := seen[id]; id != "" && !dup {
+			seen[id] = struct{}{}
 			out = append(out, id)
 		}
 	}

@@ -110,6 +110,12 @@ func testSessionsBySandboxIDs(t *testing.T, newStore NewStore) {
 	got, err = s.SessionsBySandboxIDs(ctx, many)
 	require.NoError(t, err)
 	require.Equal(t, []string{"a"}, keys(got))
+
+	// An id given twice, far apart (a provider listing a sandbox on two pages), is one session.
+	many = append([]string{"sb-a", "sb-b"}, many...)
+	got, err = s.SessionsBySandboxIDs(ctx, many)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a", "b"}, keys(got))
 }
 
 func testSessionsByStatus(t *testing.T, newStore NewStore) {

@@ -1,6 +1,7 @@
 package dbtest
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -68,6 +69,15 @@ func testThreadRepos(t *testing.T, newStore NewStore) {
 	require.NoError(t, err)
 
 	list, err := s.ThreadReposByKeys(ctx, []string{"zzz", "k", "", "j"})
+	require.NoError(t, err)
+	require.Equal(t, []db.ThreadRepo{other, moved}, list)
+	// A key given twice, far apart, is one row.
+	dup := []string{"j", "k"}
+	for i := range 1200 {
+		dup = append(dup, fmt.Sprintf("unknown-%d", i))
+	}
+	dup = append(dup, "k", "j")
+	list, err = s.ThreadReposByKeys(ctx, dup)
 	require.NoError(t, err)
 	require.Equal(t, []db.ThreadRepo{other, moved}, list)
 	list, err = s.ThreadReposByKeys(ctx, nil)
