@@ -14,7 +14,30 @@ func (s *sqliteStore) HoldThread(ctx context.Context, threadKey string) (Hold, e
 	if err != nil {
 		return nil, err
 	}
-	return newLocalHold(unlock), nil
+	return s.track(unlock)
+}
+
+// track makes a hold that Close ends, or fails (releasing the lock) if the store is closed already.
+func (s *sqliteStore) track(unlock func()) (Hold, error) {
+	h := newLocalHold(nil)
+	h.unlock = func() {
+		s.mu.Lock()
+		delete(s.holds, h)
+		s.mu.Unlock()
+		unlock()
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		unlock()
+		return nil, errClosed
+	}
+	if s.holds == nil {
+		s.holds = map[*localHold]struct{}{}
+	}
+	s.holds[h] = struct{}{}
+	s.mu.Unlock()
+	return h, nil
 }
 
 func (s *sqliteStore) HoldInstance(_ context.Context, instance string) (Hold, error) {
@@ -22,21 +45,22 @@ func (s *sqliteStore) HoldInstance(_ context.Context, instance string) (Hold, er
 		return nil, invalidf("empty instance id")
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed {
+		s.mu.Unlock()
 		return nil, errClosed
 	}
 	if s.instances == nil {
 		s.instances = map[string]int{}
 	}
 	s.instances[instance]++
-	return newLocalHold(func() {
+	s.mu.Unlock()
+	return s.track(func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if s.instances[instance]--; s.instances[instance] <= 0 {
 			delete(s.instances, instance)
 		}
-	}), nil
+	})
 }
 
 // InstanceAlive: only instances of this process can be alive, since no other process can open the

@@ -38,7 +38,9 @@ type sqliteStore struct {
 	leaders map[*localLeader]struct{}
 	// instances counts the holds of each live process instance (HoldInstance).
 	instances map[string]int
-	closed    bool
+	// holds are the thread and instance holds not released yet: Close ends them.
+	holds  map[*localHold]struct{}
+	closed bool
 }
 
 var _ Store = (*sqliteStore)(nil)
@@ -135,9 +137,16 @@ func (s *sqliteStore) Close() error {
 		for l := range s.leaders {
 			leaders = append(leaders, l)
 		}
+		holds := make([]*localHold, 0, len(s.holds))
+		for h := range s.holds {
+			holds = append(holds, h)
+		}
 		s.mu.Unlock()
 		for _, l := range leaders {
 			l.Release()
+		}
+		for _, h := range holds {
+			h.Release()
 		}
 		s.closeErr = s.sqlDB.Close()
 		// The lock file goes last: another process may open the database as soon as it is free.
@@ -161,6 +170,13 @@ func (s *sqliteStore) LockThread(ctx context.Context, threadKey string) (func(),
 	unlock, err := s.threads.lock(ctx, threadKey)
 	if err != nil {
 		return nil, fmt.Errorf("db: lock thread %s: %w", threadKey, err)
+	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		unlock()
+		return nil, fmt.Errorf("db: lock thread %s: %w", threadKey, errClosed)
 	}
 	return unlock, nil
 }

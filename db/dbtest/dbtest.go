@@ -67,6 +67,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"LockCancelledWait", testLockCancelledWait},
 		{"Leader", testLeader},
 		{"CloseReleasesLeader", testCloseReleasesLeader},
+		{"CloseEndsHolds", testCloseEndsHolds},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -190,3 +190,31 @@ func testCloseReleasesLeader(t *testing.T, newStore NewStore) {
 	_, _, err = s.TryLeader(ctx)
 	require.Error(t, err)
 }
+
+// testCloseEndsHolds: Hold's contract is that Lost closes on Store.Close, so a holder tied to
+// hold.Context() stops; and a closed store hands out no new locks.
+func testCloseEndsHolds(t *testing.T, newStore NewStore) {
+	s := newStore(t)
+	ctx := testCtx(t)
+	thread, err := s.HoldThread(ctx, "held at close")
+	require.NoError(t, err)
+	instance, err := s.HoldInstance(ctx, "i-close")
+	require.NoError(t, err)
+
+	require.NoError(t, s.Close())
+	for name, h := range map[string]db.Hold{"thread": thread, "instance": instance} {
+		select {
+		case <-h.Lost():
+		default:
+			t.Fatalf("%s hold not lost at Close", name)
+		}
+		require.Error(t, h.Context().Err(), name)
+		h.Release() // after Close: a no-op, not a hang or a panic
+	}
+	_, err = s.HoldThread(ctx, "after close")
+	require.Error(t, err, "HoldThread on a closed store")
+	_, err = s.LockThread(ctx, "after close")
+	require.Error(t, err, "LockThread on a closed store")
+	_, err = s.HoldInstance(ctx, "i-after")
+	require.Error(t, err, "HoldInstance on a closed store")
+}
