@@ -9,7 +9,8 @@
 // sqlc generates db/internal/pgsqlc and db/internal/sqlitesqlc from them; only this package sees
 // those types. All times written are the store's clock (WithClock) in UTC, truncated to microseconds;
 // all times read are UTC, and a zero time.Time stands for NULL. PostgreSQL text holds neither NUL nor
-// invalid UTF-8: in free text (prompts, answers, errors, notes) both engines store each as U+FFFD,
+// invalid UTF-8, nor jsonb the escape \u0000 or an unpaired surrogate: in free text (prompts,
+// answers, errors, notes) and JSON (delivery, usage, handle) both engines store each as U+FFFD,
 // and a key holding one is ErrInvalid.
 //
 // # Errors and retries

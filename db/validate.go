@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -61,21 +63,69 @@ func storableTextPtr(s *string) *string {
 	return &v
 }
 
-// clean makes the turn's prompt storable (storableText).
+// storableJSON makes valid JSON storable on both engines: PostgreSQL jsonb refuses the escape
+// \u0000 (json.Marshal writes it for a NUL in a string) and a surrogate escape that is not half of
+// a pair (Go's decoder reads one as U+FFFD), so each becomes \ufffd, on SQLite too. In valid JSON
+// a backslash only starts an escape inside a string, so a scan of escapes suffices.
+func storableJSON(b []byte) []byte {
+	var out []byte
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' || i+1 >= len(b) {
+			continue
+		}
+		if b[i+1] != 'u' {
+			i++ // the escaped character
+			continue
+		}
+		r := jsonEscape(b, i)
+		switch {
+		case r < 0: // not an escape we read: leave it for the server to judge
+		case utf16.IsSurrogate(r) && r < 0xdc00 && utf16.DecodeRune(r, jsonEscape(b, i+6)) != unicode.ReplacementChar:
+			i += 6 // the high half of a pair; the low half is skipped below
+		case r == 0 || utf16.IsSurrogate(r):
+			if out == nil {
+				out = slices.Clone(b)
+			}
+			copy(out[i+2:i+6], "fffd")
+		}
+		i += 5
+	}
+	if out == nil {
+		return b
+	}
+	return out
+}
+
+// jsonEscape reads the \uXXXX escape at b[i:], or returns -1.
+func jsonEscape(b []byte, i int) rune {
+	if i+6 > len(b) || b[i] != '\\' || b[i+1] != 'u' {
+		return -1
+	}
+	v, err := strconv.ParseUint(string(b[i+2:i+6]), 16, 16)
+	if err != nil {
+		return -1
+	}
+	return rune(v)
+}
+
+// clean makes the turn's prompt and delivery storable (storableText, storableJSON).
 func (t NewTurn) clean() NewTurn {
 	t.Prompt = storableText(t.Prompt)
+	t.Delivery = storableJSON(t.Delivery)
 	return t
 }
 
-// clean makes the result's answer and error storable (storableText).
+// clean makes the result's answer, error and usage storable (storableText, storableJSON).
 func (r TurnResult) clean() TurnResult {
 	r.Answer, r.Error = storableText(r.Answer), storableText(r.Error)
+	r.Usage = storableJSON(r.Usage)
 	return r
 }
 
-// clean makes the patch's error and hand-off note storable (storableText).
+// clean makes the patch's error, hand-off note and handle storable (storableText, storableJSON).
 func (p SessionPatch) clean() SessionPatch {
 	p.LastError, p.HandoffNote = storableTextPtr(p.LastError), storableTextPtr(p.HandoffNote)
+	p.Handle = storableJSON(p.Handle)
 	return p
 }
 

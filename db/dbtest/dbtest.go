@@ -60,6 +60,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"Audit", testAudit},
 		{"AuditEscapesControlCharacters", testAuditEscapesControlCharacters},
 		{"UnstorableText", testUnstorableText},
+		{"UnstorableJSON", testUnstorableJSON},
 		{"MigrateTwice", testMigrateTwice},
 		{"LockSameKeySerial", testLockSameKeySerial},
 		{"LockMutualExclusion", testLockMutualExclusion},

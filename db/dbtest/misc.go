@@ -197,3 +197,39 @@ func testUnstorableText(t *testing.T, newStore NewStore) {
 		}
 	})
 }
+
+// testUnstorableJSON: PostgreSQL jsonb refuses the escape \u0000 (json.Marshal writes it for a NUL in
+// a user's file name or note) and unpaired surrogate escapes, where SQLite stored them, so a turn
+// with such a delivery could not be recorded on PostgreSQL. Both engines store U+FFFD in their place;
+// an escaped backslash followed by "u0000" is text and stays.
+func testUnstorableJSON(t *testing.T, newStore NewStore) {
+	s := newStore(t)
+	ctx := testCtx(t)
+	in := `{"files":[{"name":"a\u0000b","ref":"\\u0000"}],"notes":["\\\u0000","\u00001",` +
+		`"\ud800","x\udc00\ud83d","\ud83d\ude00\ud83d\ud83d\ude00"]}`
+	want := `{"files":[{"name":"a\ufffdb","ref":"\\u0000"}],"notes":["\\\ufffd","\ufffd1",` +
+		`"\ufffd","x\ufffd\ufffd","\ud83d\ude00\ufffd\ud83d\ude00"]}`
+
+	nt := newTurn("k", "ev", "p")
+	nt.Delivery = []byte(in)
+	turn, err := s.TurnInsert(ctx, nt)
+	require.NoError(t, err)
+	require.JSONEq(t, want, string(turn.Delivery))
+	turn, err = s.TurnFinish(ctx, turn.ID, db.TurnResult{Status: db.TurnDone, Usage: []byte(in)})
+	require.NoError(t, err)
+	require.JSONEq(t, want, string(turn.Usage))
+	got, err := s.TurnGet(ctx, turn.ID)
+	require.NoError(t, err)
+	require.JSONEq(t, want, string(got.Delivery))
+
+	_, _, err = s.SessionCreate(ctx, newSession("k"))
+	require.NoError(t, err)
+	sess, err := s.SessionUpdate(ctx, "k", db.SessionPatch{Handle: []byte(in)})
+	require.NoError(t, err)
+	require.JSONEq(t, want, string(sess.Handle))
+	sess, err = s.SessionTransition(ctx, "k", db.Transition{
+		From: []db.SessionStatus{db.SessionCreating}, To: db.SessionActive, Patch: db.SessionPatch{Handle: []byte(in)},
+	})
+	require.NoError(t, err)
+	require.JSONEq(t, want, string(sess.Handle))
+}
