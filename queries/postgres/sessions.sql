@@ -66,10 +66,12 @@ UPDATE sessions SET
     updated_at       = @now::timestamptz
 WHERE thread_key = @thread_key;
 
+-- Thread keys compare and sort in byte order (COLLATE "C"), as on SQLite, whatever collation the
+-- database was created with: a linguistic one put "B" after "a".
 -- name: SessionListByStatus :many
 SELECT * FROM sessions
-WHERE status = @status AND thread_key > @after_thread_key
-ORDER BY thread_key
+WHERE status = @status AND thread_key COLLATE "C" > @after_thread_key::text
+ORDER BY thread_key COLLATE "C"
 LIMIT @max_rows;
 
 -- The loop queries spell their status as a literal so that the planner can use the partial indexes.
@@ -89,7 +91,7 @@ LIMIT @max_rows;
 -- name: SessionListBySandboxIDs :many
 SELECT * FROM sessions
 WHERE sandbox_id = ANY(@sandbox_ids::text[])
-ORDER BY thread_key;
+ORDER BY thread_key COLLATE "C";
 
 -- SessionListUnsettled spells its statuses as literals to match sessions_unsettled_idx.
 -- name: SessionListUnsettled :many

@@ -32,4 +32,4 @@ RETURNING *;
 -- name: ThreadRepoListByKeys :many
 SELECT * FROM thread_repos
 WHERE thread_key = ANY(@thread_keys::text[])
-ORDER BY thread_key;
+ORDER BY thread_key COLLATE "C";

@@ -155,7 +155,7 @@ SELECT thread_key AS name,
     SUM(COALESCE((turns.usage->>'cost_micros')::bigint, 0))::bigint AS cost_micros
 FROM turns WHERE started_at >= @since::timestamptz AND usage IS NOT NULL
 GROUP BY thread_key
-ORDER BY tokens DESC, name
+ORDER BY tokens DESC, thread_key COLLATE "C"
 LIMIT @max_rows;
 
 -- TurnUsageTopUsers ranks users by the tokens of their turns started since @since. A user is named as
@@ -166,7 +166,7 @@ SELECT CAST(substr(thread_key, 1, strpos(thread_key, ':')) || user_id AS TEXT) A
     SUM(COALESCE((turns.usage->>'cost_micros')::bigint, 0))::bigint AS cost_micros
 FROM turns WHERE started_at >= @since::timestamptz AND usage IS NOT NULL
 GROUP BY substr(thread_key, 1, strpos(thread_key, ':')) || user_id
-ORDER BY tokens DESC, name
+ORDER BY tokens DESC, (substr(thread_key, 1, strpos(thread_key, ':')) || user_id) COLLATE "C"
 LIMIT @max_rows;
 
 -- name: TurnMarkDelivered :execrows

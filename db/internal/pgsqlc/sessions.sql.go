@@ -111,7 +111,7 @@ func (q *Queries) SessionInsert(ctx context.Context, db DBTX, arg SessionInsertP
 const sessionListBySandboxIDs = `-- name: SessionListBySandboxIDs :many
 SELECT thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at, reset_turn_id FROM sessions
 WHERE sandbox_id = ANY($1::text[])
-ORDER BY thread_key
+ORDER BY thread_key COLLATE "C"
 `
 
 func (q *Queries) SessionListBySandboxIDs(ctx context.Context, db DBTX, sandboxIds []string) ([]Session, error) {
@@ -159,8 +159,8 @@ func (q *Queries) SessionListBySandboxIDs(ctx context.Context, db DBTX, sandboxI
 
 const sessionListByStatus = `-- name: SessionListByStatus :many
 SELECT thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at, reset_turn_id FROM sessions
-WHERE status = $1 AND thread_key > $2
-ORDER BY thread_key
+WHERE status = $1 AND thread_key COLLATE "C" > $2::text
+ORDER BY thread_key COLLATE "C"
 LIMIT $3
 `
 
@@ -170,6 +170,8 @@ type SessionListByStatusParams struct {
 	MaxRows        int32
 }
 
+// Thread keys compare and sort in byte order (COLLATE "C"), as on SQLite, whatever collation the
+// database was created with: a linguistic one put "B" after "a".
 func (q *Queries) SessionListByStatus(ctx context.Context, db DBTX, arg SessionListByStatusParams) ([]Session, error) {
 	rows, err := db.Query(ctx, sessionListByStatus, arg.Status, arg.AfterThreadKey, arg.MaxRows)
 	if err != nil {

@@ -34,7 +34,7 @@ func (q *Queries) ThreadRepoGet(ctx context.Context, db DBTX, threadKey string) 
 const threadRepoListByKeys = `-- name: ThreadRepoListByKeys :many
 SELECT thread_key, repo, base_branch, work_branch, pushed_commit, pushed_at, created_at, updated_at FROM thread_repos
 WHERE thread_key = ANY($1::text[])
-ORDER BY thread_key
+ORDER BY thread_key COLLATE "C"
 `
 
 func (q *Queries) ThreadRepoListByKeys(ctx context.Context, db DBTX, threadKeys []string) ([]ThreadRepo, error) {

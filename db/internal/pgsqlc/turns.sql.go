@@ -807,7 +807,7 @@ SELECT thread_key AS name,
     SUM(COALESCE((turns.usage->>'cost_micros')::bigint, 0))::bigint AS cost_micros
 FROM turns WHERE started_at >= $1::timestamptz AND usage IS NOT NULL
 GROUP BY thread_key
-ORDER BY tokens DESC, name
+ORDER BY tokens DESC, thread_key COLLATE "C"
 LIMIT $2
 `
 
@@ -849,7 +849,7 @@ SELECT CAST(substr(thread_key, 1, strpos(thread_key, ':')) || user_id AS TEXT) A
     SUM(COALESCE((turns.usage->>'cost_micros')::bigint, 0))::bigint AS cost_micros
 FROM turns WHERE started_at >= $1::timestamptz AND usage IS NOT NULL
 GROUP BY substr(thread_key, 1, strpos(thread_key, ':')) || user_id
-ORDER BY tokens DESC, name
+ORDER BY tokens DESC, (substr(thread_key, 1, strpos(thread_key, ':')) || user_id) COLLATE "C"
 LIMIT $2
 `
 
