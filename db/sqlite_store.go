@@ -30,6 +30,9 @@ type sqliteStore struct {
 	lock *fileLock
 
 	threads *keyedMutex
+	// migrating serializes Migrate: goose checks what is applied, then applies the rest, so two
+	// callers at once both applied the first migration and one failed (table already exists).
+	migrating sync.Mutex
 
 	closeOnce sync.Once
 	closeErr  error
@@ -114,6 +117,8 @@ func (s *sqliteStore) Ping(ctx context.Context) error {
 }
 
 func (s *sqliteStore) Migrate(ctx context.Context) error {
+	s.migrating.Lock()
+	defer s.migrating.Unlock()
 	p, err := newMigrator(goose.DialectSQLite3, "migrations/sqlite", s.sqlDB)
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -94,4 +95,26 @@ func TestSQLiteThreadMutexesDoNotLeak(t *testing.T) {
 	require.Equal(t, 1, db.LiveThreadMutexes(s))
 	unlock()
 	require.Zero(t, db.LiveThreadMutexes(s))
+}
+
+// TestSQLiteMigrateConcurrent: callers migrating one fresh store at once all succeed (Postgres has its
+// advisory lock for this); before, goose ran for each and all but one failed on "table already exists".
+func TestSQLiteMigrateConcurrent(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s, err := db.Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "threadbox.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s.Close()) })
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Go(func() { errs[i] = s.Migrate(ctx) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	v, err := s.SchemaVersion(ctx)
+	require.NoError(t, err)
+	require.Positive(t, v)
 }
