@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/bwmarrin/discordgo"
@@ -190,7 +191,16 @@ func notTakenText(p bot.Problem) string {
 }
 
 // threadName names a thread from its first message: Discord allows 1-100 characters.
+// Characters that show nothing (zero-width spaces and joiners, bidi controls, other format and
+// control characters) are dropped: a name of nothing but those is one Discord refuses, and the
+// thread, with every reply in it, would then fail.
 func threadName(text string) string {
+	text = strings.Map(func(r rune) rune {
+		if unicode.Is(unicode.Cf, r) || unicode.IsControl(r) || r == utf8.RuneError {
+			return ' '
+		}
+		return r
+	}, text)
 	name := strings.Join(strings.Fields(text), " ")
 	if name == "" {
 		name = "Threadbox"

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -120,4 +121,20 @@ func TestInboundRefusesImpossibleSizes(t *testing.T) {
 	require.Equal(t, "ok", files[0].Name)
 	require.Len(t, notes, 2)
 	require.Contains(t, notes[0], "neg")
+}
+
+func TestThreadName(t *testing.T) {
+	long := strings.Repeat("é", 200)
+	for in, want := range map[string]string{
+		"build it":                 "build it",
+		"  build\n\tit  ":          "build it",
+		"":                         "Threadbox",
+		"\u200b\u200d\u2060\ufeff": "Threadbox", // zero-width only
+		"\u202eevil\u202c":         "evil",      // bidi override dropped
+		"a\x00b\x7f":               "a b",
+		"\xff\xfe":                 "Threadbox",
+		long:                       strings.Repeat("é", 89) + "…",
+	} {
+		require.Equal(t, want, threadName(in), "%q", in)
+	}
 }
