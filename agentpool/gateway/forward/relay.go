@@ -8,6 +8,9 @@ import (
 	"sync"
 )
 
+// afterDial is a test hook: it runs between a connection's dial and its registration.
+var afterDial = func() {}
+
 // Relay accepts connections on ln and copies each, byte for byte, to and from a new connection to
 // the unix socket (the egress proxy, which speaks HTTP proxy itself), until ctx ends. It closes ln.
 func Relay(ctx context.Context, ln net.Listener, socket string) error {
@@ -44,8 +47,15 @@ func Relay(ctx context.Context, ln net.Listener, socket string) error {
 				_ = c.Close()
 				return
 			}
+			afterDial()
 			mu.Lock()
 			conns[c], conns[up] = struct{}{}, struct{}{}
+			// Cancelled between the dial and here: the stop above has run (or runs after this
+			// unlock and closes them); either way nobody else closes this pair, and Relay would
+			// wait on it for as long as both ends stay quiet.
+			if ctx.Err() != nil {
+				_, _ = c.Close(), up.Close()
+			}
 			mu.Unlock()
 			pipe(c, up)
 			mu.Lock()
