@@ -193,20 +193,12 @@ func (p *Pool) repostTurn(ctx context.Context, t db.Turn, rep *AdoptReport) erro
 		p.markDelivered(ctx, t.ID)
 		return nil
 	}
-	req, err := p.restoreRequest(ctx, claimed)
+	restored, err := p.postRecorded(ctx, claimed, "posting a reply again", func() { p.releaseTurn(t.ID) })
 	if err != nil {
-		rep.Failed++
-		p.markDelivered(ctx, t.ID) // nowhere to post it: do not try for ever
-		return err
-	}
-	discardFiles(req.Files)
-	out := recordedOutcome(claimed)
-	err = p.Do(t.ThreadKey, func(context.Context) {
-		defer p.releaseTurn(t.ID)
-		p.postTakenOver(t.ThreadKey, req.Sink, out, claimed.FinishedAt, "posting a reply again")
-	}, func(error) { p.releaseTurn(t.ID) })
-	if err != nil {
-		return err // closing: the next pass, or the next process, posts it
+		if !restored {
+			rep.Failed++
+		}
+		return err // or closing: the next pass, or the next process, posts it
 	}
 	reserved = false
 	rep.Reposted++

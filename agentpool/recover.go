@@ -357,24 +357,35 @@ func (p *Pool) recoverUndelivered(ctx context.Context, t db.Turn, rep *RecoverRe
 	if err != nil {
 		return err
 	}
-	req, err := p.restoreRequest(ctx, claimed)
-	if err != nil {
-		rep.Failed++
-		p.markDelivered(ctx, t.ID) // nowhere to post it: do not try for ever
-		return err
-	}
-	// Finished: its process died before (or while) discarding its attachments.
-	discardFiles(req.Files)
-	out := recordedOutcome(claimed)
-	if err := p.Do(t.ThreadKey, func(context.Context) {
-		p.postTakenOver(t.ThreadKey, req.Sink, out, claimed.FinishedAt, "posting a recorded outcome again")
-	}, nil); err != nil {
+	if restored, err := p.postRecorded(ctx, claimed, "posting a recorded outcome again", func() {}); err != nil {
+		if !restored {
+			rep.Failed++
+		}
 		return err
 	}
 	rep.Redelivered++
 	p.log.Info("posting again the outcome of a turn whose process died while posting it",
 		zap.Int64("turn", t.ID), zap.String("thread", t.ThreadKey), zap.String("from", t.Owner))
 	return nil
+}
+
+// postRecorded posts again, on its thread's queue, the recorded outcome of claimed: a finished,
+// undelivered turn this process has just claimed (from a dead owner, or from itself). done runs once
+// the post has ended or was dropped. A turn whose request cannot be restored is recorded as
+// delivered (there is nowhere to post it: never try for ever), and restored is false.
+func (p *Pool) postRecorded(ctx context.Context, claimed db.Turn, what string, done func()) (restored bool, err error) {
+	req, err := p.restoreRequest(ctx, claimed)
+	if err != nil {
+		p.markDelivered(ctx, claimed.ID)
+		return false, err
+	}
+	// Finished: its process discarded its attachments, or died before (or while) doing so.
+	discardFiles(req.Files)
+	out := recordedOutcome(claimed)
+	return true, p.Do(claimed.ThreadKey, func(context.Context) {
+		defer done()
+		p.postTakenOver(claimed.ThreadKey, req.Sink, out, claimed.FinishedAt, what)
+	}, func(error) { done() })
 }
 
 // recordedOutcome is the outcome a finished turn recorded, as far as the record has it.
