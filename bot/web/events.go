@@ -39,6 +39,10 @@ type Event struct {
 	File      *FileRef  `json:"file,omitempty"`
 	Files     []FileRef `json:"files,omitempty"`
 	Reaction  string    `json:"reaction,omitempty"`
+
+	// digest identifies a message's whole content (text and files), to tell a message sent again
+	// under its Idempotency-Key from another one under the same key.
+	digest string
 }
 
 func (e Event) size() int {
@@ -89,6 +93,11 @@ func newConversation(id string, now time.Time) *conversation {
 func (c *conversation) publish(ev Event) Event {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.publishLocked(ev)
+}
+
+// publishLocked is publish with c.mu held.
+func (c *conversation) publishLocked(ev Event) Event {
 	c.seq++
 	ev.Seq = c.seq
 	if ev.At.After(c.last) {
@@ -127,17 +136,18 @@ func (c *conversation) publish(ev Event) Event {
 
 // publishMessage publishes a user's message, unless the log holds a message of the same event id
 // already (the client sent it again with its Idempotency-Key): then it returns that one, so a
-// message resent after an error shows once.
-func (c *conversation) publishMessage(ev Event) Event {
+// message resent after an error shows once. same is false when that one is a different message
+// (another text or other files under the same key): the bot would drop this one as a duplicate.
+// The check and the publish are one step, so two sends at once show the message once.
+func (c *conversation) publishMessage(ev Event) (_ Event, same bool) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	for _, old := range c.log {
 		if old.Type == EventMessage && old.EventID == ev.EventID {
-			c.mu.Unlock()
-			return old
+			return old, old.digest == ev.digest
 		}
 	}
-	c.mu.Unlock()
-	return c.publish(ev)
+	return c.publishLocked(ev), true
 }
 
 // snapshot returns the log and the sequence number it ends at.

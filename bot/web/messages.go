@@ -2,6 +2,7 @@ package web
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -72,7 +73,13 @@ func (s *Server) postMessage(w http.ResponseWriter, r *http.Request) {
 	}
 	// Published before it is queued, so the message is on every open page before any reply to it;
 	// once, when the client sends it again.
-	ev = c.publishMessage(ev)
+	ev.digest = messageDigest(text, files)
+	ev, same := c.publishMessage(ev)
+	if !same {
+		discard(files)
+		writeError(w, http.StatusUnprocessableEntity, "this Idempotency-Key already names another message in this conversation: send a new message under a new key")
+		return
+	}
 	if err := s.enqueue(r.Context(), c, msg); err != nil {
 		discard(files) // not taken: no turn will read (and so remove) them
 		s.notTaken(c, msg.EventID, err)
@@ -113,6 +120,16 @@ func messageEventID(conv, key string) (string, error) {
 	}
 	// ':' is in neither a conversation id nor a key, so no two conversations' keys make one id.
 	return "web-" + conv + ":" + key, nil
+}
+
+// messageDigest identifies a message's content: its text and its files' names and sizes.
+func messageDigest(text string, files []bot.File) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%d:%s", len(text), text)
+	for _, f := range files {
+		fmt.Fprintf(h, "|%d:%s:%d", len(f.Name), f.Name, f.Size)
+	}
+	return string(h.Sum(nil))
 }
 
 func (s *Server) checkText(text string, files int) error {

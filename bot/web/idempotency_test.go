@@ -1,0 +1,111 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"mime/multipart"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/threadbox/threadbox/bot"
+)
+
+// recordingHandler remembers the texts it was given.
+type recordingHandler struct {
+	mu    sync.Mutex
+	texts []string
+}
+
+func (h *recordingHandler) Handle(_ context.Context, msg bot.Message, _ bot.Replier) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.texts = append(h.texts, msg.Text)
+	return nil
+}
+
+func textFilesBody(t *testing.T, text string, files map[string]string) (*bytes.Buffer, string) {
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	require.NoError(t, mw.WriteField("text", text))
+	for name, data := range files {
+		fw, err := mw.CreateFormFile("file", name)
+		require.NoError(t, err)
+		_, _ = fw.Write([]byte(data))
+	}
+	require.NoError(t, mw.Close())
+	return &buf, mw.FormDataContentType()
+}
+
+// TestIdempotencyKeyNamesOneMessage: a key sent again with the same message is the same message
+// (202, shown once); with a different message it is refused, never answered 202 and then dropped
+// as a duplicate.
+func TestIdempotencyKeyNamesOneMessage(t *testing.T) {
+	const key = "abcdefghijklmnop"
+	for _, tc := range []struct {
+		name         string
+		first, again func(t *testing.T) *http.Request
+		code         int
+	}{
+		{"same text", jsonMsg("one"), jsonMsg("one"), http.StatusAccepted},
+		{"other text", jsonMsg("one"), jsonMsg("two"), http.StatusUnprocessableEntity},
+		{"same text, added file", jsonMsg("one"), formMsg("one", map[string]string{"a.txt": "x"}), http.StatusUnprocessableEntity},
+		{"same files", formMsg("one", map[string]string{"a.txt": "x"}), formMsg("one", map[string]string{"a.txt": "x"}), http.StatusAccepted},
+		{"other file", formMsg("one", map[string]string{"a.txt": "x"}), formMsg("one", map[string]string{"b.txt": "x"}), http.StatusUnprocessableEntity},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &recordingHandler{}
+			srv := newTestServerWith(t, Options{TrustLoopback: true})
+			srv.handler = h
+			r := tc.first(t)
+			r.Header.Set("Idempotency-Key", key)
+			rec := serve(srv, r)
+			require.Equal(t, http.StatusAccepted, rec.Code, rec.Body.String())
+			r = tc.again(t)
+			r.Header.Set("Idempotency-Key", key)
+			rec = serve(srv, r)
+			require.Equal(t, tc.code, rec.Code, rec.Body.String())
+			log, _ := srv.lookup("c1", false).snapshot()
+			require.Len(t, log, 1, "one message shown")
+		})
+	}
+}
+
+func jsonMsg(text string) func(t *testing.T) *http.Request {
+	return func(t *testing.T) *http.Request {
+		return loopbackReq("POST", "/api/conversations/c1/messages", strings.NewReader(`{"text":"`+text+`"}`))
+	}
+}
+
+func formMsg(text string, files map[string]string) func(t *testing.T) *http.Request {
+	return func(t *testing.T) *http.Request {
+		body, ctype := textFilesBody(t, text, files)
+		r := loopbackReq("POST", "/api/conversations/c1/messages", body)
+		r.Header.Set("Content-Type", ctype)
+		return r
+	}
+}
+
+// TestPublishMessageOnceConcurrently: sends of one keyed message at once show it once.
+func TestPublishMessageOnceConcurrently(t *testing.T) {
+	for range 50 {
+		c := newConversation("c", time.Now())
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				<-start
+				_, ok := c.publishMessage(Event{Type: EventMessage, EventID: "web-c:k", Text: "x"})
+				require.True(t, ok)
+			})
+		}
+		close(start)
+		wg.Wait()
+		log, _ := c.snapshot()
+		require.Len(t, log, 1)
+	}
+}
