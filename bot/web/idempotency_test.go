@@ -109,3 +109,27 @@ func TestPublishMessageOnceConcurrently(t *testing.T) {
 		require.Len(t, log, 1)
 	}
 }
+
+// TestMultipartTextMustBeUTF8: the text field of a multipart message is refused (400) when it is
+// not UTF-8, as a JSON body's is never: PostgreSQL cannot store it, so the bot would refuse it
+// with a 503 "try again", forever.
+func TestMultipartTextMustBeUTF8(t *testing.T) {
+	for _, tc := range []struct {
+		text string
+		code int
+	}{
+		{"héllo \u202e", http.StatusAccepted},
+		{"bad \xff\xfe byte", http.StatusBadRequest},
+		{"cut \xe2\x82", http.StatusBadRequest},
+	} {
+		h := &recordingHandler{}
+		srv := newTestServerWith(t, Options{TrustLoopback: true})
+		srv.handler = h
+		rec := serve(srv, formMsg(tc.text, nil)(t))
+		require.Equal(t, tc.code, rec.Code, "%q: %s", tc.text, rec.Body.String())
+		if tc.code != http.StatusAccepted {
+			require.Contains(t, rec.Body.String(), "UTF-8")
+			require.Empty(t, h.texts)
+		}
+	}
+}

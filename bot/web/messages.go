@@ -11,6 +11,7 @@ import (
 	"path"
 	"regexp"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/threadbox/threadbox/bot"
 )
@@ -171,6 +172,11 @@ func (s *Server) readMultipart(w http.ResponseWriter, r *http.Request) (text str
 			b, err := readCapped(part, int64(s.maxText))
 			if err != nil {
 				return "", files, err
+			}
+			if !utf8.Valid(b) {
+				// A JSON body's text is always UTF-8; this one must be too: PostgreSQL refuses to
+				// store anything else, and the bot would answer 503 "try again" for ever.
+				return "", files, errorf(http.StatusBadRequest, "the text field is not valid UTF-8")
 			}
 			text = string(b)
 		case "file", "files":
