@@ -133,3 +133,46 @@ func TestMultipartTextMustBeUTF8(t *testing.T) {
 		}
 	}
 }
+
+// filesHandler remembers the files' names it was given.
+type filesHandler struct {
+	mu    sync.Mutex
+	names []string
+}
+
+func (h *filesHandler) Handle(_ context.Context, msg bot.Message, _ bot.Replier) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, f := range msg.Files {
+		h.names = append(h.names, f.Name)
+		f.Discard()
+	}
+	return nil
+}
+
+// TestUploadFileNamesAreCleaned: a file name reaches the bot (and the page) as the sandbox will
+// name it: no NUL (PostgreSQL's jsonb refuses \u0000, so the bot could not record the turn and
+// answered 503 for ever), no control characters, valid UTF-8, no path.
+func TestUploadFileNamesAreCleaned(t *testing.T) {
+	for _, tc := range []struct{ disposition, want string }{
+		{`filename="note.txt"`, "note.txt"},
+		{`filename*=UTF-8''a%00b.txt`, "ab.txt"},
+		{`filename*=UTF-8''a%0Ab%1B.txt`, "a b.txt"},
+		{`filename*=UTF-8''a%FFb.txt`, "ab.txt"},
+		{`filename*=UTF-8''%E2%80%AEfdp.exe`, "fdp.exe"},
+		{`filename="..\\..\\x.txt"`, "x.txt"},
+		{`filename=".hidden"`, "hidden"},
+	} {
+		h := &filesHandler{}
+		srv := newTestServerWith(t, Options{TrustLoopback: true})
+		srv.handler = h
+		body := "--B\r\nContent-Disposition: form-data; name=\"file\"; " + tc.disposition + "\r\n\r\ndata\r\n--B--\r\n"
+		r := loopbackReq("POST", "/api/conversations/c1/messages", strings.NewReader(body))
+		r.Header.Set("Content-Type", "multipart/form-data; boundary=B")
+		rec := serve(srv, r)
+		require.Equal(t, http.StatusAccepted, rec.Code, "%s: %s", tc.disposition, rec.Body.String())
+		require.Equal(t, []string{tc.want}, h.names, tc.disposition)
+		log, _ := srv.lookup("c1", false).snapshot()
+		require.Equal(t, []FileRef{{Name: tc.want, Size: 4}}, log[0].Files)
+	}
+}

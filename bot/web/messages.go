@@ -13,6 +13,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/threadbox/threadbox/agentpool"
 	"github.com/threadbox/threadbox/bot"
 )
 
@@ -187,6 +188,10 @@ func (s *Server) readMultipart(w http.ResponseWriter, r *http.Request) (text str
 			if name == "" || name == "." || name == "/" || name == ".." {
 				return "", files, errorf(http.StatusBadRequest, "a file part needs a file name")
 			}
+			// The name the sandbox will give it, which the page shows too: without NUL (which the
+			// bot cannot record: PostgreSQL's jsonb refuses \u0000), control or format characters
+			// and invalid UTF-8.
+			name = agentpool.SanitizeName(name)
 			b, err := readCapped(part, maxUploadFile)
 			if err != nil {
 				return "", files, err
