@@ -64,6 +64,9 @@ const (
 	subBuffer = 256
 	// heartbeat keeps idle streams open through proxies that close silent connections.
 	heartbeat = 20 * time.Second
+	// streamWriteTimeout is how long a stream's client may take no bytes (its connection is full)
+	// before the stream is ended: a client that never reads must not hold a handler for ever.
+	streamWriteTimeout = 2 * heartbeat
 )
 
 // conversation is one web thread's live state.
@@ -230,8 +233,11 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) {
 		from = r.URL.Query().Get("after")
 	}
 	rc := http.NewResponseController(w)
-	// A server-wide write timeout would cut every stream; this one has its own heartbeat.
-	_ = rc.SetWriteDeadline(time.Time{})
+	// A server-wide write timeout would cut every stream; this one has its own heartbeat, and a
+	// deadline renewed before each write, so a client that stops reading is cut off instead of
+	// holding this handler (and its connection) for ever.
+	alive := func() { _ = rc.SetWriteDeadline(time.Now().Add(s.streamWriteTimeout)) }
+	alive()
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream; charset=utf-8")
 	h.Set("Cache-Control", "no-store")
@@ -256,6 +262,7 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	for _, ev := range backlog {
+		alive()
 		if writeSSE(w, ev, s.cursor(ev.Seq)) != nil {
 			return
 		}
@@ -271,10 +278,12 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) {
 			if !open {
 				return // dropped as too slow, or the server is closing: the client reconnects
 			}
+			alive()
 			if err := writeSSE(w, ev, s.cursor(ev.Seq)); err != nil {
 				return
 			}
 		case <-tick.C:
+			alive()
 			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
 				return
 			}

@@ -94,6 +94,8 @@ type Server struct {
 	log      *zap.Logger
 	now      func() time.Time
 	maxText  int
+	// streamWriteTimeout ends an event stream whose client takes no bytes for this long.
+	streamWriteTimeout time.Duration
 	// epoch names this process's event numbering, so a browser reconnecting after a restart is told
 	// to reload instead of waiting for sequence numbers that now mean something else.
 	epoch string
@@ -126,7 +128,7 @@ func New(opts Options) (*Server, error) {
 	s := &Server{
 		handler: opts.Handler, admin: opts.Admin, dir: opts.Directory, warning: opts.Warning,
 		log: opts.Logger, now: opts.Now, maxText: opts.MaxTextBytes, page: page,
-		convs: map[string]*conversation{}, epoch: randomID(6),
+		convs: map[string]*conversation{}, epoch: randomID(6), streamWriteTimeout: streamWriteTimeout,
 	}
 	if opts.Token != "" {
 		s.hasToken, s.tokenSum = true, sha256.Sum256([]byte(opts.Token))
