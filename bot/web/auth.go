@@ -96,8 +96,10 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (identity,
 		return identity{}, false
 	}
 	// Credentials the browser attaches by itself (the cookie, or simply being on loopback) must not
-	// let another site's page act here: refuse cross-origin writes (CSRF).
-	if ambient && !safeMethod(r.Method) && crossOrigin(r) {
+	// let another site's page act here: refuse cross-origin writes (CSRF), and cross-origin API
+	// reads too: some have effects (a stream registers its conversation), and only this origin's
+	// page needs them. The page itself stays reachable from a link.
+	if ambient && (!safeMethod(r.Method) || strings.HasPrefix(r.URL.Path, "/api/")) && crossOrigin(r) {
 		writeError(w, http.StatusForbidden, "cross-origin request refused")
 		return identity{}, false
 	}

@@ -184,3 +184,34 @@ func TestLoopbackCSRF(t *testing.T) {
 	r.Header.Set("Sec-Fetch-Site", "same-origin")
 	require.Equal(t, http.StatusCreated, serve(srv, r).Code)
 }
+
+// TestLoopbackCrossSiteAPIReads: another site's page cannot use the loopback identity for the API's
+// GETs either (<img src="http://localhost:8080/api/conversations/junk1/events"> registered a
+// conversation per id, filling the list and pushing the real ones out), while the page itself,
+// a navigation to it, and clients that send no Sec-Fetch-Site are let through.
+func TestLoopbackCrossSiteAPIReads(t *testing.T) {
+	srv := newTestServer(t, "")
+	for _, tc := range []struct {
+		target, site string
+		code         int
+	}{
+		{"/api/conversations/junk1/events", "cross-site", http.StatusForbidden},
+		{"/api/conversations/junk2/events", "same-site", http.StatusForbidden},
+		{"/api/conversations", "cross-site", http.StatusForbidden},
+		{"/api/me", "cross-site", http.StatusForbidden},
+		{"/", "cross-site", http.StatusOK},
+		{"/api/me", "same-origin", http.StatusOK},
+		{"/api/me", "", http.StatusOK},
+	} {
+		r := loopbackReq("GET", tc.target, nil)
+		ctx, cancel := context.WithCancel(r.Context())
+		cancel() // a stream let through ends at once
+		r = r.WithContext(ctx)
+		if tc.site != "" {
+			r.Header.Set("Sec-Fetch-Site", tc.site)
+		}
+		require.Equal(t, tc.code, serve(srv, r).Code, "%s %s", tc.target, tc.site)
+	}
+	require.Nil(t, srv.lookup("junk1", false))
+	require.Nil(t, srv.lookup("junk2", false))
+}
