@@ -160,6 +160,7 @@ func (s *Server) readMultipart(w http.ResponseWriter, r *http.Request) (text str
 	if err != nil {
 		return "", nil, errorf(http.StatusBadRequest, "malformed multipart body: %s", err.Error())
 	}
+	sawText := false
 	for {
 		part, err := mr.NextPart()
 		if errors.Is(err, io.EOF) {
@@ -170,6 +171,10 @@ func (s *Server) readMultipart(w http.ResponseWriter, r *http.Request) (text str
 		}
 		switch part.FormName() {
 		case "text":
+			if sawText {
+				return "", files, errorf(http.StatusBadRequest, "send one text field: this message has more")
+			}
+			sawText = true
 			b, err := readCapped(part, int64(s.maxText))
 			if err != nil {
 				return "", files, err

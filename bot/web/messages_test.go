@@ -176,3 +176,21 @@ func TestUploadFileNamesAreCleaned(t *testing.T) {
 		require.Equal(t, []FileRef{{Name: tc.want, Size: 4}}, log[0].Files)
 	}
 }
+
+// TestMultipartOneTextField: a second text field is refused, not silently put in the first one's
+// place.
+func TestMultipartOneTextField(t *testing.T) {
+	h := &recordingHandler{}
+	srv := newTestServerWith(t, Options{TrustLoopback: true})
+	srv.handler = h
+	body, ctype := multipartBody(t, 0, func(mw *multipart.Writer) {
+		require.NoError(t, mw.WriteField("text", "rm -rf output/"))
+		require.NoError(t, mw.WriteField("text", "echo hi"))
+	})
+	r := loopbackReq("POST", "/api/conversations/c1/messages", body)
+	r.Header.Set("Content-Type", ctype)
+	rec := serve(srv, r)
+	require.Equal(t, http.StatusBadRequest, rec.Code, rec.Body.String())
+	require.Contains(t, rec.Body.String(), "one text field")
+	require.Empty(t, h.texts)
+}
