@@ -32,14 +32,15 @@ type acceptedJSON struct {
 // a "text" field and "file" parts. It answers 202 once the message is queued for the bot; the bot's
 // replies arrive on the event stream, tagged with the returned event_id.
 func (s *Server) postMessage(w http.ResponseWriter, r *http.Request) {
-	c, err := s.conversationFor(r)
-	if err != nil {
-		s.writeErr(w, err)
+	convID := r.PathValue("id")
+	if !idPattern.MatchString(convID) {
+		writeError(w, http.StatusBadRequest, "bad conversation id: want 1 to 64 of A-Z a-z 0-9 _ -")
 		return
 	}
 	var (
 		text  string
 		files []bot.File
+		err   error
 	)
 	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if mt == "multipart/form-data" {
@@ -57,12 +58,14 @@ func (s *Server) postMessage(w http.ResponseWriter, r *http.Request) {
 		s.writeErr(w, err)
 		return
 	}
-	eventID, err := messageEventID(c.id, r.Header.Get("Idempotency-Key"))
+	eventID, err := messageEventID(convID, r.Header.Get("Idempotency-Key"))
 	if err != nil {
 		discard(files)
 		s.writeErr(w, err)
 		return
 	}
+	// Registered only now: a refused message leaves no empty conversation in the list.
+	c := s.lookup(convID, true)
 	id := identityFrom(r.Context())
 	msg := bot.Message{
 		Thread: bot.WebThread(c.id), ChannelID: c.id, User: id.user, Text: text, Files: files,

@@ -194,3 +194,27 @@ func TestMultipartOneTextField(t *testing.T) {
 	require.Contains(t, rec.Body.String(), "one text field")
 	require.Empty(t, h.texts)
 }
+
+// TestRefusedMessageRegistersNoConversation: a message refused for its body or key leaves no empty
+// conversation behind in the list.
+func TestRefusedMessageRegistersNoConversation(t *testing.T) {
+	for _, tc := range []struct {
+		name, ctype, body, key string
+		code                   int
+	}{
+		{"form post", "application/x-www-form-urlencoded", "text=x", "", http.StatusUnsupportedMediaType},
+		{"malformed JSON", "application/json", `{"text":`, "", http.StatusBadRequest},
+		{"empty text", "application/json", `{"text":" "}`, "", http.StatusBadRequest},
+		{"bad key", "application/json", `{"text":"x"}`, "short", http.StatusBadRequest},
+	} {
+		srv := newTestServerWith(t, Options{TrustLoopback: true})
+		r := loopbackReq("POST", "/api/conversations/junk/messages", strings.NewReader(tc.body))
+		r.Header.Set("Content-Type", tc.ctype)
+		if tc.key != "" {
+			r.Header.Set("Idempotency-Key", tc.key)
+		}
+		rec := serve(srv, r)
+		require.Equal(t, tc.code, rec.Code, "%s: %s", tc.name, rec.Body.String())
+		require.Nil(t, srv.lookup("junk", false), tc.name)
+	}
+}
