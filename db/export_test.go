@@ -211,3 +211,78 @@ func SetShortIdle(d time.Duration) (restore func()) {
 	shortIdle = d
 	return func() { shortIdle = prev }
 }
+
+// TranscriptRowsRead runs s.TurnTranscript and returns its result and the ids of every row its
+// statements returned from the database, newest first: the rows whose text the store read. It
+// records the statements TurnTranscript sends (RecordQueries) and runs them again with the same
+// arguments, reading only each row's first column (the id). Not safe while other goroutines use s.
+func TranscriptRowsRead(ctx context.Context, s Store, threadKey string, l TranscriptLimit) ([]Turn, []int64, error) {
+	type stmt struct {
+		query string
+		args  []any
+	}
+	var stmts []stmt
+	stop := RecordQueries(s, func(q string, args []any) { stmts = append(stmts, stmt{q, args}) })
+	turns, err := s.TurnTranscript(ctx, threadKey, l)
+	stop()
+	if err != nil {
+		return nil, nil, err
+	}
+	var ids []int64
+	for _, st := range stmts {
+		got, err := firstColumnInts(ctx, s, st.query, st.args)
+		if err != nil {
+			return nil, nil, err
+		}
+		ids = append(ids, got...)
+	}
+	return turns, ids, nil
+}
+
+func firstColumnInts(ctx context.Context, s Store, query string, args []any) ([]int64, error) {
+	var out []int64
+	switch s := s.(type) {
+	case *pgStore:
+		rows, err := s.pool.Query(ctx, query, args...)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			v, err := rows.Values()
+			if err != nil {
+				return nil, err
+			}
+			id, ok := v[0].(int64)
+			if !ok {
+				return nil, fmt.Errorf("first column is %T", v[0])
+			}
+			out = append(out, id)
+		}
+		return out, rows.Err()
+	case *sqliteStore:
+		rows, err := s.sqlDB.QueryContext(ctx, query, args...)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		cols, err := rows.Columns()
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			dest := make([]any, len(cols))
+			for i := range dest {
+				dest[i] = new(any)
+			}
+			var id int64
+			dest[0] = &id
+			if err := rows.Scan(dest...); err != nil {
+				return nil, err
+			}
+			out = append(out, id)
+		}
+		return out, rows.Err()
+	}
+	return nil, fmt.Errorf("firstColumnInts: %T", s)
+}

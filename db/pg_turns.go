@@ -107,11 +107,12 @@ func (s *pgStore) turnTransitionFailed(ctx context.Context, id int64, to TurnSta
 func (s *pgStore) TurnTranscript(ctx context.Context, threadKey string, l TranscriptLimit) ([]Turn, error) {
 	l = l.withDefaults()
 	rows, err := s.q.TurnListTranscript(ctx, s.dbtx, pgsqlc.TurnListTranscriptParams{
-		ThreadKey: threadKey, MaxRows: int32(l.MaxTurns), AfterID: l.AfterID,
+		ThreadKey: threadKey, MaxRows: int32(l.MaxTurns), AfterID: l.AfterID, MaxChars: int64(l.MaxChars),
 	})
 	if err != nil {
 		return nil, pgErr("transcript of "+threadKey, err)
 	}
+	// The query has applied the character cap already (see trimTranscript).
 	return trimTranscript(fromPGTurns(rows), l.MaxChars), nil
 }
 

@@ -120,7 +120,7 @@ func (s *sqliteStore) turnTransitionFailed(ctx context.Context, id int64, to Tur
 func (s *sqliteStore) TurnTranscript(ctx context.Context, threadKey string, l TranscriptLimit) ([]Turn, error) {
 	l = l.withDefaults()
 	rows, err := s.q.TurnListTranscript(ctx, s.dbtx, sqlitesqlc.TurnListTranscriptParams{
-		ThreadKey: threadKey, MaxRows: int64(l.MaxTurns), AfterID: l.AfterID,
+		ThreadKey: threadKey, MaxRows: int64(l.MaxTurns), AfterID: l.AfterID, MaxChars: int64(l.MaxChars),
 	})
 	if err != nil {
 		return nil, sqliteErr("transcript of "+threadKey, err)
@@ -129,6 +129,7 @@ func (s *sqliteStore) TurnTranscript(ctx context.Context, threadKey string, l Tr
 	if err != nil {
 		return nil, err
 	}
+	// The query has applied the character cap already (see trimTranscript).
 	return trimTranscript(turns, l.MaxChars), nil
 }
 

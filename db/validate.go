@@ -245,6 +245,14 @@ func (l TranscriptLimit) withDefaults() TranscriptLimit {
 
 // trimTranscript takes turns newest first, keeps the newest ones whose prompts and answers fit in
 // maxChars together, and returns them oldest first.
+//
+// The TurnListTranscript queries apply the same rule in SQL (length() of prompt and answer, a running
+// sum, newest first), so that the text of a turn left out, which can be tens of MB, is never read:
+// the stores store only valid UTF-8 without NUL (storableText), whose SQL length (PostgreSQL in UTF8,
+// SQLite TEXT) is its count of runes. Trimming again here keeps the result the same where a row
+// holds other text (SQLite, written before storableText: its length() stops at a NUL and counts an
+// invalid sequence as one character, so it never counts more than this does, and so keeps no fewer
+// turns than this rule).
 func trimTranscript(newestFirst []Turn, maxChars int) []Turn {
 	n, used := 0, 0
 	for _, t := range newestFirst {

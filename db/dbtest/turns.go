@@ -301,6 +301,33 @@ func testTurnTranscriptCaps(t *testing.T, newStore NewStore) {
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 	require.Equal(t, strings.Repeat("🙂", 5), got[0].Answer)
+
+	// A huge turn (a 10 MB answer is supported) ends the transcript wherever it is: the newer small
+	// turns are kept, the older ones are not, and it is kept when the cap leaves room for it.
+	huge := strings.Repeat("é", 5<<20) // 10 MB, 5 Mi characters
+	add("huge", "h0", "old0", "a", db.TurnDone)
+	add("huge", "h1", "old1", "a", db.TurnDone)
+	add("huge", "h2", "big", huge, db.TurnDone)
+	add("huge", "h3", "new3", "a", db.TurnDone)
+	add("huge", "h4", "new4", "a", db.TurnDone)
+	got, err = s.TurnTranscript(ctx, "huge", db.TranscriptLimit{})
+	require.NoError(t, err)
+	require.Equal(t, []string{"new3", "new4"}, prompts(got))
+	got, err = s.TurnTranscript(ctx, "huge", db.TranscriptLimit{MaxChars: 5<<20 + 13})
+	require.NoError(t, err)
+	require.Equal(t, []string{"big", "new3", "new4"}, prompts(got))
+	require.Equal(t, huge, got[0].Answer)
+	got, err = s.TurnTranscript(ctx, "huge", db.TranscriptLimit{MaxChars: 5<<20 + 12})
+	require.NoError(t, err)
+	require.Equal(t, []string{"new3", "new4"}, prompts(got))
+	got, err = s.TurnTranscript(ctx, "huge", db.TranscriptLimit{MaxChars: 1 << 30})
+	require.NoError(t, err)
+	require.Equal(t, []string{"old0", "old1", "big", "new3", "new4"}, prompts(got))
+	// The newest turn too big: nothing, even though older turns would fit.
+	add("huge", "h5", "bignew", huge, db.TurnDone)
+	got, err = s.TurnTranscript(ctx, "huge", db.TranscriptLimit{})
+	require.NoError(t, err)
+	require.Empty(t, got)
 }
 
 func testTurnsStuck(t *testing.T, newStore NewStore) {

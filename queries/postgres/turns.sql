@@ -66,12 +66,24 @@ WHERE id = @id AND status IN ('queued', 'running')
   AND (@owner::text = '' OR owner = @owner)
 RETURNING *;
 
--- TurnListTranscript returns the newest finished turns first; the store trims by characters and reverses.
+-- TurnListTranscript returns the newest finished turns first, as many of the newest max_rows as fit in
+-- max_chars characters (prompt plus answer) together: a turn that would break the cap ends the list.
+-- Only their text is read out: a turn it leaves out can be tens of MB. The store reverses them.
 -- name: TurnListTranscript :many
 SELECT * FROM turns
-WHERE thread_key = @thread_key AND status IN ('done', 'failed', 'cancelled') AND id > @after_id
-ORDER BY id DESC
-LIMIT @max_rows;
+WHERE turns.id IN (
+    SELECT running.id FROM (
+        SELECT newest.id, sum(newest.chars) OVER (ORDER BY newest.id DESC) AS total
+        FROM (
+            SELECT t.id, length(t.prompt) + length(t.answer) AS chars FROM turns AS t
+            WHERE t.thread_key = @thread_key AND t.status IN ('done', 'failed', 'cancelled') AND t.id > @after_id
+            ORDER BY t.id DESC
+            LIMIT @max_rows
+        ) AS newest
+    ) AS running
+    WHERE running.total <= @max_chars::bigint
+)
+ORDER BY turns.id DESC;
 
 -- name: TurnListStuck :many
 SELECT * FROM turns

@@ -518,20 +518,38 @@ func (q *Queries) TurnListStuck(ctx context.Context, db DBTX, arg TurnListStuckP
 
 const turnListTranscript = `-- name: TurnListTranscript :many
 SELECT id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner, delivered_at FROM turns
-WHERE thread_key = ?1 AND status IN ('done', 'failed', 'cancelled') AND id > ?2
-ORDER BY id DESC
-LIMIT ?3
+WHERE turns.id IN (
+    SELECT id FROM (
+        SELECT id, sum(chars) OVER (ORDER BY id DESC) AS total
+        FROM (
+            SELECT t.id, length(t.prompt) + length(t.answer) AS chars FROM turns AS t
+            WHERE t.thread_key = ?1 AND t.status IN ('done', 'failed', 'cancelled') AND t.id > ?2
+            ORDER BY t.id DESC
+            LIMIT ?3
+        )
+    )
+    WHERE total <= CAST(?4 AS INTEGER)
+)
+ORDER BY turns.id DESC
 `
 
 type TurnListTranscriptParams struct {
 	ThreadKey string
 	AfterID   int64
 	MaxRows   int64
+	MaxChars  int64
 }
 
-// TurnListTranscript returns the newest finished turns first; the store trims by characters and reverses.
+// TurnListTranscript returns the newest finished turns first, as many of the newest max_rows as fit in
+// max_chars characters (prompt plus answer) together: a turn that would break the cap ends the list.
+// Only their text is read out: a turn it leaves out can be tens of MB. The store reverses them.
 func (q *Queries) TurnListTranscript(ctx context.Context, db DBTX, arg TurnListTranscriptParams) ([]Turn, error) {
-	rows, err := db.QueryContext(ctx, turnListTranscript, arg.ThreadKey, arg.AfterID, arg.MaxRows)
+	rows, err := db.QueryContext(ctx, turnListTranscript,
+		arg.ThreadKey,
+		arg.AfterID,
+		arg.MaxRows,
+		arg.MaxChars,
+	)
 	if err != nil {
 		return nil, err
 	}
