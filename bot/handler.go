@@ -327,6 +327,37 @@ func (h *Handler) retry(ctx context.Context, msg Message, r Replier) error {
 }
 
 // turn submits msg as a turn, and sets *submitted once the pool has taken it (and its files).
+// ErrEventReused is Handle's answer to a message under an event id already recorded for another
+// message (different text or files): not a redelivery, so not answered as one. Only a client that
+// picks its own ids can do this (the web chat's Idempotency-Key); it is told, rather than have its
+// message dropped as a duplicate.
+var ErrEventReused = errors.New("this event id already names another message")
+
+// reusedEventID reports whether msg, found to be a duplicate, differs from the message recorded
+// under its event id. A failed read says no: a duplicate is the usual case.
+func (h *Handler) reusedEventID(ctx context.Context, msg Message) bool {
+	t, err := h.store.TurnGetByEvent(ctx, msg.EventID)
+	if err != nil {
+		return false
+	}
+	if t.Prompt != db.StorableText(msg.Text) || t.ThreadKey != msg.Thread.String() {
+		return true
+	}
+	var d delivery
+	if json.Unmarshal(t.Delivery, &d) != nil {
+		return false
+	}
+	if len(d.Files) != len(msg.Files) {
+		return true
+	}
+	for i, f := range msg.Files {
+		if d.Files[i].Name != f.Name || d.Files[i].Size != f.Size {
+			return true
+		}
+	}
+	return false
+}
+
 // retriedBy reports whether msg, a retry found to be a duplicate, is the message that made the
 // retry: the platform delivered that message again (its dedupe missed it: Redis down, or past its
 // window), and it was answered already. Another retry message of the same turn is told so.
@@ -389,10 +420,16 @@ func (h *Handler) turn(ctx context.Context, msg Message, r Replier, submitted *b
 	})
 	switch {
 	case errors.Is(err, db.ErrDuplicate):
-		h.log.Debug("duplicate event ignored", zap.String("event", msg.EventID))
-		if strings.HasPrefix(msg.EventID, "retry:") && !h.retriedBy(ctx, msg) {
-			h.reply(ctx, r, func(context.Context) string { return "That message was already retried." })
+		if strings.HasPrefix(msg.EventID, "retry:") {
+			if !h.retriedBy(ctx, msg) {
+				h.reply(ctx, r, func(context.Context) string { return "That message was already retried." })
+			}
+			return nil
 		}
+		if h.reusedEventID(ctx, msg) {
+			return ErrEventReused
+		}
+		h.log.Debug("duplicate event ignored", zap.String("event", msg.EventID))
 		return nil
 	case errors.Is(err, agentpool.ErrQueueFull):
 		p := Explain(h.log, "message refused", err, zap.String("thread", key), zap.String("event", msg.EventID))

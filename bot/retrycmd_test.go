@@ -3,6 +3,8 @@ package bot
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -59,6 +61,57 @@ func TestRetryRedeliveredIsNotToldItWasRetried(t *testing.T) {
 			other := retry("ev2", "3.3")
 			other.waitPost(t, "That message was already retried.")
 			require.NoError(t, h.Wait(t.Context()))
+		})
+	}
+}
+
+// TestReusedEventIDIsRefused: a message under an event id already recorded for another message
+// (different text, files or thread) is not a redelivery: Handle says so with ErrEventReused instead
+// of dropping it as a duplicate; the same message again is still a quiet duplicate.
+func TestReusedEventIDIsRefused(t *testing.T) {
+	st := dbtest.OpenSQLite(t)
+	pool, err := agentpool.New(agentpool.Config{Deployment: "reuse", Image: "img"},
+		agentpool.Deps{Store: st, Provider: sandboxfake.New(), Runtime: minimalRuntime{}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pool.Shutdown(context.Background()) })
+	h := NewHandler(HandlerConfig{}, pool, st, nil, nil)
+	send := func(thread ThreadKey, text string, files ...File) (*chatReplier, error) {
+		r := newChatReplier()
+		msg := Message{Thread: thread, ChannelID: "c1", User: User{ID: "U"}, Text: text, EventID: "web-c1:k1", Files: files,
+			Reply: json.RawMessage(`{"conversation":"c1"}`)}
+		return r, h.Handle(t.Context(), msg, r)
+	}
+	thread := WebThread("c1")
+	first, err := send(thread, "build it", File{Name: "a.txt", Size: 3, Open: func(context.Context) (io.ReadCloser, error) {
+		return io.NopCloser(strings.NewReader("abc")), nil
+	}})
+	require.NoError(t, err)
+	first.waitPost(t, "echo: build it")
+	require.NoError(t, h.Wait(t.Context()))
+
+	for name, tc := range map[string]struct {
+		thread ThreadKey
+		text   string
+		files  []File
+		reused bool
+	}{
+		"the same message again": {thread, "build it", []File{{Name: "a.txt", Size: 3}}, false},
+		"another text":           {thread, "build that", []File{{Name: "a.txt", Size: 3}}, true},
+		"other files":            {thread, "build it", []File{{Name: "b.txt", Size: 3}}, true},
+		"no files":               {thread, "build it", nil, true},
+		"another thread":         {WebThread("c2"), "build it", []File{{Name: "a.txt", Size: 3}}, true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r, err := send(tc.thread, tc.text, tc.files...)
+			require.NoError(t, h.Wait(t.Context()))
+			if tc.reused {
+				require.ErrorIs(t, err, ErrEventReused)
+			} else {
+				require.NoError(t, err)
+			}
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			require.Empty(t, r.posts, "nothing run or answered")
 		})
 	}
 }

@@ -55,6 +55,10 @@ func storableText(s string) string {
 	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }
 
+// StorableText is the text the stores give back for s: a caller comparing a recorded text with its
+// own compares it with this.
+func StorableText(s string) string { return storableText(s) }
+
 func storableTextPtr(s *string) *string {
 	if s == nil {
 		return nil

@@ -313,8 +313,12 @@ func (s *Server) enqueue(ctx context.Context, c *conversation, msg bot.Message) 
 	msg.Reply = r.dest()
 	if err := s.handler.Handle(ctx, msg, r); err != nil {
 		s.log.Warn("handling a message", zap.String("conversation", c.id), zap.String("event", msg.EventID), zap.Error(err))
-		if errors.Is(err, bot.ErrNotAccepted) {
+		switch {
+		case errors.Is(err, bot.ErrNotAccepted):
 			return errorf(http.StatusServiceUnavailable, "the bot could not take that message; try again in a minute")
+		case errors.Is(err, bot.ErrEventReused):
+			// The bot's record, not this process's memory, knows the key (a restart came between).
+			return errorf(http.StatusUnprocessableEntity, keyReusedText)
 		}
 	}
 	return nil

@@ -82,7 +82,7 @@ func (s *Server) postMessage(w http.ResponseWriter, r *http.Request) {
 	ev, same := c.publishMessage(ev)
 	if !same {
 		discard(files)
-		writeError(w, http.StatusUnprocessableEntity, "this Idempotency-Key already names another message in this conversation: send a new message under a new key")
+		writeError(w, http.StatusUnprocessableEntity, keyReusedText)
 		return
 	}
 	if err := s.enqueue(r.Context(), c, msg); err != nil {
@@ -93,6 +93,9 @@ func (s *Server) postMessage(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusAccepted, acceptedJSON{EventID: msg.EventID, Cursor: s.cursor(ev.Seq)})
 }
+
+// keyReusedText answers a message sent under an Idempotency-Key that names another message.
+const keyReusedText = "this Idempotency-Key already names another message in this conversation: send a new message under a new key"
 
 // notTaken says on the conversation's pages that a message published there was not taken, so it
 // does not sit there as if an answer were coming (the sender's page also gets the error; other open

@@ -218,3 +218,22 @@ func TestRefusedMessageRegistersNoConversation(t *testing.T) {
 		require.Nil(t, srv.lookup("junk", false), tc.name)
 	}
 }
+
+// reusingHandler is the bot after a restart: it finds the event id recorded for another message.
+type reusingHandler struct{}
+
+func (reusingHandler) Handle(context.Context, bot.Message, bot.Replier) error {
+	return bot.ErrEventReused
+}
+
+// TestIdempotencyKeyReusedAfterRestart: once the first message has left this process's memory, the
+// bot's record still knows the key: a different message under it gets 422, not 202 and silence.
+func TestIdempotencyKeyReusedAfterRestart(t *testing.T) {
+	srv := newTestServerWith(t, Options{TrustLoopback: true})
+	srv.handler = reusingHandler{}
+	r := jsonMsg("two")(t)
+	r.Header.Set("Idempotency-Key", "abcdefghijklmnop")
+	rec := serve(srv, r)
+	require.Equal(t, http.StatusUnprocessableEntity, rec.Code, rec.Body.String())
+	require.Contains(t, rec.Body.String(), "Idempotency-Key already names another message")
+}
