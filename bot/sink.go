@@ -215,8 +215,10 @@ func (s *replySink) Deliver(ctx context.Context, out agentpool.Outcome) ([]strin
 	if react != "" && (posted > 0 || firstErr == nil) {
 		_ = s.r.React(ctx, react)
 	}
-	if posted == 0 && firstErr != nil {
-		// Nothing of the reply got through: the pool keeps the turn undelivered and posts it again.
+	if posted == 0 && RetryLater(firstErr) {
+		// Nothing of the reply got through, for a reason that may pass: the pool keeps the turn
+		// undelivered and posts it again later. (A refusal, such as an archived channel, would
+		// be refused again.)
 		return ids, fmt.Errorf("%w: %w", agentpool.ErrNotPosted, firstErr)
 	}
 	return ids, firstErr

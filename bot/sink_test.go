@@ -230,14 +230,18 @@ func TestHumanSize(t *testing.T) {
 // downReplier fails the posts whose index (from 0) is in down, with a rate limit past the wait.
 type downReplier struct {
 	chatReplier
-	n    int
-	down func(i int) bool
+	n       int
+	down    func(i int) bool
+	refused bool
 }
 
 func (r *downReplier) Post(ctx context.Context, text string) error {
 	i := r.n
 	r.n++
 	if r.down(i) {
+		if r.refused {
+			return errors.New("channel_not_found")
+		}
 		return &RateLimitedError{RetryAfter: time.Hour}
 	}
 	return r.chatReplier.Post(ctx, text)
@@ -252,12 +256,14 @@ func TestDeliverSaysWhetherTheReplyGotThrough(t *testing.T) {
 		name        string
 		out         agentpool.Outcome
 		down        func(i int) bool
+		refused     bool // the failures are refusals (channel_not_found), not rate limits
 		wantNotPost bool
 		wantErr     bool
 		wantReacts  []string
 	}{
 		{name: "all through", out: answer, down: func(int) bool { return false }, wantReacts: []string{ReactDone}},
 		{name: "nothing through", out: answer, down: func(int) bool { return true }, wantNotPost: true, wantErr: true},
+		{name: "nothing through, refused for good", out: answer, down: func(int) bool { return true }, refused: true, wantErr: true},
 		{name: "reposted: the note got through, the answer did not", out: agentpool.Outcome{TurnID: 3, Answer: "x", Redelivered: true},
 			down: func(i int) bool { return i > 0 }, wantNotPost: true, wantErr: true},
 		{name: "a failure's words did not get through", out: agentpool.Outcome{TurnID: 3, Err: agentpool.ErrInterrupted},
@@ -268,7 +274,7 @@ func TestDeliverSaysWhetherTheReplyGotThrough(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			log, _ := observed(zapcore.DebugLevel)
-			r := &downReplier{chatReplier: chatReplier{posted: make(chan string, 100)}, down: tt.down}
+			r := &downReplier{chatReplier: chatReplier{posted: make(chan string, 100)}, down: tt.down, refused: tt.refused}
 			s := newReplySink(t.Context(), r, time.Millisecond, log)
 			_, err := s.Deliver(t.Context(), tt.out)
 			require.Equal(t, tt.wantErr, err != nil, "%v", err)

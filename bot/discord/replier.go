@@ -141,7 +141,18 @@ func tokenGone(err error) bool {
 // Post implements bot.Replier. A 429 is waited out (retry_after, a few times): the answer must
 // arrive.
 func (r *replier) Post(ctx context.Context, text string) error {
-	return r.send(ctx, text, nil)
+	return transient(r.send(ctx, text, nil))
+}
+
+// transient marks Discord's "try later" answers (a 429 past the retries, a 5xx) for bot.RetryLater.
+func transient(err error) error {
+	if _, ok := errors.AsType[*discordgo.RateLimitError](err); ok {
+		return bot.Transient(err)
+	}
+	if re, ok := errors.AsType[*discordgo.RESTError](err); ok && re.Response != nil && re.Response.StatusCode >= 500 {
+		return bot.Transient(err)
+	}
+	return err
 }
 
 // send posts text and files: into the interaction (editing @original first) or the channel. An

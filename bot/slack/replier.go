@@ -116,12 +116,26 @@ func (r *replier) postRaw(ctx context.Context, text string) error {
 }
 
 func (r *replier) post(ctx context.Context, text string, escape bool) error {
-	return withRetry(ctx, func(ctx context.Context) error {
+	return transient(withRetry(ctx, func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, postTimeout)
 		defer cancel()
 		_, _, err := r.a.api.PostMessageContext(ctx, r.channel, r.msgOptions(text, escape)...)
 		return err
-	})
+	}))
+}
+
+// transient marks Slack's "try later" answers that slack-go does not mark itself (an ok:false
+// ratelimited, a workspace's message_limit_exceeded, Slack's own failures) for bot.RetryLater.
+func transient(err error) error {
+	if _, ok := rateLimited(err); ok {
+		return bot.Transient(err)
+	}
+	for _, code := range []string{"internal_error", "fatal_error", "service_unavailable", "request_timeout"} {
+		if isSlackError(err, code) {
+			return bot.Transient(err)
+		}
+	}
+	return err
 }
 
 // Progress implements bot.Replier: the first call posts the "working…" message, later ones edit it
