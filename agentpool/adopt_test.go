@@ -279,3 +279,44 @@ func TestRepostReplyThatDidNotReachTheChat(t *testing.T) {
 		require.Empty(t, sink.got, "exactly one answer for the first turn")
 	})
 }
+
+// TestRepostIsPostedOnceWhenTwoPassesQueueIt: a recorded reply queued for posting behind a long job
+// on its thread can be queued a second time before the first post runs (recovery queued a dead
+// process's turn, which is now this process's, and the adoption pass finds it still undelivered;
+// or the adoption pass queued it and another replica's recovery claimed it meanwhile). Each post
+// checks, under the thread's lock, that the turn is still this process's and still undelivered:
+// the reply is posted once.
+func TestRepostIsPostedOnceWhenTwoPassesQueueIt(t *testing.T) {
+	forEachMaintStore(t, func(t *testing.T, st db.Store, clock *dbtest.Clock) {
+		ctx := t.Context()
+		sink := newCollector()
+		p := newAdoptPool(t, st, clock, &scriptRuntime{}, sink)
+		tr, err := st.TurnInsert(ctx, db.NewTurn{ThreadKey: "k", PlatformEventID: "e1", UserID: "u", Prompt: "p",
+			Delivery: json.RawMessage(`{}`), Owner: "dead"})
+		require.NoError(t, err)
+		_, err = st.TurnFinish(ctx, tr.ID, db.TurnResult{Status: db.TurnDone, Answer: "the answer"})
+		require.NoError(t, err)
+
+		// A long job on the thread (a turn running) holds the queue.
+		release, running := make(chan struct{}), make(chan struct{})
+		require.NoError(t, p.Do("k", func(context.Context) { close(running); <-release }, nil))
+		<-running
+
+		rep, err := p.RecoverPass(ctx)
+		require.NoError(t, err)
+		require.Equal(t, RecoverReport{Redelivered: 1}, rep, "queued behind the long job")
+		clock.Advance(DefaultAdoptAfter + 1)
+		_, err = p.AdoptPass(ctx)
+		require.NoError(t, err)
+
+		close(release)
+		require.NoError(t, p.q.wait(ctx))
+		require.NoError(t, p.Shutdown(ctx))
+		out := sink.wait(t, 1)[0]
+		require.Equal(t, "the answer", out.Answer)
+		require.Empty(t, sink.got, "posted once")
+		got, err := st.TurnGet(ctx, tr.ID)
+		require.NoError(t, err)
+		require.False(t, got.DeliveredAt.IsZero())
+	})
+}

@@ -270,6 +270,14 @@ func (p *Pool) postTakenOver(threadKey string, sink Sink, out Outcome, finished 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), deliverTimeout)
 	defer cancel()
+	// The turn was claimed when this post was queued, and it may wait there behind a long turn:
+	// meanwhile another post of it may have run (recovery queued it and the adoption pass found it
+	// still undelivered), or another process may have claimed it (this one looked dead). Still
+	// this process's and still undelivered, it is posted; a store that cannot say posts anyway.
+	if _, err := p.store.TurnClaimUndelivered(ctx, out.TurnID, p.instance, p.instance); errors.Is(err, db.ErrConflict) {
+		p.log.Info("not posting a taken-over turn: posted already, or another process took it", zap.Int64("turn", out.TurnID))
+		return
+	}
 	_, err = sink.Deliver(ctx, out)
 	if err != nil {
 		p.log.Warn(what, zap.Int64("turn", out.TurnID), zap.Error(err))
