@@ -47,10 +47,13 @@ func (d *Deduper) First(ctx context.Context, key string) bool {
 	return d.local.Add(key)
 }
 
-// Forget withdraws a mark, for an event that was marked but then not taken.
+// Forget withdraws a mark, for an event that was marked but then not taken. It asks Redis even
+// while the breaker pauses it: the mark may be there from before the failure, and left there it
+// would drop the platform's redelivery (here once the pause ends, or on another replica) as a
+// duplicate of a message nobody took. An event not taken is rare; the wait is worth it.
 func (d *Deduper) Forget(ctx context.Context, key string) {
 	d.local.Remove(key)
-	if d.rdb == nil || !d.brk.try() {
+	if d.rdb == nil {
 		return
 	}
 	rctx, cancel := context.WithTimeout(ctx, redisTimeout)

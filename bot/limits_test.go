@@ -224,3 +224,60 @@ func TestRedisFailurePausesIt(t *testing.T) {
 		})
 	}
 }
+
+// keyRedis is a Redis of SET NX and DEL only, kept in a map, that fails every command while down.
+type keyRedis struct {
+	mu   sync.Mutex
+	down bool
+	keys map[string]bool
+}
+
+func (h *keyRedis) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *keyRedis) ProcessHook(redis.ProcessHook) redis.ProcessHook {
+	return func(_ context.Context, cmd redis.Cmder) error {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.down {
+			return errRedisHung
+		}
+		key := fmt.Sprint(cmd.Args()[1])
+		switch c := cmd.(type) {
+		case *redis.BoolCmd: // SET NX
+			c.SetVal(!h.keys[key])
+			h.keys[key] = true
+		case *redis.IntCmd: // DEL
+			delete(h.keys, key)
+			c.SetVal(1)
+		}
+		return nil
+	}
+}
+
+func (h *keyRedis) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *keyRedis) setDown(down bool) { h.mu.Lock(); h.down = down; h.mu.Unlock() }
+
+// TestDedupeForgetDuringRedisPause: an event marked in Redis and then not taken is forgotten in
+// Redis even while the dedupe's Redis calls are paused after a failure (a flap): otherwise the mark
+// outlives the pause, and the platform's redelivery, here or on another replica, is dropped as a
+// duplicate once Redis is used again: acknowledged, never answered.
+func TestDedupeForgetDuringRedisPause(t *testing.T) {
+	h := &keyRedis{keys: map[string]bool{}}
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	rdb.AddHook(h)
+	t.Cleanup(func() { _ = rdb.Close() })
+	clock := &fakeClock{now: time.Unix(600, 0)}
+	d := bot.NewDeduper(rdb, "p:", time.Hour, clock.Now, zaptest.NewLogger(t))
+	other := bot.NewDeduper(rdb, "p:", time.Hour, clock.Now, zaptest.NewLogger(t)) // another replica
+
+	require.True(t, d.First(t.Context(), "ev1"), "marked in Redis")
+	h.setDown(true)
+	require.True(t, d.First(t.Context(), "ev2"), "Redis fails: in process only, and paused")
+	h.setDown(false)
+	d.Forget(t.Context(), "ev1") // ev1 was not taken: the platform delivers it again
+	clock.Advance(10 * time.Second)
+	require.True(t, other.First(t.Context(), "ev1"), "the redelivery on another replica is taken")
+}
