@@ -125,7 +125,7 @@ func (s *replySink) Deliver(ctx context.Context, out agentpool.Outcome) ([]strin
 	}
 
 	var firstErr error
-	posted := 0 // posts of the reply itself that got through
+	posted := 0 // posts and uploads of the reply itself that got through
 	post := func(text string) {
 		err := s.r.Post(ctx, text)
 		if err == nil {
@@ -174,7 +174,9 @@ func (s *replySink) Deliver(ctx context.Context, out agentpool.Outcome) ([]strin
 		if lay.File != nil {
 			_, err := s.r.Upload(ctx, "answer.md", lay.File)
 			s.countUpload(err)
-			if err != nil {
+			if err == nil {
+				posted++ // the whole answer is in the chat: a repost would upload it again
+			} else {
 				p := Explain(s.log, "uploading the answer", err, turn)
 				post(fmt.Sprintf("(The full answer could not be attached: the upload failed, ref %s.)", p.Ref))
 			}
@@ -195,7 +197,9 @@ func (s *replySink) Deliver(ctx context.Context, out agentpool.Outcome) ([]strin
 		}
 		id, err := s.r.Upload(ctx, a.Name, a.Data)
 		s.countUpload(err)
-		if err != nil {
+		if err == nil {
+			posted++ // in the chat: the reply is posted in part, not reposted
+		} else {
 			p := Explain(s.log, "uploading a file", err, turn, zap.String("file", a.Name))
 			notes = append(notes, fmt.Sprintf("not uploaded: %s (%s): the upload failed, ref %s", a.Name, HumanSize(a.Size), p.Ref))
 			continue

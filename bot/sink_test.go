@@ -233,6 +233,14 @@ type downReplier struct {
 	n       int
 	down    func(i int) bool
 	refused bool
+	uploads bool // uploads get through
+}
+
+func (r *downReplier) Upload(ctx context.Context, name string, data []byte) (string, error) {
+	if r.uploads {
+		return "F-" + name, nil
+	}
+	return r.chatReplier.Upload(ctx, name, data)
 }
 
 func (r *downReplier) Post(ctx context.Context, text string) error {
@@ -257,6 +265,7 @@ func TestDeliverSaysWhetherTheReplyGotThrough(t *testing.T) {
 		out         agentpool.Outcome
 		down        func(i int) bool
 		refused     bool // the failures are refusals (channel_not_found), not rate limits
+		uploads     bool // uploads get through
 		wantNotPost bool
 		wantErr     bool
 		wantReacts  []string
@@ -270,11 +279,17 @@ func TestDeliverSaysWhetherTheReplyGotThrough(t *testing.T) {
 			down: func(int) bool { return true }, wantNotPost: true, wantErr: true},
 		{name: "part through", out: agentpool.Outcome{TurnID: 3, Answer: "x", Replayed: true},
 			down: func(i int) bool { return i == 1 }, wantErr: true, wantReacts: []string{ReactDone}},
+		// An upload is in the chat too: a repost would upload it a second time.
+		{name: "the long answer's file got through, its text did not", out: agentpool.Outcome{TurnID: 3, Answer: strings.Repeat("word ", 5000)},
+			down: func(int) bool { return true }, uploads: true, wantErr: true, wantReacts: []string{ReactDone}},
+		{name: "a file got through, the text did not", out: agentpool.Outcome{TurnID: 3, Answer: "x",
+			Artifacts: []agentpool.Artifact{{Name: "a.png", Data: []byte("png"), Size: 3}}},
+			down: func(int) bool { return true }, uploads: true, wantErr: true, wantReacts: []string{ReactDone}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			log, _ := observed(zapcore.DebugLevel)
-			r := &downReplier{chatReplier: chatReplier{posted: make(chan string, 100)}, down: tt.down, refused: tt.refused}
+			r := &downReplier{chatReplier: chatReplier{posted: make(chan string, 100)}, down: tt.down, refused: tt.refused, uploads: tt.uploads}
 			s := newReplySink(t.Context(), r, time.Millisecond, log)
 			_, err := s.Deliver(t.Context(), tt.out)
 			require.Equal(t, tt.wantErr, err != nil, "%v", err)
