@@ -231,8 +231,11 @@ func (p *Pool) adoptTurn(ctx context.Context, t db.Turn, rep *AdoptReport) error
 // It reports false for every other duplicate, which stays one.
 func (p *Pool) adoptRedelivered(ctx context.Context, req Request) (Ticket, bool) {
 	t, err := p.store.TurnGetByEvent(ctx, req.EventID)
-	// The same event in the same thread: an event id alone is the platform's (or a client's) word.
-	if err != nil || t.Owner != p.instance || t.Status != db.TurnQueued || t.ThreadKey != req.ThreadKey {
+	// The same event in the same thread, with the same words: an event id alone is the platform's
+	// (or a client's) word, and a client that reused its key for another message must not have
+	// that one run under this record.
+	if err != nil || t.Owner != p.instance || t.Status != db.TurnQueued || t.ThreadKey != req.ThreadKey ||
+		t.Prompt != db.StorableText(req.Text) {
 		return Ticket{}, false
 	}
 	if !p.reserveRedelivered(t.ID, req.EventID) {

@@ -320,3 +320,33 @@ func TestRepostIsPostedOnceWhenTwoPassesQueueIt(t *testing.T) {
 		require.False(t, got.DeliveredAt.IsZero())
 	})
 }
+
+// TestAdoptRedeliveredOnlyTheSameMessage: after a lost commit, a message under the same event id
+// with other words (a client reusing its key) is not adopted in place of the recorded one: it is a
+// duplicate, and the recorded message is answered later by the adoption pass, as itself.
+func TestAdoptRedeliveredOnlyTheSameMessage(t *testing.T) {
+	forEachMaintStore(t, func(t *testing.T, st db.Store, clock *dbtest.Clock) {
+		ctx := t.Context()
+		ls := &lostCommitStore{Store: st, lose: map[string]bool{"e1": true}}
+		restored := newCollector()
+		p := newAdoptPool(t, ls, clock, &scriptRuntime{}, restored)
+		sink := newCollector()
+		req := Request{ThreadKey: "k", Platform: "test", EventID: "e1", Text: "hello", Sink: sink, Delivery: json.RawMessage(`{}`)}
+		_, err := p.Submit(ctx, req)
+		require.ErrorIs(t, err, errLostCommit)
+
+		other := req
+		other.Text = "something else"
+		_, err = p.Submit(ctx, other)
+		require.ErrorIs(t, err, db.ErrDuplicate, "not the recorded message: not adopted")
+
+		clock.Advance(DefaultAdoptAfter + 1)
+		rep, err := p.AdoptPass(ctx)
+		require.NoError(t, err)
+		require.Equal(t, AdoptReport{Adopted: 1}, rep)
+		out := restored.wait(t, 1)[0]
+		require.Equal(t, "echo: hello", out.Answer, "the recorded words run")
+		require.NoError(t, p.Shutdown(ctx))
+		require.Empty(t, sink.got)
+	})
+}

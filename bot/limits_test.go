@@ -143,6 +143,8 @@ type flakyRedis struct {
 	mu    sync.Mutex
 	down  bool
 	calls int
+	// gate, when set, holds the next call until closed; entered is closed when it arrives.
+	gate, entered chan struct{}
 }
 
 var errRedisHung = errors.New("i/o timeout")
@@ -152,6 +154,14 @@ func (h *flakyRedis) DialHook(next redis.DialHook) redis.DialHook { return next 
 func (h *flakyRedis) answer(cmds ...redis.Cmder) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.gate != nil { // hold this call until the test lets go
+		gate, entered := h.gate, h.entered
+		h.gate = nil
+		close(entered)
+		h.mu.Unlock()
+		<-gate
+		h.mu.Lock()
+	}
 	h.calls++
 	if h.down {
 		return errRedisHung
@@ -213,11 +223,27 @@ func TestRedisFailurePausesIt(t *testing.T) {
 			call("b")
 			call("c")
 			call("d")
-			require.Equal(t, 1, h.set(false), "one failure, then no calls during the cool-down")
-			clock.Advance(4 * time.Second)
+			require.Equal(t, 1, h.set(true), "one failure, then no calls during the cool-down")
+			clock.Advance(1500 * time.Millisecond)
 			call("e")
-			require.Equal(t, 0, h.set(false), "still cooling down")
-			clock.Advance(time.Second)
+			require.Equal(t, 0, h.set(true), "still cooling down")
+
+			// The pause is over: one call probes (held here), the others meanwhile go without Redis.
+			clock.Advance(500 * time.Millisecond)
+			h.mu.Lock()
+			h.gate, h.entered = make(chan struct{}), make(chan struct{})
+			gate, entered := h.gate, h.entered
+			h.mu.Unlock()
+			probed := make(chan struct{})
+			go func() { defer close(probed); call("p") }()
+			<-entered
+			call("q")
+			call("r")
+			close(gate)
+			<-probed
+			require.Equal(t, 1, h.set(false), "one probe, not one per caller; it failed: paused again")
+
+			clock.Advance(2 * time.Second)
 			call("f")
 			call("g")
 			require.Equal(t, 2, h.set(false), "after the cool-down Redis is tried, and used again")

@@ -11,7 +11,7 @@ import (
 // redisCooldown is how long the ack path leaves Redis alone after a call failed. A hanging Redis
 // costs each call its whole redisTimeout; without a pause, every event of a burst would wait it
 // out (Socket Mode acks one event after another) and log its own warning.
-const redisCooldown = 5 * time.Second
+const redisCooldown = 2 * time.Second
 
 // redisBreaker tells the ack path whether to call Redis: after a failure it says no for
 // redisCooldown, during which the in-process fallbacks decide alone; then one call tries again.
@@ -26,11 +26,19 @@ type redisBreaker struct {
 	down      bool
 }
 
-// try reports whether to call Redis now.
+// try reports whether to call Redis now. Once a pause is over, one caller probes: the others go
+// on without Redis until its call ends (against a Redis still hanging, each would wait it out).
 func (b *redisBreaker) try() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return !b.down || !b.now().Before(b.downUntil)
+	if !b.down {
+		return true
+	}
+	if now := b.now(); !now.Before(b.downUntil) {
+		b.downUntil = now.Add(redisCooldown) // the probe's: result decides what follows
+		return true
+	}
+	return false
 }
 
 // result records how a call went.
