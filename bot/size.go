@@ -3,6 +3,8 @@ package bot
 import (
 	"strconv"
 	"strings"
+
+	"github.com/threadbox/threadbox/agentpool"
 )
 
 // HumanSize renders a byte count in binary units: 512 B, 1.5 KiB, 10 MiB. It is the one size
@@ -28,3 +30,7 @@ func HumanSize(n int64) string {
 	}
 	return s + " " + unit
 }
+
+// FileName is the name an attachment gets in the sandbox's input/ (agentpool.SanitizeName): an
+// adapter that shows or records a name uses this one, so what the user sees is what the agent gets.
+func FileName(name string) string { return agentpool.SanitizeName(name) }

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/threadbox/threadbox/agentpool"
 	"github.com/threadbox/threadbox/bot"
 )
 
@@ -202,7 +201,7 @@ func (s *Server) readMultipart(w http.ResponseWriter, r *http.Request) (text str
 			// The name the sandbox will give it, which the page shows too: without NUL (which the
 			// bot cannot record: PostgreSQL's jsonb refuses \u0000), control or format characters
 			// and invalid UTF-8.
-			name = agentpool.SanitizeName(name)
+			name = bot.FileName(name)
 			b, err := readCapped(part, maxUploadFile)
 			if err != nil {
 				return "", files, err
