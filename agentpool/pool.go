@@ -197,6 +197,10 @@ func New(cfg Config, deps Deps) (*Pool, error) {
 	if p.instance == "" {
 		p.instance = newInstanceID()
 	}
+	p.q.onPanic = func(v any, stack []byte) {
+		p.log.Error("a job on a thread's queue panicked; the thread goes on with its next one",
+			zap.Any("panic", v), zap.ByteString("stack", stack))
+	}
 	if cfg.MaxActive > 0 {
 		p.capa = newCapacity(cfg.MaxActive)
 	}
@@ -335,6 +339,8 @@ func (p *Pool) enqueueTurn(req Request, turnID int64) (int, error) {
 	// Counted before the add: the queue may start the turn before add returns.
 	p.met.TurnQueued(1)
 	queuedAt := p.now()
+	// The sink is the bot's code: a panic in it must cost this turn its post, not the process.
+	req.Sink = safeSink{Sink: req.Sink, log: p.log}
 	// Held from here until its run or drop ends, so that AdoptPass never queues it a second time.
 	p.reserveTurn(turnID, req.EventID, false)
 	ahead, err := p.q.add(req.ThreadKey, turnID,

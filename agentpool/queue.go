@@ -3,6 +3,7 @@ package agentpool
 import (
 	"context"
 	"errors"
+	"runtime/debug"
 	"sync"
 )
 
@@ -23,6 +24,10 @@ type queues struct {
 	// idle is closed and replaced whenever the last key drains, so Wait can block without polling.
 	idle chan struct{}
 	busy int
+
+	// onPanic, when set, hears of a job that panicked (the value, the stack); the queue goes on with
+	// the key's next job.
+	onPanic func(v any, stack []byte)
 }
 
 type keyQueue struct {
@@ -100,9 +105,20 @@ func (q *queues) drain(key string, kq *keyQueue) {
 		kq.running = j
 		q.mu.Unlock()
 
-		j.run(ctx)
+		q.run(j, ctx)
 		cancel(nil)
 	}
+}
+
+// run runs one job. A panic in it (code the pool does not own: a runtime, a sink, an admin command)
+// ends that job only: unrecovered, it would kill the process and every thread's turns with it.
+func (q *queues) run(j *job, ctx context.Context) {
+	defer func() {
+		if v := recover(); v != nil && q.onPanic != nil {
+			q.onPanic(v, debug.Stack())
+		}
+	}()
+	j.run(ctx)
 }
 
 // depth reports the jobs queued or running for key.

@@ -3,7 +3,11 @@ package agentpool
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime/debug"
 	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/threadbox/threadbox/agentpool/runtime"
 )
@@ -95,4 +99,32 @@ func (s SinkFuncs) Deliver(ctx context.Context, out Outcome) ([]string, error) {
 		return s.DeliverFunc(ctx, out)
 	}
 	return nil, nil
+}
+
+// safeSink keeps a panic in a Sink (the bot's code) inside the turn: a panicking Progress loses that
+// event, a panicking Deliver counts as a failed post (not ErrNotPosted: part of it may have been
+// posted, and a second copy is worse than a gap).
+type safeSink struct {
+	Sink
+	log *zap.Logger
+}
+
+func (s safeSink) Progress(ev runtime.Event) {
+	defer func() {
+		if v := recover(); v != nil {
+			s.log.Error("sink panicked on a progress event; dropped it", zap.Any("panic", v), zap.ByteString("stack", debug.Stack()))
+		}
+	}()
+	s.Sink.Progress(ev)
+}
+
+func (s safeSink) Deliver(ctx context.Context, out Outcome) (ids []string, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			s.log.Error("sink panicked delivering a turn's outcome", zap.Int64("turn", out.TurnID), zap.Any("panic", v),
+				zap.ByteString("stack", debug.Stack()))
+			ids, err = nil, fmt.Errorf("delivering: panic: %v", v)
+		}
+	}()
+	return s.Sink.Deliver(ctx, out)
 }

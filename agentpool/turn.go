@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"runtime/debug"
 	"time"
 
 	"go.uber.org/zap"
@@ -127,7 +128,7 @@ func (p *Pool) newSession(req Request) db.NewSession {
 // session read under the lock, if it was read ahead; nil reads it now.
 func (p *Pool) runStarted(ctx context.Context, req Request, turnID int64, start time.Time, pre *sessionRead) {
 	w := newWatch(ctx, p.cfg.StuckAfter, req.Sink, func() { p.touch(turnID) })
-	out := p.execute(w.ctx, req, turnID, w, pre)
+	out := p.executeGuarded(w.ctx, req, turnID, w, pre)
 	cause := context.Cause(w.ctx)
 	w.stop()
 	if out.Err != nil && cause != nil {
@@ -147,6 +148,19 @@ func (p *Pool) runStarted(ctx context.Context, req Request, turnID int64, start 
 		}
 	}
 	p.endTurn(req, turnID, out, start)
+}
+
+// executeGuarded is execute, with a panic in it (a runtime, a provider, a workspace or chat context
+// callback) turned into the turn's failure, so the turn is still answered and recorded.
+func (p *Pool) executeGuarded(ctx context.Context, req Request, turnID int64, w *watch, pre *sessionRead) (out Outcome) {
+	defer func() {
+		if v := recover(); v != nil {
+			p.log.Error("turn panicked", zap.Int64("turn", turnID), zap.String("thread", req.ThreadKey),
+				zap.Any("panic", v), zap.ByteString("stack", debug.Stack()))
+			out = Outcome{TurnID: turnID, Err: classify(EINTERNAL, "run turn", fmt.Errorf("panic: %v", v))}
+		}
+	}()
+	return p.execute(ctx, req, turnID, w, pre)
 }
 
 // execute resolves the sandbox and runs the prompt, re-resolving once on a recoverable failure. pre
