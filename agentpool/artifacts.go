@@ -46,6 +46,10 @@ const (
 // thousands of files must not turn every reply into thousands of reads.
 const maxArtifactEntries = 1000
 
+// maxSkippedListed bounds the skipped files listed one by one (each is a line of the reply); the
+// rest are counted in one SkipMore entry.
+const maxSkippedListed = 20
+
 // minNameLen leaves room for a stem, a de-duplicating suffix and an extension.
 const minNameLen = 16
 
@@ -115,6 +119,8 @@ const (
 	SkipUnchecked SkipReason = "unchecked"
 	// SkipUnreadable: output/display could not be read (the error is logged, not shown).
 	SkipUnreadable SkipReason = "unreadable"
+	// SkipMore: Count more files were not uploaded, for the reasons above, past the Limit listed.
+	SkipMore SkipReason = "more"
 )
 
 // CollectArtifacts returns the regular files under output/display that are new or changed since the
@@ -151,10 +157,20 @@ func CollectArtifacts(ctx context.Context, sb sandbox.Sandbox, store db.Artifact
 		total   int64
 		checked int
 		names   = map[string]int{}
+		more    int
 	)
 	skip := func(name string, size int64, reason SkipReason, limit int64) {
+		if len(skipped) >= maxSkippedListed {
+			more++
+			return
+		}
 		skipped = append(skipped, SkippedArtifact{Name: name, Size: size, Reason: reason, Limit: limit})
 	}
+	defer func() {
+		if more > 0 && err == nil {
+			skipped = append(skipped, SkippedArtifact{Reason: SkipMore, Count: more, Limit: maxSkippedListed})
+		}
+	}()
 	for i, e := range entries {
 		if e.Mode.IsDir() {
 			continue

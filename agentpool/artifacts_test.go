@@ -294,6 +294,25 @@ func TestCollectArtifactsCapsAndKinds(t *testing.T) {
 			wantReads: []string{"fine", "gone", "grew", "swapped"},
 		},
 		{
+			// Each skipped file is a line of the reply: 10,000 symlinks (a listing's bound) were
+			// 10,000 lines, hundreds of chat messages. The list is capped, the rest counted.
+			name: "skipped files beyond the listed cap are counted, not listed",
+			box: func() *artBox {
+				b := newArtBox()
+				for i := range maxSkippedListed + 5 {
+					b.special(fmt.Sprintf("l%03d", i), fs.ModeSymlink|0o777)
+				}
+				return b
+			}(),
+			wantSkipped: func() []SkippedArtifact {
+				var want []SkippedArtifact
+				for i := range maxSkippedListed {
+					want = append(want, SkippedArtifact{Name: fmt.Sprintf("l%03d", i), Reason: SkipNotRegular})
+				}
+				return append(want, SkippedArtifact{Reason: SkipMore, Count: 5, Limit: maxSkippedListed})
+			}(),
+		},
+		{
 			name:      "read fails",
 			box:       func() *artBox { b := newArtBox().put("a", "1"); b.readErr["a"] = boom; return b }(),
 			wantErr:   boom,

@@ -240,6 +240,8 @@ func skippedLine(s agentpool.SkippedArtifact) string {
 	case agentpool.SkipUnchecked:
 		return fmt.Sprintf("not uploaded: %d more files: %s holds more than %d files; only the first were checked",
 			s.Count, agentpool.ArtifactDir, s.Limit)
+	case agentpool.SkipMore:
+		return fmt.Sprintf("not uploaded: %d more files (only the first %d skipped are listed)", s.Count, s.Limit)
 	case agentpool.SkipNotDirectory:
 		why = "not a directory (symlinks are never followed)"
 	case agentpool.SkipNotRegular:
