@@ -36,7 +36,8 @@ type Coalescer struct {
 	lastSent string
 }
 
-// NewCoalescer sends through send, at most once per interval. ctx bounds every send.
+// NewCoalescer sends through send, at most once per interval. ctx bounds every send, and each send
+// is also bounded by progressSendTimeout.
 func NewCoalescer(ctx context.Context, interval time.Duration, send func(ctx context.Context, text string) error) *Coalescer {
 	return &Coalescer{interval: interval, send: send, ctx: ctx}
 }
@@ -67,7 +68,7 @@ func (c *Coalescer) fire() {
 	c.has, c.sending = false, true
 	c.mu.Unlock()
 
-	err := c.send(c.ctx, text)
+	err := c.sendBounded(c.ctx, text)
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -123,7 +124,7 @@ func (c *Coalescer) Flush(ctx context.Context) error {
 	// Marked as sending, so an Update racing the flush waits its turn instead of overtaking it.
 	c.sending = true
 	c.mu.Unlock()
-	err := c.send(ctx, text)
+	err := c.sendBounded(ctx, text)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.sending = false
@@ -145,4 +146,17 @@ func (c *Coalescer) Sent() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.sent
+}
+
+// progressSendTimeout bounds one progress edit. The contexts sends run under have no deadline of
+// their own (the sink's is the turn's, made uncancellable; Deliver's is the pool's), and the API
+// clients set no overall timeout: without this bound, one edit a platform never answers held the
+// coalescer's in-flight send, and with it Flush and so the turn's answer, forever.
+const progressSendTimeout = 30 * time.Second
+
+// sendBounded sends one update within progressSendTimeout.
+func (c *Coalescer) sendBounded(ctx context.Context, text string) error {
+	ctx, cancel := context.WithTimeout(ctx, progressSendTimeout)
+	defer cancel()
+	return c.send(ctx, text)
 }

@@ -90,3 +90,49 @@ func TestCoalescerUpdateNeverBlocks(t *testing.T) {
 		require.NoError(t, c.Flush(context.Background()))
 	})
 }
+
+// A platform that never answers a progress edit (a connection that hangs; the API client has no
+// overall timeout) must not hold the turn's final state, and so its answer, forever: every send is
+// bounded, and Flush returns once the stuck edits have timed out.
+func TestCoalescerStuckPlatformDoesNotHoldTheFlush(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		inFlight  bool // a timer send is stuck when Flush starts
+		wantSends int
+	}{
+		{"stuck in-flight edit, then stuck final", true, 2},
+		{"stuck final only", false, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var mu sync.Mutex
+				sends := 0
+				stuck := func(ctx context.Context, _ string) error {
+					mu.Lock()
+					sends++
+					mu.Unlock()
+					<-ctx.Done() // the platform never answers; only the context ends the call
+					return ctx.Err()
+				}
+				c := NewCoalescer(context.Background(), time.Second, stuck)
+				start := time.Now()
+				if tc.inFlight {
+					c.Update("working…")
+					synctest.Wait() // the edit is in flight, and stuck
+				}
+				c.Update("done")
+				err := c.Flush(context.Background()) // as Deliver's: the pool's context has no deadline
+				if !tc.inFlight {
+					// (With an edit in flight, the timer sends the final state itself and Flush does
+					// not see that send's error.)
+					require.ErrorIs(t, err, context.DeadlineExceeded)
+				}
+				require.LessOrEqual(t, time.Since(start), 2*progressSendTimeout+time.Second, "the flush waited out at most two bounded sends and one interval")
+				synctest.Wait()
+				mu.Lock()
+				defer mu.Unlock()
+				require.Equal(t, tc.wantSends, sends)
+			})
+		})
+	}
+}
