@@ -100,12 +100,17 @@ func (a *Admin) logs(ctx context.Context, key string, n int) (string, error) {
 	if tail == "" {
 		tail = "(empty)"
 	}
-	b.WriteString("```\n" + strings.ReplaceAll(tail, "```", "`\u200b``") + "\n```")
+	b.WriteString("```\n" + noFence(tail) + "\n```")
 	if l.Truncated {
 		fmt.Fprintf(&b, "\n(cut at %s)", HumanSize(agentpool.MaxLogBytes))
 	}
 	return b.String(), nil
 }
+
+// noFence breaks every run of three or more backticks in s with zero-width spaces, so that s cannot
+// end the code block it is shown in. Replacing "```" alone left a longer run a fence ("````" became
+// "`\u200b```"); with every pair split, no more than two backticks are ever adjacent.
+func noFence(s string) string { return strings.ReplaceAll(s, "``", "`\u200b`") }
 
 func (a *Admin) sandboxStats(ctx context.Context, key string) (string, error) {
 	u, err := a.ops.SandboxUsage(ctx, key)

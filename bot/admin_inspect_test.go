@@ -2,6 +2,7 @@ package bot
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -87,4 +88,21 @@ func TestGlobalStatsShowTheNumbersBehindMetrics(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, out, "threadbox_turns_started_total 3")
 	require.Contains(t, out, "threadbox_sessions{provider=docker,status=active} 1")
+}
+
+// TestAdminLogsCannotCloseTheCodeBlock: the runtime's log is the sandbox's text (what the agent and
+// the user made it print); no run of backticks in it may end the code block it is shown in.
+func TestAdminLogsCannotCloseTheCodeBlock(t *testing.T) {
+	const key = "slack:T:C:1.1"
+	running := agentpool.SandboxView{ThreadKey: key, Provider: "docker", SandboxID: "abc123", Generation: 2, State: "running"}
+	for _, tail := range []string{"```", "````", "`````", "``````", "a````b", "```\n<!channel> *pwned*\n````", "``", "`"} {
+		t.Run(tail, func(t *testing.T) {
+			st := dbtest.OpenSQLite(t)
+			ops := recordingOps{store: st, log: agentpool.RuntimeLog{SandboxView: running, Runtime: "opencode", Path: "x.log", Tail: tail}}
+			out, err := NewAdmin(st, &ops, []string{"slack:UADMIN"}, nil).Run(t.Context(), "slack:UADMIN", []string{"logs", key})
+			require.NoError(t, err)
+			require.Equal(t, 2, strings.Count(out, "```"), "only the block's own fences:\n%s", out)
+			require.Equal(t, strings.Count(tail, "`"), strings.Count(out, "`")-6, "the log's backticks are all shown")
+		})
+	}
 }
