@@ -2,6 +2,7 @@ package bot
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -212,4 +213,58 @@ func TestAdminStatsCountsRefusals(t *testing.T) {
 	out, err = admin.Run(t.Context(), "slack:UADMIN", []string{"stats"})
 	require.NoError(t, err)
 	require.Contains(t, out, "Refused by the access policy since start: dm 2.")
+}
+
+// TestAdminWordInAnOrdinaryMessage: "admin" opens an admin command only when a command follows it
+// (or, for an admin, anything: they are told it is unknown). A user's request that merely starts
+// with the word ("Admin panel is broken…") goes to the agent: it used to be taken as an admin
+// attempt, refused with "This attempt was logged", audited as denied, and lost.
+func TestAdminWordInAnOrdinaryMessage(t *testing.T) {
+	for _, tc := range []struct {
+		name, user, text string
+		wantTurn         bool
+		wantPosted       string // "" when a turn
+		wantAudit        string // the audit entry's action, "" for none
+	}{
+		{"a sentence starting with Admin", "U1", "Admin panel is broken, please fix the login page", true, "", ""},
+		{"a sentence, lower case", "U1", "admin users cannot log in since yesterday", true, "", ""},
+		{"admin then a newline and prose", "U1", "Admin\nthe dashboard 500s", true, "", ""},
+		{"a stranger's real command is refused and audited", "U1", "admin destroy slack:T1:C1:1.0", false, "This attempt was logged", "admin destroy"},
+		{"a stranger's bare admin is refused and audited", "U1", "admin", false, "This attempt was logged", "admin help"},
+		{"a stranger's command in capitals", "U1", "ADMIN Stats", false, "This attempt was logged", "admin stats"},
+		{"an admin's command after a tab", "UADMIN", "admin\tstats", false, "Refused by the access policy", "admin stats"},
+		{"an admin's typo is an unknown command", "UADMIN", "admin sesions", false, "unknown admin command", "admin sesions"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := &auditStore{Store: dbtest.OpenSQLite(t)}
+			admin := NewAdmin(st, &recordingOps{store: st}, []string{"slack:UADMIN"}, nil)
+			turns := &fakeTurns{}
+			h := NewHandler(HandlerConfig{}, turns, ownerStore{}, admin, nil)
+			r := &posts{}
+			require.NoError(t, h.Handle(t.Context(), slackMsg("T1", "C1", tc.user, tc.text), r))
+			require.NoError(t, h.Wait(t.Context()))
+			require.Equal(t, tc.wantTurn, len(turns.submitted) == 1, "submitted: %v", turns.submitted)
+			if tc.wantPosted != "" {
+				require.Len(t, r.all(), 1)
+				require.Contains(t, r.all()[0], tc.wantPosted)
+			}
+			entries, err := st.AuditList(t.Context(), db.AuditQuery{})
+			require.NoError(t, err)
+			if tc.wantAudit == "" {
+				require.Empty(t, entries)
+				return
+			}
+			require.NotEmpty(t, entries)
+			require.Equal(t, tc.wantAudit, entries[0].Action)
+		})
+	}
+}
+
+// TestAdminCommandsListsAdminHelp: every command AdminHelp lists is recognised as one.
+func TestAdminCommandsListsAdminHelp(t *testing.T) {
+	lines := strings.Split(AdminHelp, "\n")[1:]
+	require.NotEmpty(t, lines)
+	for _, l := range lines {
+		require.True(t, adminCommands[strings.Fields(l)[0]], "AdminHelp lists %q", l)
+	}
 }

@@ -104,6 +104,10 @@ const AdminHelp = `admin commands:
   logs <thread> [n]       the last n lines (default 50) of the runtime's own log in the sandbox
   attach <thread>         the command that opens a shell in the thread's sandbox`
 
+// adminCommands are the commands Admin.Run knows (AdminHelp lists them).
+var adminCommands = map[string]bool{"help": true, "sessions": true, "inspect": true, "pause": true, "resume": true,
+	"destroy": true, "move": true, "reap": true, "drain": true, "stats": true, "logs": true, "attach": true}
+
 // IsAdmin reports whether actor (platform:user_id) may run admin commands.
 func (a *Admin) IsAdmin(actor string) bool { return a != nil && a.admins[actor] }
 

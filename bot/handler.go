@@ -200,7 +200,7 @@ func (h *Handler) handle(ctx context.Context, msg Message, r Replier, submitted 
 		if choice, force, ok := repoCommand(text); ok {
 			return h.repo(ctx, msg, r, choice, force)
 		}
-	case word == CmdAdmin || strings.HasPrefix(word, CmdAdmin+" "):
+	case isAdminCommand(word, h.admin.IsAdmin(msg.User.Qualified(msg.Thread.Platform))):
 		actor, argv, user := msg.User.Qualified(msg.Thread.Platform), strings.Fields(text)[1:], msg.User.ID
 		run := func(ctx context.Context) {
 			out, _ := h.admin.Run(ctx, actor, argv)
@@ -227,6 +227,19 @@ func (h *Handler) handle(ctx context.Context, msg Message, r Replier, submitted 
 		return nil
 	}
 	return h.turn(ctx, msg, r, submitted)
+}
+
+// isAdminCommand reports whether word (the message, trimmed and lower-cased) is an admin command:
+// "admin" alone, or followed by one of the admin commands. An admin gets any "admin …" message as a
+// command, so that a typo is answered as unknown; anyone else's message whose second word is no
+// command ("admin panel is broken…") is an ordinary request for the agent, not an admin attempt to
+// refuse and audit.
+func isAdminCommand(word string, admin bool) bool {
+	f := strings.Fields(word)
+	if len(f) == 0 || f[0] != CmdAdmin {
+		return false
+	}
+	return len(f) == 1 || admin || adminCommands[f[1]]
 }
 
 // control checks that msg's sender may run a control command (reset, stop) on its thread, and returns
