@@ -164,8 +164,14 @@ func (a *Admin) Run(ctx context.Context, actor string, argv []string) (string, e
 	return out, err
 }
 
+// maxAuditText bounds, in runes, the command and the target an audit entry keeps of the sender's
+// text (the store's escaping may lengthen what is kept). Anyone may send "admin destroy" followed by
+// a platform's longest message, and the log is append-only.
+const maxAuditText = 512
+
 // audit appends one entry; the store escapes control characters in it. Failures are logged here.
 func (a *Admin) audit(ctx context.Context, actor, action, target, result string) error {
+	action, target = cutText(action, maxAuditText), cutText(target, maxAuditText)
 	// Audited even when the caller's context is gone: the record matters most then.
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()

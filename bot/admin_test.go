@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -158,4 +160,36 @@ func TestAdminReapRefusesUnknownArguments(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.Equal(t, []string{"reap", "reap"}, ops.ran)
+}
+
+// TestAdminAuditEntriesAreBounded: a command and its target are the sender's text, and anyone may
+// send "admin destroy <40,000 characters>": the append-only log keeps a bounded, marked cut of them
+// (escaping may still multiply what is kept by up to six).
+func TestAdminAuditEntriesAreBounded(t *testing.T) {
+	huge := strings.Repeat("x", 100_000)
+	for _, tc := range []struct {
+		name, actor string
+		argv        []string
+	}{
+		{"a stranger's huge target", "slack:U2", []string{"destroy", huge}},
+		{"a stranger's many arguments", "slack:U2", strings.Fields(strings.Repeat("slack:T:C:1 ", 20_000))},
+		{"a stranger's huge command", "slack:U2", []string{huge}},
+		{"an admin's huge target", "slack:UADMIN", []string{"inspect", huge}},
+		{"an admin's huge command", "slack:UADMIN", []string{huge + "\x1b[2J"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := dbtest.OpenSQLite(t)
+			_, _ = NewAdmin(st, &recordingOps{store: st}, []string{"slack:UADMIN"}, nil).Run(t.Context(), tc.actor, tc.argv)
+			entries, err := st.AuditList(t.Context(), db.AuditQuery{})
+			require.NoError(t, err)
+			require.NotEmpty(t, entries)
+			for _, e := range entries {
+				require.LessOrEqual(t, utf8.RuneCountInString(e.Target), maxAuditText, "target")
+				require.LessOrEqual(t, utf8.RuneCountInString(e.Action), len("admin ")+maxAuditText, "action")
+			}
+			if len(tc.argv) > 1 {
+				require.True(t, strings.HasSuffix(entries[0].Target, "…"), "the cut is marked")
+			}
+		})
+	}
 }
