@@ -36,6 +36,11 @@ func (noInterruptedStore) TurnLastFailedWith(context.Context, string, string) (d
 	return db.Turn{}, db.ErrNotFound
 }
 
+// TurnGetByEvent finds no recorded turn: a duplicate is then taken as the same message.
+func (noInterruptedStore) TurnGetByEvent(context.Context, string) (db.Turn, error) {
+	return db.Turn{}, db.ErrNotFound
+}
+
 // TestMessageNotTurnedLeavesNoSpoolFile: Handle owns a message's files. One that does not become a
 // submitted turn (a command, a refusal, a duplicate, a failure to record it) has them discarded, or
 // they would stay on disk for good: nothing else reads, and so removes, them. A submitted turn's

@@ -66,9 +66,10 @@ func (a *Adapter) onInteraction(_ *discordgo.Session, ic *discordgo.InteractionC
 			return a.s.InteractionRespond(in, resp, discordgo.WithContext(ctx), discordgo.WithRetryOnRatelimit(false))
 		})
 		switch {
-		case errors.Is(err, bot.ErrNotAccepted) && !a.isClosed():
+		case errors.Is(err, bot.ErrNotAccepted):
 			// Nothing was deferred, and the gateway never delivers it again: the response slot is
-			// still free for saying so, where Discord would say only "did not respond".
+			// still free for saying so, where Discord would say only "did not respond". (Also
+			// while closing: Close waits for this, and the REST client outlives the gateway.)
 			p := bot.Explain(a.log, "interaction not taken", err, zap.String("interaction", in.ID))
 			_ = a.s.InteractionRespond(in, ephemeralReply(notTakenText(p)), discordgo.WithContext(ctx), discordgo.WithRetryOnRatelimit(false))
 		case err != nil:
