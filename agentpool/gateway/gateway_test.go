@@ -379,3 +379,18 @@ func TestAccountHeadersAreNotForwarded(t *testing.T) {
 		})
 	}
 }
+
+// TestAnswerOverTheLimitIsRefusedWhole: a non-streamed answer past the gateway's read limit is a
+// 502 that says so, not the answer cut short (which the agent would read as broken JSON).
+func TestAnswerOverTheLimitIsRefusedWhole(t *testing.T) {
+	old := maxJSONBody
+	maxJSONBody = 16
+	t.Cleanup(func() { maxJSONBody = old })
+	e := newEnv(t, Budget{})
+	gen := e.session(t, "web:c1")
+	e.turn(t, "web:c1", "U1", "ev1")
+	resp := e.do(t.Context(), t, apiCalls[0], Token(testSecret, "web:c1", gen), "hi", false)
+	body := readAll(t, resp)
+	require.Equal(t, http.StatusBadGateway, resp.StatusCode, body)
+	require.Contains(t, body, "over the gateway's limit")
+}

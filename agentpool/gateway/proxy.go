@@ -87,10 +87,14 @@ func modelPath(p, prefix string) bool {
 
 // maxRequestBody bounds a request body the gateway reads (see bufferBody), and maxJSONBody a
 // whole response it reads for its usage.
-const (
-	maxRequestBody = 64 << 20
-	maxJSONBody    = 32 << 20
-)
+const maxRequestBody = 64 << 20
+
+// maxJSONBody is a var for the test of an answer past it.
+var maxJSONBody int64 = 32 << 20
+
+// errAnswerTooLarge is an upstream answer past maxJSONBody: refused whole rather than cut, since a
+// cut JSON answer reaches the agent as a parse error about nothing it did.
+var errAnswerTooLarge = errors.New("the model API's answer is over the gateway's limit")
 
 // ServeHTTP implements http.Handler: authorize, check the budgets, proxy.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -300,6 +304,10 @@ func (g *Gateway) newProxy() http.Handler {
 				return // the client went away: nobody to answer
 			}
 			g.log.Warn("upstream call failed", zap.String("thread", c.thread), zap.Error(err))
+			if errors.Is(err, errAnswerTooLarge) {
+				writeError(w, c.family, http.StatusBadGateway, "api_error", "threadbox gateway: "+err.Error())
+				return
+			}
 			writeError(w, c.family, http.StatusBadGateway, "api_error", "threadbox gateway: the model API could not be reached")
 		},
 	}
@@ -318,10 +326,13 @@ func (g *Gateway) meterResponse(resp *http.Response) error {
 		resp.Body = &meteredBody{ReadCloser: resp.Body, m: usageMeter{api: c.api}, record: func(u Usage) { g.record(c, u) }}
 		return nil
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxJSONBody))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxJSONBody+1))
 	_ = resp.Body.Close()
 	if err != nil {
 		return fmt.Errorf("reading the upstream answer: %w", err)
+	}
+	if int64(len(body)) > maxJSONBody {
+		return fmt.Errorf("%w (%d MiB)", errAnswerTooLarge, maxJSONBody>>20)
 	}
 	if u, ok := jsonUsage(body); ok {
 		g.record(c, u)
