@@ -2,7 +2,6 @@ package opencode
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -11,21 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/threadbox/threadbox/agentpool/runtime"
-	"github.com/threadbox/threadbox/sandbox"
+	"github.com/threadbox/threadbox/agentpool/runtime/runtimetest"
 )
-
-// dialSandbox is a sandbox whose every port is srv.
-type dialSandbox struct {
-	sandbox.Sandbox
-	addr string
-}
-
-func (s dialSandbox) Handle() sandbox.Handle { return sandbox.Handle{Provider: "test", ID: "sb1"} }
-
-func (s dialSandbox) Dial(ctx context.Context, _ int) (net.Conn, error) {
-	var d net.Dialer
-	return d.DialContext(ctx, "tcp", s.addr)
-}
 
 // TestPromptCancelledWhileSubscribing: a server that never confirms the event subscription (no
 // headers, or headers and then nothing) must not hold a turn whose caller gave up.
@@ -63,7 +49,7 @@ func TestPromptCancelledWhileSubscribing(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			done := make(chan error, 1)
 			go func() {
-				_, err := r.Prompt(ctx, dialSandbox{addr: srv.Listener.Addr().String()}, "ses_1", runtime.Prompt{Text: "hi"}, nil)
+				_, err := r.Prompt(ctx, runtimetest.DialSandbox{Addr: srv.Listener.Addr().String()}, "ses_1", runtime.Prompt{Text: "hi"}, nil)
 				done <- err
 			}()
 			<-entered

@@ -2,7 +2,6 @@ package sandboxagent
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,21 +12,8 @@ import (
 
 	"github.com/threadbox/threadbox/agentpool/runtime"
 	"github.com/threadbox/threadbox/agentpool/runtime/opencode"
-	"github.com/threadbox/threadbox/sandbox"
+	"github.com/threadbox/threadbox/agentpool/runtime/runtimetest"
 )
-
-// dialSandbox is a sandbox whose every port is addr.
-type dialSandbox struct {
-	sandbox.Sandbox
-	addr string
-}
-
-func (s dialSandbox) Handle() sandbox.Handle { return sandbox.Handle{Provider: "test", ID: "sb1"} }
-
-func (s dialSandbox) Dial(ctx context.Context, _ int) (net.Conn, error) {
-	var d net.Dialer
-	return d.DialContext(ctx, "tcp", s.addr)
-}
 
 // TestPromptCancelledWhileSubscribing: a server that never answers the event subscription must not
 // hold a turn whose caller gave up.
@@ -49,7 +35,7 @@ func TestPromptCancelledWhileSubscribing(t *testing.T) {
 	defer close(release)
 	r, err := New(Config{Secret: "s", Model: opencode.Model{Name: "m"}})
 	require.NoError(t, err)
-	sb := dialSandbox{addr: srv.Listener.Addr().String()}
+	sb := runtimetest.DialSandbox{Addr: srv.Listener.Addr().String()}
 	r.state.with(sb, func(st *sbState) { st.loaded["s1"] = true })
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
