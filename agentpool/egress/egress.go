@@ -419,7 +419,7 @@ func (x *Proxy) dial(ctx context.Context, _, target string) (net.Conn, error) {
 	var why []string
 	for _, a := range addrs {
 		a = a.Unmap()
-		if class := addrClass(a, own); class != "" && !x.policy.names(a) {
+		if class := addrClass(a, own); class != "" && !x.policy.names(a, port) {
 			why = append(why, a.String()+" is "+class)
 			continue
 		}

@@ -264,3 +264,54 @@ func TestProxyBoundsOpenConnections(t *testing.T) {
 	require.Contains(t, body, "has 1 requests and tunnels open through the proxy already")
 	require.Equal(t, 1, r.metrics.get(egress.ResultRefusedLimit))
 }
+
+// TestProxyAddressEntryKeepsItsPort: an address entry with a port opens that address on that port
+// only, also when a name on the allowlist (here a wildcard, on another port) resolves to it.
+func TestProxyAddressEntryKeepsItsPort(t *testing.T) {
+	other, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = other.Close() })
+	go func() {
+		for {
+			c, err := other.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nother")
+			_ = c.Close()
+		}
+	}()
+	_, otherPort, _ := net.SplitHostPort(other.Addr().String())
+	r := newRig(t, func(c *egress.Config) {
+		c.Allow = append(c.Allow, "*.wild.test:"+otherPort)
+		c.Resolver = fakeResolver{
+			"mirror.test": {netip.MustParseAddr("127.0.0.1")},
+			"x.wild.test": {netip.MustParseAddr("127.0.0.1")},
+		}
+	})
+	for _, tc := range []struct {
+		name, target string
+		status       int
+		body, result string
+	}{
+		{"the entry's own port", "mirror.test:" + r.port, 200, "mirror says hello", egress.ResultAllowed},
+		{"a name resolving to the address, another port", "x.wild.test:" + otherPort, 403,
+			"127.0.0.1 is an address of the bot's host", egress.ResultRefusedAddress},
+	} {
+		for _, via := range []string{"http", "connect"} {
+			t.Run(via+"/"+tc.name, func(t *testing.T) {
+				before := r.metrics.get(tc.result)
+				var status int
+				var body string
+				if via == "http" {
+					status, body = r.get(t, "http://"+tc.target+"/")
+				} else {
+					status, body = r.connect(t, tc.target)
+				}
+				require.Equal(t, tc.status, status, body)
+				require.Contains(t, body, tc.body)
+				require.Equal(t, before+1, r.metrics.get(tc.result), "counted as %s", tc.result)
+			})
+		}
+	}
+}

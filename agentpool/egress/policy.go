@@ -139,11 +139,12 @@ func (p *Policy) allowsTarget(host string, port uint16) bool {
 	return false
 }
 
-// names reports whether an address entry covers a, whatever the port: an address the operator wrote
-// down may be reached even when it is not public.
-func (p *Policy) names(a netip.Addr) bool {
+// names reports whether an address entry covers a on port: an address the operator wrote down may
+// be reached even when it is not public, but only on that entry's ports (10.0.0.5:8080 opens 8080,
+// not whatever port a name on the allowlist that resolves to 10.0.0.5 asks for).
+func (p *Policy) names(a netip.Addr, port uint16) bool {
 	for _, r := range p.rules {
-		if r.prefix.IsValid() && r.prefix.Contains(a) {
+		if r.prefix.IsValid() && r.prefix.Contains(a) && slices.Contains(r.ports, port) {
 			return true
 		}
 	}
