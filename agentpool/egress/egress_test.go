@@ -235,6 +235,9 @@ func TestAddrClass(t *testing.T) {
 		{"0.0.0.0", "not a unicast address"},
 		{"224.0.0.1", "not a unicast address"},
 		{"64:ff9b::a00:1", "reserved"},
+		{"::127.0.0.1", "reserved"},        // IPv4-compatible (deprecated): embeds loopback
+		{"::10.0.0.1", "reserved"},         // likewise, a private address
+		{"::ffff:0:127.0.0.1", "reserved"}, // IPv4-translated (SIIT)
 	} {
 		t.Run(tc.addr, func(t *testing.T) {
 			got := egress.AddrClass(netip.MustParseAddr(tc.addr), host)

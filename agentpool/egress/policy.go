@@ -171,6 +171,7 @@ var nonPublic = []netip.Prefix{
 	netip.MustParsePrefix("2002::/16"),       // 6to4: likewise embeds IPv4
 	netip.MustParsePrefix("2001::/32"),       // Teredo
 	netip.MustParsePrefix("fec0::/10"),       // deprecated site-local
+	netip.MustParsePrefix("::/8"),            // reserved by the IETF: IPv4-compatible (::a.b.c.d) and IPv4-translated (::ffff:0:a.b.c.d) addresses embed IPv4 the check would not see (::1 and :: are classed above, ::ffff:a.b.c.d is unmapped)
 	netip.MustParsePrefix("100::/64"),        // discard
 	netip.MustParsePrefix("2001:db8::/32"),   // documentation
 	netip.MustParsePrefix("192.0.2.0/24"),    // documentation
