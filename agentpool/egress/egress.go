@@ -29,6 +29,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -93,7 +94,10 @@ type Config struct {
 	DialTimeout time.Duration
 	// MaxConns bounds one sandbox's open requests and tunnels (default DefaultMaxConns).
 	MaxConns int
-	Metrics  Metrics
+	// Linger bounds how long a tunnel whose client has finished sending (or has gone: the proxy
+	// cannot tell the two apart) waits for the host's next byte (default 30 s).
+	Linger  time.Duration
+	Metrics Metrics
 }
 
 // Proxy is the egress proxy. It is safe for concurrent use.
@@ -130,6 +134,7 @@ func New(cfg Config, log *zap.Logger) (*Proxy, error) {
 	cfg.Port = cmp.Or(cfg.Port, DefaultPort)
 	cfg.DialTimeout = cmp.Or(cfg.DialTimeout, 30*time.Second)
 	cfg.MaxConns = cmp.Or(cfg.MaxConns, DefaultMaxConns)
+	cfg.Linger = cmp.Or(cfg.Linger, 30*time.Second)
 	if cfg.Resolver == nil {
 		cfg.Resolver = net.DefaultResolver
 	}
@@ -318,19 +323,41 @@ func (x *Proxy) relay(client net.Conn, buf *bufio.ReadWriter, up net.Conn) {
 		return
 	}
 	done := make(chan struct{}, 2)
+	var clientDone atomic.Bool
 	go func() {
 		// What the client sent after the CONNECT header is in buf already.
 		_, _ = io.Copy(up, buf.Reader)
 		closeWrite(up)
+		// The client has finished sending, or has gone (a closed socket reads the same). A host that
+		// then neither answers nor closes would hold the tunnel, and the sandbox's slot, for good:
+		// from now on the host has Linger for each next byte.
+		clientDone.Store(true)
+		_ = up.SetReadDeadline(time.Now().Add(x.cfg.Linger))
 		done <- struct{}{}
 	}()
 	go func() {
-		_, _ = io.Copy(client, up)
+		_, _ = io.Copy(client, &lingerReader{Conn: up, done: &clientDone, linger: x.cfg.Linger})
 		closeWrite(client)
 		done <- struct{}{}
 	}()
 	<-done
 	<-done
+}
+
+// lingerReader reads the host's side of a tunnel, extending the read deadline by linger after each
+// read once the client is done.
+type lingerReader struct {
+	net.Conn
+	done   *atomic.Bool
+	linger time.Duration
+}
+
+func (l *lingerReader) Read(p []byte) (int, error) {
+	n, err := l.Conn.Read(p)
+	if n > 0 && l.done.Load() {
+		_ = l.Conn.SetReadDeadline(time.Now().Add(l.linger))
+	}
+	return n, err
 }
 
 func closeWrite(c net.Conn) {

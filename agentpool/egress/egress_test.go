@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
@@ -317,4 +318,52 @@ func TestProxyAddressEntryKeepsItsPort(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestProxyReleasesTunnelOfGoneClient: a client that closes its tunnel gives its slot back, also when
+// the host neither answers nor closes (the proxy sees the client's end only as EOF, and then waits at
+// most Linger for the host).
+func TestProxyReleasesTunnelOfGoneClient(t *testing.T) {
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var held []net.Conn
+	var mu sync.Mutex
+	t.Cleanup(func() {
+		_ = silent.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			_ = c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c) // read nothing, answer nothing, close nothing
+			mu.Unlock()
+		}
+	}()
+	_, silentPort, _ := net.SplitHostPort(silent.Addr().String())
+	r := newRig(t, func(c *egress.Config) {
+		c.MaxConns = 1
+		c.Linger = 50 * time.Millisecond
+		c.Allow = append(c.Allow, "127.0.0.1:"+silentPort)
+	})
+	target := "127.0.0.1:" + silentPort
+	c, err := net.Dial("tcp", strings.TrimPrefix(r.proxyURL, "http://"))
+	require.NoError(t, err)
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.NoError(t, c.Close())
+
+	require.Eventually(t, func() bool {
+		status, _ := r.get(t, "http://mirror.test:"+r.port+"/")
+		return status == http.StatusOK
+	}, 10*time.Second, 20*time.Millisecond, "the closed tunnel's slot is free again")
 }
