@@ -112,6 +112,10 @@ type Proxy struct {
 	// socks are the per-sandbox sockets.
 	socks *sandboxsock.Set
 
+	// stop cancels every request's context: Close ends the plain http:// requests whose connection
+	// the host upgraded, which the server no longer owns.
+	stop context.CancelFunc
+
 	mu sync.Mutex // protects the following
 	// tunnels are the open CONNECT connections (both ends), closed by Close.
 	tunnels map[net.Conn]struct{}
@@ -170,8 +174,11 @@ func New(cfg Config, log *zap.Logger) (*Proxy, error) {
 		ErrorHandler: x.proxyError,
 		ErrorLog:     zap.NewStdLog(x.log),
 	}
+	base, stop := context.WithCancel(context.Background())
+	x.stop = stop
 	x.srv = &http.Server{
 		Handler:           x,
+		BaseContext:       func(net.Listener) context.Context { return base },
 		ReadHeaderTimeout: time.Minute,
 		ConnContext:       x.connContext,
 		ErrorLog:          zap.NewStdLog(x.log),
@@ -195,6 +202,7 @@ func (x *Proxy) URL() string { return "http://127.0.0.1:" + strconv.Itoa(x.cfg.P
 // the sandboxes still mount them, and the next process listens there again.
 func (x *Proxy) Close() error {
 	x.socks.Close()
+	x.stop()
 	x.mu.Lock()
 	x.closed = true
 	for c := range x.tunnels {

@@ -367,3 +367,42 @@ func TestProxyReleasesTunnelOfGoneClient(t *testing.T) {
 		return status == http.StatusOK
 	}, 10*time.Second, 20*time.Millisecond, "the closed tunnel's slot is free again")
 }
+
+// TestProxyCloseEndsUpgradedRequests: Close ends every open connection, also a plain http:// request
+// the host upgraded (a WebSocket, say), which the proxy relays outside the server's own connections.
+func TestProxyCloseEndsUpgradedRequests(t *testing.T) {
+	up, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = up.Close() })
+	go func() {
+		for {
+			c, err := up.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+					return
+				}
+				_, _ = io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: test\r\n\r\n")
+				_, _ = io.Copy(io.Discard, c) // until the proxy closes its end
+			}()
+		}
+	}()
+	_, upPort, _ := net.SplitHostPort(up.Addr().String())
+	r := newRig(t, func(c *egress.Config) { c.Allow = append(c.Allow, "127.0.0.1:"+upPort) })
+	c, err := net.Dial("tcp", strings.TrimPrefix(r.proxyURL, "http://"))
+	require.NoError(t, err)
+	defer c.Close()
+	fmt.Fprintf(c, "GET http://127.0.0.1:%s/ HTTP/1.1\r\nHost: 127.0.0.1:%s\r\nConnection: Upgrade\r\nUpgrade: test\r\n\r\n", upPort, upPort)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
+
+	require.NoError(t, r.proxy.Close())
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second))) // a bound on failure, not a wait
+	_, err = br.ReadByte()
+	require.ErrorIs(t, err, io.EOF, "the upgraded connection ends with the proxy")
+}
