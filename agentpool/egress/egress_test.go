@@ -362,9 +362,15 @@ func TestProxyReleasesTunnelOfGoneClient(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.NoError(t, c.Close())
 
-	require.Eventually(t, func() bool {
-		status, _ := r.get(t, "http://mirror.test:"+r.port+"/")
-		return status == http.StatusOK
+	pu, _ := url.Parse(r.proxyURL)
+	hc := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu)}}
+	require.Eventually(t, func() bool { // no require here: this runs off the test's goroutine
+		resp, err := hc.Get("http://mirror.test:" + r.port + "/")
+		if err != nil {
+			return false
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
 	}, 10*time.Second, 20*time.Millisecond, "the closed tunnel's slot is free again")
 }
 
