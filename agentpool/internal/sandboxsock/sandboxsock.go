@@ -7,6 +7,7 @@ package sandboxsock
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -46,6 +47,8 @@ type Options struct {
 	// Prepare, when set, runs before a sandbox directory's socket is listened on (to write a token
 	// file next to it, say), each time Listen starts serving it.
 	Prepare func(dir string, id ID) error
+	// MaxConns bounds the connections one sandbox's socket holds open (default DefaultMaxConns).
+	MaxConns int
 }
 
 // Set is the sockets of one server. It is safe for concurrent use.
@@ -103,10 +106,11 @@ func (s *Set) Listen(id ID) (string, error) {
 	}
 	sock := filepath.Join(dir, s.o.Socket)
 	_ = os.Remove(sock) // left by a previous process
-	ln, err := net.Listen("unix", sock)
+	uln, err := net.Listen("unix", sock)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", s.o.Name, err)
 	}
+	ln := newLimitListener(uln, cmp.Or(s.o.MaxConns, DefaultMaxConns))
 	// Connecting to a unix socket needs write permission on it.
 	if err := os.Chmod(sock, 0o666); err != nil {
 		_ = ln.Close()
