@@ -349,19 +349,14 @@ var ErrEventReused = errors.New("this event id already names another message")
 // reusedEventID reports whether msg, found to be a duplicate, differs from the message recorded
 // under its event id. A failed read says no: a duplicate is the usual case.
 func (h *Handler) reusedEventID(ctx context.Context, msg Message) bool {
-	t, err := h.store.TurnGetByEvent(ctx, msg.EventID)
-	if err != nil {
+	t, d, err := h.recorded(ctx, msg.EventID)
+	switch {
+	case t.ID == 0:
 		return false
-	}
-	if t.Prompt != db.StorableText(msg.Text) || t.ThreadKey != msg.Thread.String() {
+	case t.Prompt != db.StorableText(msg.Text) || t.ThreadKey != msg.Thread.String():
 		return true
-	}
-	var d delivery
-	if json.Unmarshal(t.Delivery, &d) != nil {
-		return false
-	}
-	if len(d.Files) != len(msg.Files) {
-		return true
+	case err != nil || len(d.Files) != len(msg.Files):
+		return err == nil
 	}
 	for i, f := range msg.Files {
 		if d.Files[i].Name != f.Name || d.Files[i].Size != f.Size {
@@ -375,15 +370,22 @@ func (h *Handler) reusedEventID(ctx context.Context, msg Message) bool {
 // retry: the platform delivered that message again (its dedupe missed it: Redis down, or past its
 // window), and it was answered already. Another retry message of the same turn is told so.
 func (h *Handler) retriedBy(ctx context.Context, msg Message) bool {
-	t, err := h.store.TurnGetByEvent(ctx, msg.EventID)
+	_, d, err := h.recorded(ctx, msg.EventID)
+	return err == nil && sameJSON(d.Reply, msg.Reply)
+}
+
+// recorded reads the turn recorded under eventID and its reply address. A turn that cannot be read
+// comes back zero; one whose address cannot be decoded comes back with the error.
+func (h *Handler) recorded(ctx context.Context, eventID string) (db.Turn, delivery, error) {
+	t, err := h.store.TurnGetByEvent(ctx, eventID)
 	if err != nil {
-		return false
+		return db.Turn{}, delivery{}, err
 	}
 	var d delivery
-	if json.Unmarshal(t.Delivery, &d) != nil {
-		return false
+	if err := json.Unmarshal(t.Delivery, &d); err != nil {
+		return t, delivery{}, err
 	}
-	return sameJSON(d.Reply, msg.Reply)
+	return t, d, nil
 }
 
 // sameJSON compares two JSON values by meaning: PostgreSQL's jsonb does not keep key order.
