@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,6 +23,8 @@ type APIError struct {
 	Status  int
 	Code    string
 	Message string
+	// RetryAfter is the answer's Retry-After (capped at maxRetryAfter; 0 when absent).
+	RetryAfter time.Duration
 }
 
 func (e *APIError) Error() string {
@@ -96,7 +99,11 @@ func (p *Provider) do(ctx context.Context, op, method, rawURL string, body, out 
 		if err == nil || !retry || attempt >= p.opts.Retries || ctx.Err() != nil || !transient(err) {
 			return hdr, err
 		}
-		t := time.NewTimer(delay)
+		wait := max(delay, retryAfterOf(err))
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+			return nil, err // told to come back after the caller's deadline: asking sooner only adds load
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -105,6 +112,27 @@ func (p *Provider) do(ctx context.Context, op, method, rawURL string, body, out 
 		}
 		delay = min(2*delay, 2*time.Second)
 	}
+}
+
+// maxRetryAfter caps a server's Retry-After: a hostile or broken answer must not park a caller
+// (whose ctx may have no deadline) for days.
+const maxRetryAfter = 30 * time.Second
+
+// parseRetryAfter reads Retry-After in seconds (the HTTP-date form is not used by Deno), capped.
+func parseRetryAfter(s string) time.Duration {
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil || n <= 0 {
+		return 0
+	}
+	return min(time.Duration(n)*time.Second, maxRetryAfter)
+}
+
+func retryAfterOf(err error) time.Duration {
+	var ae *APIError
+	if errors.As(err, &ae) {
+		return ae.RetryAfter
+	}
+	return 0
 }
 
 // transient: worth another try (5xx, 429, no answer).
@@ -142,7 +170,9 @@ func (p *Provider) once(ctx context.Context, op, method, rawURL string, payload 
 		return nil, &transportError{fmt.Errorf("deno: %s: read answer: %w", op, err)}
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, apiErr(op, resp.StatusCode, data)
+		e := apiErr(op, resp.StatusCode, data)
+		e.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"))
+		return nil, e
 	}
 	if out != nil && len(bytes.TrimSpace(data)) > 0 {
 		if err := json.Unmarshal(data, out); err != nil {

@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -169,6 +170,8 @@ type Fault struct {
 	// not carried out.
 	Status int
 	Code   string
+	// RetryAfter, when set, is sent as the answer's Retry-After header (seconds).
+	RetryAfter int
 	// Times is how many requests it applies to (0: once).
 	Times int
 }
@@ -246,6 +249,9 @@ func (f *Fake) op(w http.ResponseWriter, name string) (done func(), ok bool) {
 		delete(f.awaits, name)
 	}
 	if ft != nil {
+		if ft.RetryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(ft.RetryAfter))
+		}
 		apiError(w, ft.Status, ft.Code, "injected fault")
 		done()
 		return func() {}, false
