@@ -203,9 +203,13 @@ var errBadAnswer = errors.New("decoding the answer")
 // decode reads resp: a 2xx is decoded into out (nil: discarded), anything else becomes an apiError.
 func decode(op string, resp *http.Response, out any) error {
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
 	if err != nil {
 		return fmt.Errorf("daytona %s: reading the answer: %w", op, err)
+	}
+	over := int64(len(body)) > maxAnswer
+	if over {
+		body = body[:maxAnswer] // an error's message is clipped anyway
 	}
 	if resp.StatusCode/100 != 2 {
 		e := &apiError{op: op, status: resp.StatusCode, message: errorMessage(body)}
@@ -215,6 +219,11 @@ func decode(op string, resp *http.Response, out any) error {
 			}
 		}
 		return e
+	}
+	if over && out != nil {
+		// Not cut and decoded: the answer had its effect (errBadAnswer), and what it says is refused
+		// as too large, which is what a listing of too many or too long names must report.
+		return fmt.Errorf("daytona %s: %w: more than %d bytes: %w", op, errBadAnswer, maxAnswer, sandbox.ErrTooLarge)
 	}
 	if out == nil || len(body) == 0 {
 		return nil
@@ -359,6 +368,9 @@ func ptr[T any](v T) *T { return &v }
 // maxRetryAfter caps a server's Retry-After: a hostile or broken answer must not park a caller
 // for days (ctx may have no deadline); past it the usual backoff and attempt limits apply.
 const maxRetryAfter = 30 * time.Second
+
+// maxAnswer bounds one answer read whole (a sandbox, a page of a listing, a script's output).
+const maxAnswer = 8 << 20
 
 // maxMessage bounds Daytona's error text kept in our errors, which reach logs and chat threads.
 const maxMessage = sandbox.MaxErrorText

@@ -14,6 +14,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
 
+	"github.com/threadbox/threadbox/sandbox"
 	"github.com/threadbox/threadbox/sandbox/daytona/internal/toolbox"
 	"github.com/threadbox/threadbox/sandbox/internal/shellfs"
 )
@@ -166,4 +167,26 @@ func TestScriptErrBounded(t *testing.T) {
 		err := shellfs.ScriptErr("daytona", "list", "/w", strings.Repeat("entry\n", 1<<20), code, nil)
 		require.Less(t, len(err.Error()), 1024, "exit %d", code)
 	}
+}
+
+// TestAnswerOverCap: an answer past maxAnswer (a listing of long names from process/execute, a
+// page of sandboxes) is refused as too large, not cut and then reported as undecodable JSON; a 2xx
+// still counts as one Daytona acted on (a create is looked up, not retried).
+func TestAnswerOverCap(t *testing.T) {
+	big := `{"exitCode":0,"result":"` + strings.Repeat("x", maxAnswer) + `"}`
+	resp := &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(strings.NewReader(big))}
+	var out struct {
+		Result string `json:"result"`
+	}
+	err := decode("execute", resp, &out)
+	require.ErrorIs(t, err, sandbox.ErrTooLarge)
+	require.ErrorIs(t, err, errBadAnswer)
+	require.Empty(t, out.Result)
+	resp = &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(strings.NewReader(big))}
+	require.NoError(t, decode("delete", resp, nil), "an answer nobody reads may be any size")
+
+	ok := `{"exitCode":0,"result":"` + strings.Repeat("x", maxAnswer-100) + `"}`
+	resp = &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(strings.NewReader(ok))}
+	require.NoError(t, decode("execute", resp, &out))
+	require.Len(t, out.Result, maxAnswer-100)
 }
