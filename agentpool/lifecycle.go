@@ -24,7 +24,7 @@ import (
 //	no row, row destroyed                       create (generation + 1) → active; history replayed
 //	empty handle (never created, or cleared)    the session has no sandbox: destroyed; resolve creates
 //	handle undecodable / of a provider not      destroyed ("unusable handle"); the old sandbox, if any, is
-//	enabled here                                left to the reaper (no live session owns it); resolve
+//	enabled here / refused by its provider      left to the reaper (no live session owns it); resolve
 //	                                            recreates, Outcome.Recreate = RecreateUnusable
 //	handle on another enabled provider than     the thread was moved (use, admin move) and the old sandbox
 //	the session's                               is still there (a destroy that failed, a crash): Destroy
@@ -197,7 +197,7 @@ func (l *lifecycle) resolve(ctx context.Context, sess db.Session, note func()) (
 		// the sandbox, which may run another runtime or hold another checkout, and recreate.
 		prov := l.provOf(h)
 		err := l.withProvider(ctx, note, func() error { return prov.Destroy(ctx, h) })
-		if err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+		if err != nil && !destroyDone(err) {
 			return resolved{}, fmt.Errorf("finish destroying the sandbox: %w", err)
 		}
 		return l.recreate(ctx, sess, RecreateDestroying, "its destroy had not finished", note)
@@ -206,7 +206,7 @@ func (l *lifecycle) resolve(ctx context.Context, sess db.Session, note func()) (
 		prov := l.provOf(h)
 		// A sandbox already gone is destroyed, which is all this asked (Destroy is idempotent, also
 		// for a provider that reports ErrNotFound anyway).
-		if err := l.withProvider(ctx, note, func() error { return prov.Destroy(ctx, h) }); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+		if err := l.withProvider(ctx, note, func() error { return prov.Destroy(ctx, h) }); err != nil && !destroyDone(err) {
 			return resolved{}, fmt.Errorf("destroy a sandbox that failed to resume: %w", err)
 		}
 		why := fmt.Sprintf("resume failed %d times", sess.ResumeFailCount)
@@ -218,6 +218,9 @@ func (l *lifecycle) resolve(ctx context.Context, sess db.Session, note func()) (
 	switch {
 	case errors.Is(err, sandbox.ErrNotFound):
 		return l.recreate(ctx, sess, RecreateGone, "sandbox gone", note)
+	case unusableHandle(err):
+		l.log.Warn("the provider refuses the sandbox handle; recreating", zap.String("thread", sess.ThreadKey), zap.Error(err))
+		return l.recreate(ctx, sess, RecreateUnusable, "unusable sandbox handle: "+err.Error(), note)
 	case err != nil:
 		return resolved{}, fmt.Errorf("inspect sandbox: %w", err)
 	}
@@ -342,6 +345,8 @@ func (l *lifecycle) resume(ctx context.Context, sess db.Session, h sandbox.Handl
 	switch {
 	case errors.Is(err, sandbox.ErrNotFound):
 		return l.recreate(ctx, s, RecreateGone, "sandbox gone while resuming", note)
+	case unusableHandle(err):
+		return l.recreate(ctx, s, RecreateUnusable, "unusable sandbox handle: "+err.Error(), note)
 	case err != nil:
 		// An outage says nothing about this sandbox: it does not count towards a recreate, which
 		// would throw its files away.
@@ -453,7 +458,7 @@ func (l *lifecycle) pause(ctx context.Context, cur db.Session) (db.Session, erro
 	defer cancel()
 	from := []db.SessionStatus{db.SessionPausing}
 	switch {
-	case err == nil && h.IsZero(), errors.Is(err, sandbox.ErrBadHandle), errors.Is(err, sandbox.ErrNotFound):
+	case err == nil && h.IsZero(), unusableHandle(err), errors.Is(err, sandbox.ErrNotFound):
 		msg := ""
 		if err != nil {
 			msg = "pause: " + err.Error()
@@ -480,8 +485,11 @@ func (l *lifecycle) destroy(ctx context.Context, cur db.Session) (db.Session, er
 	h, herr := l.handle(s)
 	if herr == nil && !h.IsZero() {
 		err = l.withProvider(ctx, nil, func() error { return l.provOf(h).Destroy(ctx, h) })
-		if errors.Is(err, sandbox.ErrNotFound) {
+		switch {
+		case errors.Is(err, sandbox.ErrNotFound):
 			err = nil // idempotent, also for a provider that reports it anyway
+		case unusableHandle(err):
+			herr, err = err, nil // as an undecodable handle: left to the reaper below
 		}
 	}
 	sctx, cancel := settleCtx(ctx)
@@ -526,6 +534,8 @@ func (l *lifecycle) reconcile(ctx context.Context, cur db.Session) (db.Session, 
 	switch {
 	case errors.Is(err, sandbox.ErrNotFound):
 		return l.markDestroyed(ctx, cur, "reconcile: sandbox gone")
+	case unusableHandle(err):
+		return l.markDestroyed(ctx, cur, "reconcile: "+err.Error())
 	case err != nil:
 		return cur, fmt.Errorf("inspect sandbox %s of %s: %w", h.ID, cur.ThreadKey, err)
 	case info.State == sandbox.StateFailed:
@@ -553,41 +563,4 @@ func (l *lifecycle) settle(ctx context.Context, s db.Session, t db.Transition, c
 		return s, errors.Join(callErr, fmt.Errorf("record %s: %w", t.To, err))
 	}
 	return out, callErr
-}
-
-// withProvider runs f, and while it fails with sandbox.ErrUnavailable retries it with backoff for up
-// to providerWait, calling note once when it starts waiting. A provider that stays away is reported
-// with the last error, which still wraps ErrUnavailable.
-func (l *lifecycle) withProvider(ctx context.Context, note func(), f func() error) error {
-	err := f()
-	if !errors.Is(err, sandbox.ErrUnavailable) || l.providerWait <= 0 || ctx.Err() != nil {
-		return err
-	}
-	if note != nil {
-		note()
-	}
-	deadline := time.Now().Add(l.providerWait)
-	for delay := providerBackoffMin; errors.Is(err, sandbox.ErrUnavailable); delay = min(2*delay, providerBackoffMax) {
-		left := time.Until(deadline)
-		if left <= 0 {
-			return fmt.Errorf("the sandbox service did not come back within %s: %w", l.providerWait, err)
-		}
-		if werr := waitCtx(ctx, min(delay, left)); werr != nil {
-			return fmt.Errorf("waiting for the sandbox service: %w (last: %w)", werr, err)
-		}
-		err = f()
-	}
-	return err
-}
-
-// waitCtx waits d or until ctx ends.
-func waitCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
