@@ -351,9 +351,7 @@ func (m *Maintainer) reapProvider(ctx context.Context, prov sandbox.Provider, re
 		}
 		owned := make(map[string]bool, len(sessions))
 		for _, s := range sessions {
-			// Owned only by a live session whose handle is on this provider: ids of two providers
-			// may look alike.
-			if h, herr := m.life.handle(s); s.Status != db.SessionDestroyed && (herr != nil || h.Provider == prov.Name()) {
+			if s.Status != db.SessionDestroyed && m.ownsOn(s, prov) {
 				owned[s.SandboxID] = true
 			}
 		}
@@ -389,7 +387,16 @@ func (m *Maintainer) reapProvider(ctx context.Context, prov sandbox.Provider, re
 	return m.reapVolumes(ctx, prov, rep)
 }
 
-// createInFlight reports whether info is the sandbox of a create still under way: its labels name a
+// ownsOn reports whether the session's sandbox may be on prov: only a handle on this provider owns
+// a sandbox of it (ids of two providers may look alike); one that cannot be decoded keeps it, to be
+// safe.
+func (m *Maintainer) ownsOn(s db.Session, prov sandbox.Provider) bool {
+	h, herr := m.life.handle(s)
+	return herr != nil || h.Provider == prov.Name()
+}
+
+// createInFlight reports whether info is the sandbox of a create still under way, or of one that
+// has finished since the caller's ownership query (the session names it now): its labels name a
 // session in creating, at the label's generation, on this provider, and the thread's lock is held
 // (the creator holds it until the handle is saved). Such a session names the sandbox only once Create
 // returns, which a slow provider (an image build, a long start) may do after ReapGrace. A create
@@ -405,6 +412,10 @@ func (m *Maintainer) createInFlight(ctx context.Context, prov sandbox.Provider, 
 		return false, nil
 	case err != nil:
 		return false, fmt.Errorf("session of sandbox %s: %w", info.Handle.ID, err)
+	case s.SandboxID == info.Handle.ID && s.Status != db.SessionDestroyed && m.ownsOn(s, prov):
+		// The create finished since the ownership query read the row: the sandbox is the session's
+		// now, and its turn is about to use it.
+		return true, nil
 	case s.Status != db.SessionCreating || s.Generation != l.Generation || m.provs.pick(s.Provider).Name() != prov.Name():
 		return false, nil
 	}

@@ -55,3 +55,56 @@ func TestReapPassKeepsSandboxOfCreateInFlight(t *testing.T) {
 		require.Equal(t, []string{inFlight.ID}, infoIDs(rep.Orphans))
 	})
 }
+
+// finishCreateStore finishes a create (saves its handle, as the creator does when Create returns)
+// right after the reaper's ownership query read the session without it.
+type finishCreateStore struct {
+	db.Store
+	finish func()
+}
+
+func (s *finishCreateStore) SessionsBySandboxIDs(ctx context.Context, ids []string) ([]db.Session, error) {
+	ss, err := s.Store.SessionsBySandboxIDs(ctx, ids)
+	if f := s.finish; f != nil {
+		s.finish = nil
+		f()
+	}
+	return ss, err
+}
+
+// TestReapPassKeepsSandboxWhoseCreateJustFinished: a create slower than ReapGrace (or a provider
+// clock ahead of ours) finishes between the reaper's ownership query and its look at the session's
+// row. The row then says active, owning the sandbox: the reaper took "not creating" for "abandoned"
+// and destroyed the sandbox the turn had just got and was about to prompt in.
+func TestReapPassKeepsSandboxWhoseCreateJustFinished(t *testing.T) {
+	forEachMaintStore(t, func(t *testing.T, st db.Store, clock *dbtest.Clock) {
+		ctx := context.Background()
+		fake := sandboxfake.New()
+		fake.SetClock(clock.Now)
+		wrapped := &finishCreateStore{Store: st}
+		m := newTestMaintainer(t, MaintainerConfig{ReapGrace: 10 * time.Minute}, wrapped, fake, "dep", clock, nil)
+
+		const thread = "web:create-finishes"
+		_, _, err := st.SessionCreate(ctx, db.NewSession{ThreadKey: thread, Platform: "test", Provider: fake.Name()})
+		require.NoError(t, err)
+		s, err := st.SessionTransition(ctx, thread, db.Transition{From: allStatuses, To: db.SessionCreating, BumpGeneration: true})
+		require.NoError(t, err)
+		h, err := fake.Create(ctx, sandbox.Spec{Image: "img", Labels: sandbox.Labels{Deployment: "dep", Thread: thread, Generation: s.Generation}})
+		require.NoError(t, err)
+		clock.Advance(11 * time.Minute)
+		wrapped.finish = func() {
+			raw, err := sandbox.EncodeHandle(h)
+			require.NoError(t, err)
+			_, err = st.SessionTransition(ctx, thread, db.Transition{
+				From: []db.SessionStatus{db.SessionCreating}, To: db.SessionActive, IfGeneration: gen(s),
+				Patch: db.SessionPatch{Handle: raw, SandboxID: &h.ID},
+			})
+			require.NoError(t, err)
+		}
+
+		rep, err := m.ReapPass(ctx, false)
+		require.NoError(t, err)
+		require.Empty(t, rep.Orphans)
+		require.NotNil(t, fake.Box(h.ID), "the active session's new sandbox is kept")
+	})
+}
