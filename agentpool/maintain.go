@@ -135,6 +135,8 @@ type Maintainer struct {
 	// life makes every session transition, as for turns and admin commands. It never creates, and
 	// never waits out a provider outage: a pass fails the item and the next pass retries it.
 	life *lifecycle
+	// outage remembers the providers found down, so an outage is logged once, not on every pass.
+	outage outages
 
 	// lockWait is how long a pass waits for a thread's lock before it counts the thread as busy: a
 	// turn holds the lock for its whole run, and waiting for it would stall the pass behind it.
@@ -315,6 +317,9 @@ func (m *Maintainer) passes() []maintPass {
 type passState struct {
 	log     *zap.Logger
 	failing bool
+	// itemsFailing: the last pass ended with items failed (a provider outage fails every item of
+	// its sessions, pass after pass).
+	itemsFailing bool
 }
 
 func (s *passState) observe(ctx context.Context, rep PassReport, err error) {
@@ -335,8 +340,14 @@ func (s *passState) observe(ctx context.Context, rep PassReport, err error) {
 		s.failing = false
 	}
 	switch {
-	case rep.Failed > 0:
+	case rep.Failed > 0 && !s.itemsFailing:
+		s.itemsFailing = true
 		s.log.Warn("pass done with failures", zap.Object("report", rep), zap.Errors("errors", rep.Errors))
+	case rep.Failed > 0:
+		s.log.Debug("pass done, still with failures", zap.Object("report", rep), zap.Errors("errors", rep.Errors))
+	case s.itemsFailing:
+		s.itemsFailing = false
+		s.log.Info("pass done without failures again", zap.Object("report", rep))
 	case rep.Done > 0:
 		s.log.Info("pass done", zap.Object("report", rep))
 	case rep.Found > 0:

@@ -3,6 +3,7 @@ package agentpool
 import (
 	"context"
 	"errors"
+	"sync"
 
 	"go.uber.org/zap"
 
@@ -18,12 +19,14 @@ import (
 type passGuard struct {
 	m    *Maintainer
 	pass string
-	// down holds the providers found unavailable in this pass (one pass runs on one goroutine).
+	// down holds the providers found unavailable in this pass (one pass runs on one goroutine), up
+	// those that answered.
 	down map[string]error
+	up   map[string]bool
 }
 
 func (m *Maintainer) newGuard(pass string) *passGuard {
-	return &passGuard{m: m, pass: pass, down: map[string]error{}}
+	return &passGuard{m: m, pass: pass, down: map[string]error{}, up: map[string]bool{}}
 }
 
 // sandboxProvider names the provider a session's sandbox is on: its handle's, or (no usable
@@ -43,12 +46,60 @@ func (g *passGuard) wrap(handle func(context.Context, db.Session) (itemOutcome, 
 			return outSkipped, nil
 		}
 		o, err := handle(ctx, s)
-		if o == outFailed && errors.Is(err, sandbox.ErrUnavailable) && ctx.Err() == nil {
+		switch {
+		case o == outFailed && errors.Is(err, sandbox.ErrUnavailable) && ctx.Err() == nil:
 			g.down[name] = err
 			g.m.met.ProviderDown(name, g.pass)
-			g.m.log.Named(g.pass).Warn("provider unavailable: its other sessions are skipped in this pass, the other providers' are not",
+			log := g.m.log.Named(g.pass).Debug
+			if g.m.outage.begin(g.pass, name) {
+				log = g.m.log.Named(g.pass).Warn // once per outage, not once per pass
+			}
+			log("provider unavailable: its other sessions are skipped in this pass, the other providers' are not",
 				zap.String("provider", name), zap.String("thread", s.ThreadKey), zap.Error(err))
+		case o != outSkipped:
+			g.up[name] = true
 		}
 		return o, err
 	}
+}
+
+// finish records, at the end of the pass, which providers answered it: an outage logged before
+// is over for them.
+func (g *passGuard) finish() {
+	for name := range g.up {
+		if g.down[name] == nil && g.m.outage.end(g.pass, name) {
+			g.m.log.Named(g.pass).Info("provider available again", zap.String("provider", name))
+		}
+	}
+}
+
+// outages remembers, across passes, which provider each pass found unavailable, so that an outage
+// is logged when it starts and when it ends rather than on every pass (every Interval) in between.
+// ReapPass also runs from the admin command, so it is guarded by a mutex.
+type outages struct {
+	mu   sync.Mutex
+	down map[string]bool // pass + "/" + provider
+}
+
+// begin marks the provider down in pass and reports whether it was up until now.
+func (o *outages) begin(pass, provider string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.down == nil {
+		o.down = map[string]bool{}
+	}
+	k := pass + "/" + provider
+	first := !o.down[k]
+	o.down[k] = true
+	return first
+}
+
+// end marks the provider up in pass and reports whether it was down until now.
+func (o *outages) end(pass, provider string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	k := pass + "/" + provider
+	was := o.down[k]
+	delete(o.down, k)
+	return was
 }

@@ -122,6 +122,7 @@ func (m *Maintainer) withThread(ctx context.Context, threadKey string, f func(cu
 func (m *Maintainer) IdlePass(ctx context.Context) (PassReport, error) {
 	var rep PassReport
 	g := m.newGuard(passIdle)
+	defer g.finish()
 	err := drainBatches(ctx, m.cfg.BatchSize, &rep, sessionThreadKey, m.byStatus(db.SessionPausing),
 		g.wrap(func(ctx context.Context, s db.Session) (itemOutcome, error) {
 			return m.withThread(ctx, s.ThreadKey, func(cur db.Session) (itemOutcome, error) {
@@ -177,6 +178,7 @@ func (m *Maintainer) settled(_ db.Session, err error) (itemOutcome, error) {
 func (m *Maintainer) CleanupPass(ctx context.Context) (PassReport, error) {
 	var rep PassReport
 	g := m.newGuard(passCleanup)
+	defer g.finish()
 	err := drainBatches(ctx, m.cfg.BatchSize, &rep, sessionThreadKey, m.byStatus(db.SessionDestroying),
 		g.wrap(func(ctx context.Context, s db.Session) (itemOutcome, error) {
 			return m.withThread(ctx, s.ThreadKey, func(cur db.Session) (itemOutcome, error) {
@@ -218,6 +220,7 @@ func (m *Maintainer) CleanupPass(ctx context.Context) (PassReport, error) {
 func (m *Maintainer) ReconcilePass(ctx context.Context) (PassReport, error) {
 	var rep PassReport
 	g := m.newGuard(passReconcile)
+	defer g.finish()
 	cutoff := m.now().Add(-m.cfg.ReconcileGrace)
 	err := drainBatches(ctx, m.cfg.BatchSize, &rep, sessionThreadKey,
 		func(ctx context.Context, limit int) ([]db.Session, error) {
@@ -307,8 +310,14 @@ func (m *Maintainer) ReapPass(ctx context.Context, dryRun bool) (ReapReport, err
 			rep.ListFailed = append(rep.ListFailed, prov.Name())
 			rep.fail(err)
 			m.met.ProviderDown(prov.Name(), passReaper)
-			m.log.Named(passReaper).Warn("provider failed; the other providers are still reaped",
-				zap.String("provider", prov.Name()), zap.Error(err))
+			log := m.log.Named(passReaper).Debug
+			if m.outage.begin(passReaper, prov.Name()) {
+				log = m.log.Named(passReaper).Warn // once per outage, not once per pass
+			}
+			log("provider failed; the other providers are still reaped", zap.String("provider", prov.Name()), zap.Error(err))
+		}
+		if err == nil && m.outage.end(passReaper, prov.Name()) {
+			m.log.Named(passReaper).Info("provider available again", zap.String("provider", prov.Name()))
 		}
 	}
 	if len(listErrs) == len(m.provs.names) {

@@ -224,6 +224,8 @@ func TestPassStateLogsTransitionsOnly(t *testing.T) {
 		{PassReport{}, boom, 0, ""}, // still failing: debug only
 		{PassReport{}, nil, zapcore.InfoLevel, "pass works again"},
 		{PassReport{Found: 1, Failed: 1, Errors: []error{boom}}, nil, zapcore.WarnLevel, "pass done with failures"},
+		{PassReport{Found: 1, Failed: 1, Errors: []error{boom}}, nil, 0, ""}, // still failing: debug only
+		{PassReport{Found: 1, Skipped: 1}, nil, zapcore.InfoLevel, "pass done without failures again"},
 		{PassReport{Found: 1, Skipped: 1}, nil, 0, ""},
 		{PassReport{}, nil, 0, ""},
 		// With the loop's context alive, Canceled (from a provider, say) is an error like any other…
