@@ -35,6 +35,10 @@ func TestWithRetryWaitsRetryAfter(t *testing.T) {
 		{"two 429s", []error{limited(time.Second), limited(2 * time.Second), nil}, 3 * time.Second, false, 3},
 		{"@original not there yet", []error{&notYet{err: errors.New("10008")}, nil}, notYetWait, false, 2},
 		{"retry_after too long", []error{limited(2 * time.Minute)}, 0, true, 1},
+		// Discord's 0 (or a value discordgo could not convert: 1e300 seconds comes out as 0) is no
+		// licence to call again at once: the unknown wait is a second, never a tight loop.
+		{"retry_after 0", []error{limited(0), limited(0), nil}, 2 * unknownRetryWait, false, 3},
+		{"retry_after negative", []error{limited(-3 * time.Second), nil}, unknownRetryWait, false, 2},
 		{"other errors are not retried", []error{errors.New("403"), nil}, 0, true, 1},
 		{"gives up after the attempts", []error{limited(time.Second), limited(time.Second), limited(time.Second), limited(time.Second), limited(time.Second)}, 4 * time.Second, true, postAttempts},
 	}
@@ -136,5 +140,29 @@ func TestThreadName(t *testing.T) {
 		long:                       strings.Repeat("é", 89) + "…",
 	} {
 		require.Equal(t, want, threadName(in), "%q", in)
+	}
+}
+
+// TestProgressHoldOffIsBounded: a 429's retry_after holds progress off for at least a little while
+// (0 is not "at once") and at most maxRetryWait (a giant one must not silence a turn's progress).
+func TestProgressHoldOffIsBounded(t *testing.T) {
+	limited := func(d time.Duration) error {
+		return &discordgo.RateLimitError{RateLimit: &discordgo.RateLimit{TooManyRequests: &discordgo.TooManyRequests{RetryAfter: d}}}
+	}
+	cases := []struct {
+		name string
+		err  error
+		want time.Duration
+	}{
+		{"retry_after 0", limited(0), unknownRetryWait},
+		{"negative", limited(-time.Second), unknownRetryWait},
+		{"ordinary", limited(1500 * time.Millisecond), 1500 * time.Millisecond},
+		{"huge", limited(1000 * time.Hour), maxRetryWait},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rl, _ := errors.AsType[*discordgo.RateLimitError](c.err)
+			require.Equal(t, c.want, progressHoldOff(rl))
+		})
 	}
 }

@@ -325,7 +325,7 @@ func (r *replier) Progress(ctx context.Context, text string) error {
 		err = r.progressInChannel(ctx, text, opts)
 	}
 	if rl, ok := errors.AsType[*discordgo.RateLimitError](err); ok {
-		wait := max(rl.RetryAfter, 100*time.Millisecond)
+		wait := progressHoldOff(rl)
 		r.mu.Lock()
 		r.progressAfter = time.Now().Add(wait)
 		r.mu.Unlock()
@@ -424,17 +424,36 @@ func (e *notYet) Unwrap() error { return e.err }
 // notYetWait is the pause before retrying a notYet.
 const notYetWait = 250 * time.Millisecond
 
-// retry waits out a 429's retry_after (up to maxRetryWait each), and a notYet's short pause, a few
-// times.
+// retry waits out a 429's retry_after (up to maxRetryWait each, unknownRetryWait for none), and a
+// notYet's short pause, a few times.
 var retry = bot.RetryPolicy{Attempts: postAttempts, MaxWait: maxRetryWait, Wait: func(err error) (time.Duration, bool) {
 	if rl, ok := errors.AsType[*discordgo.RateLimitError](err); ok {
-		return rl.RetryAfter, true
+		return retryAfter(rl), true
 	}
 	if _, ok := errors.AsType[*notYet](err); ok {
 		return notYetWait, true
 	}
 	return 0, false
 }}
+
+// unknownRetryWait stands for a 429's retry_after that says nothing usable: 0, negative, or one
+// discordgo could not convert (it turns 1e300 seconds into 0). Calling again at once would only
+// spend the attempts against the same limit.
+const unknownRetryWait = time.Second
+
+// retryAfter is the wait a 429 asks for, or unknownRetryWait when it asks for none.
+func retryAfter(rl *discordgo.RateLimitError) time.Duration {
+	if rl.RateLimit == nil || rl.TooManyRequests == nil || rl.RetryAfter <= 0 {
+		return unknownRetryWait
+	}
+	return rl.RetryAfter
+}
+
+// progressHoldOff is how long progress waits after a 429: what it asks for, at most maxRetryWait
+// (a giant retry_after must not silence a turn's progress to its end).
+func progressHoldOff(rl *discordgo.RateLimitError) time.Duration {
+	return min(retryAfter(rl), maxRetryWait)
+}
 
 // withRetry runs f under retry.
 func withRetry(ctx context.Context, f func(ctx context.Context) error) error { return retry.Do(ctx, f) }
