@@ -307,6 +307,44 @@ func TestNotAcceptedIsNotDeferred(t *testing.T) {
 	require.Equal(t, int(discordgo.MessageFlagsEphemeral), rec.Callbacks[0].Flags)
 }
 
+// TestChannelAskNotTakenLeavesNoSilentThread: /ask in a channel starts its thread before the bot
+// takes the question (the thread's id is its key). If the bot then refuses it (store down, queue
+// full), the thread says what was asked and that it was not taken, with the ref of the ephemeral
+// answer: never an empty thread nobody explains.
+func TestChannelAskNotTakenLeavesNoSilentThread(t *testing.T) {
+	for _, via := range []string{"gateway", "http"} {
+		t.Run(via, func(t *testing.T) {
+			r := newRig(t, nil)
+			r.h.mu.Lock()
+			r.h.refuse = true
+			r.h.mu.Unlock()
+			r.fake.GuildChannel("G1", "C1")
+			in := r.fake.Slash("C1", discordfake.Person("U1"), "ask", map[string]string{"prompt": "make a thing"})
+			if via == "gateway" {
+				r.fake.DispatchInteraction(in)
+			} else {
+				res, err := r.fake.PostInteraction(t.Context(), r.http.URL, in)
+				require.NoError(t, err)
+				require.Equal(t, http.StatusServiceUnavailable, res.Status)
+			}
+			r.next(t)
+			require.NoError(t, r.ad.Close()) // waits for the refusal's posts
+			for _, th := range r.fake.Threads("C1") {
+				said := r.said(th.ID)
+				require.Contains(t, said, "<@U1> asked: make a thing", "thread %s", th.ID)
+				require.Contains(t, said, "I could not take that message")
+				require.NotContains(t, said, "database is down", "not the raw error")
+				if via == "gateway" {
+					rec, _ := r.fake.Interaction(in.ID)
+					require.Len(t, rec.Callbacks, 1)
+					ref := said[strings.Index(said, "; ref "):]
+					require.Contains(t, rec.Callbacks[0].Content, ref[:strings.Index(ref, ")")], "one ref for one refusal")
+				}
+			}
+		})
+	}
+}
+
 // TestGatewayMessageNotTakenIsAnswered: the gateway never delivers a message again, so one the bot
 // could not take gets ❌ and a line asking for it again, in its channel (no thread is started).
 func TestGatewayMessageNotTakenIsAnswered(t *testing.T) {

@@ -70,7 +70,7 @@ func (a *Adapter) onInteraction(_ *discordgo.Session, ic *discordgo.InteractionC
 			// Nothing was deferred, and the gateway never delivers it again: the response slot is
 			// still free for saying so, where Discord would say only "did not respond". (Also
 			// while closing: Close waits for this, and the REST client outlives the gateway.)
-			p := bot.Explain(a.log, "interaction not taken", err, zap.String("interaction", in.ID))
+			p := a.explain("interaction not taken", err, zap.String("interaction", in.ID))
 			_ = a.s.InteractionRespond(in, ephemeralReply(notTakenText(p)), discordgo.WithContext(ctx), discordgo.WithRetryOnRatelimit(false))
 		case err != nil:
 			a.log.Error("interaction not taken", zap.String("interaction", in.ID), zap.Error(err))
@@ -292,6 +292,11 @@ func (a *Adapter) takeCommand(ctx context.Context, in *discordgo.Interaction, us
 	}
 	msg.ParentChannelID = parent
 	if err := a.handler.Handle(ctx, msg, r); err != nil {
+		if errors.Is(err, bot.ErrNotAccepted) && thread != "" {
+			// The thread exists already: it says what it was for and why nothing follows.
+			linked = true
+			return a.refuseInThread(in, user, text, r, startLink, err)
+		}
 		if errors.Is(err, bot.ErrNotAccepted) {
 			return err
 		}
@@ -318,6 +323,38 @@ func (a *Adapter) takeCommand(ctx context.Context, in *discordgo.Interaction, us
 		})
 	}
 	return nil
+}
+
+// refuseInThread posts, in the thread started for a /ask the bot then did not take, the question
+// and that it was not taken (start runs it, on the place reserved for the thread's link). The error
+// returned carries the refusal's ref, so the interaction's answer gives the same one.
+func (a *Adapter) refuseInThread(in *discordgo.Interaction, user *discordgo.User, text string, r *replier,
+	start func(f func(ctx context.Context)), err error) error {
+	p := bot.Explain(a.log, "interaction not taken", err, zap.String("interaction", in.ID))
+	start(func(ctx context.Context) {
+		said := fmt.Sprintf("<@%s> asked: %s\n\n%s", user.ID, oneLine(text, 1500), notTakenText(p))
+		if err := r.Post(ctx, said); err != nil {
+			a.log.Warn("telling a new thread its question was not taken", zap.Error(err))
+		}
+	})
+	return &explained{p: p, err: err}
+}
+
+// explained is an error already logged and explained under p.Ref: its answer uses that ref.
+type explained struct {
+	p   bot.Problem
+	err error
+}
+
+func (e *explained) Error() string { return e.err.Error() }
+func (e *explained) Unwrap() error { return e.err }
+
+// explain is err's problem for the user: the one already given for it, else a new one, logged.
+func (a *Adapter) explain(msg string, err error, fields ...zap.Field) bot.Problem {
+	if ex, ok := errors.AsType[*explained](err); ok {
+		return ex.p
+	}
+	return bot.Explain(a.log, msg, err, fields...)
 }
 
 func cmpNotice(notice string) string {
