@@ -165,7 +165,7 @@ func earlierMessage(m *discordgo.Message) bot.EarlierMessage {
 	var files []string
 	for _, f := range m.Attachments {
 		if f != nil {
-			files = append(files, f.Filename)
+			files = append(files, bot.FileName(f.Filename)) // the sender's: no line breaks into the prompt
 		}
 	}
 	out.Text = bot.WithAttached(out.Text, files)

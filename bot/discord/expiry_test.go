@@ -165,3 +165,23 @@ func TestPrivatePostsInADM(t *testing.T) {
 	require.ErrorIs(t, rp.(bot.PrivatePoster).PostPrivate(t.Context(), "U1", "private output"), bot.ErrNoPrivate)
 	require.Empty(t, r.said(th))
 }
+
+// An upload's name (the agent's) goes into a multipart header: CR/LF in it would add header lines
+// of the agent's choosing. It is sent, and returned, as bot.FileName makes it.
+func TestUploadNameIsSanitised(t *testing.T) {
+	k := &keeper{got: make(chan bot.Replier, 4)}
+	r := newRig(t, func(o *discord.Options) { o.Handler = k })
+	u := discordfake.Person("U1")
+	dm := r.fake.DMChannel(u)
+	r.fake.DM(u, "hi")
+	rp := <-k.got
+	hostile := "out\r\nContent-Type: text/html\r\n.txt"
+	id, err := rp.Upload(t.Context(), hostile, []byte("data"))
+	require.NoError(t, err)
+	require.Equal(t, bot.FileName(hostile), id)
+	ms := r.fake.BotMessages(dm)
+	require.Len(t, ms, 1)
+	require.Len(t, ms[0].Attachments, 1)
+	require.Equal(t, bot.FileName(hostile), ms[0].Attachments[0].Filename)
+	require.Equal(t, "application/octet-stream", ms[0].Attachments[0].ContentType)
+}

@@ -28,7 +28,9 @@ func (a *Adapter) inbound(m *discordgo.Message) (files []bot.File, notes []strin
 		if at == nil {
 			continue
 		}
-		skip := func(why string) { notes = append(notes, fmt.Sprintf("attachment not used: %s: %s", at.Filename, why)) }
+		// The sender's name, as the sandbox gets it: no line breaks or controls into the prompt.
+		name := bot.FileName(at.Filename)
+		skip := func(why string) { notes = append(notes, fmt.Sprintf("attachment not used: %s: %s", name, why)) }
 		switch {
 		case i >= maxInboundFiles:
 			skip(fmt.Sprintf("only the first %d attachments are used", maxInboundFiles))
@@ -44,7 +46,7 @@ func (a *Adapter) inbound(m *discordgo.Message) (files []bot.File, notes []strin
 			continue
 		}
 		ref := at.URL
-		files = append(files, bot.File{Name: at.Filename, Size: int64(at.Size), Ref: ref, Open: func(ctx context.Context) (io.ReadCloser, error) {
+		files = append(files, bot.File{Name: name, Size: int64(at.Size), Ref: ref, Open: func(ctx context.Context) (io.ReadCloser, error) {
 			return a.OpenFile(ctx, ref)
 		}})
 	}

@@ -375,7 +375,10 @@ func (r *replier) typing(ctx context.Context) {
 }
 
 // Upload implements bot.Replier: a message with the file as multipart files[0] and payload_json.
+// The name goes into the part's Content-Disposition header, which discordgo escapes only for
+// quotes: a CR/LF would add header lines, so it is sanitised here whatever the caller did.
 func (r *replier) Upload(ctx context.Context, name string, data []byte) (string, error) {
+	name = bot.FileName(name)
 	size := int64(len(data))
 	if size > r.a.opts.MaxFileBytes {
 		return "", fmt.Errorf("%s is over Discord's upload limit of %s", bot.HumanSize(size), bot.HumanSize(r.a.opts.MaxFileBytes))
