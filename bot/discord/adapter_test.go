@@ -244,6 +244,31 @@ func TestSlashAskInAChannelOpensAThread(t *testing.T) {
 	require.ElementsMatch(t, []string{"re: make a thing", "<@U1> asked: make a thing"}, contents(r.fake.BotMessages(threads[0].ID)))
 }
 
+// Threads in an announcement (news) channel are announcement threads (type 10): /ask there starts
+// one of those (Discord refuses a public thread in such a channel), and a mention in one continues
+// its session like any thread's.
+func TestAnnouncementChannelThreads(t *testing.T) {
+	r := newRig(t, nil)
+	r.fake.NewsChannel("G1", "N1")
+	in := r.fake.Slash("N1", discordfake.Person("U1"), "ask", map[string]string{"prompt": "release notes"})
+	r.fake.DispatchInteraction(in)
+	got := r.next(t)
+	threads := r.fake.Threads("N1")
+	require.Len(t, threads, 1)
+	require.Equal(t, discordfake.ChannelNewsThread, threads[0].Type)
+	require.Equal(t, "discord:G1:"+threads[0].ID, got.Thread.String())
+	require.Equal(t, "N1", got.ParentChannelID)
+	r.wait(t, "the answer in the thread", func() bool { return strings.Contains(r.said(threads[0].ID), "re: release notes") })
+
+	m := r.fake.Mention("G1", "N1", discordfake.Person("U1"), "draft it")
+	require.Equal(t, "discord:G1:"+m.ID, r.next(t).Thread.String())
+	r.wait(t, "the mention's thread", func() bool { return strings.Contains(r.said(m.ID), "re: draft it") })
+	r.fake.MentionIn(m.ID, discordfake.Person("U2"), "more")
+	again := r.next(t)
+	require.Equal(t, "discord:G1:"+m.ID, again.Thread.String(), "a mention in an announcement thread is in its session")
+	require.Equal(t, "N1", again.ParentChannelID)
+}
+
 func TestHTTPInteractionsSignatureAndPing(t *testing.T) {
 	r := newRig(t, nil)
 	res, err := r.fake.Ping(t.Context(), r.http.URL)

@@ -70,6 +70,16 @@ func (a *Adapter) locate(ctx context.Context, guildID, channelID string) (pl pla
 	return placeOther, "", nil
 }
 
+// threadTypeIn is the type of a thread started in a channel locate has seen: an announcement
+// channel holds announcement threads only (Discord refuses a public one there).
+func (a *Adapter) threadTypeIn(channelID string) discordgo.ChannelType {
+	v, _ := a.channels.Get(channelID)
+	if kind, _, _ := strings.Cut(v, ":"); kind == fmt.Sprint(int(discordgo.ChannelTypeGuildNews)) {
+		return discordgo.ChannelTypeGuildNewsThread
+	}
+	return discordgo.ChannelTypeGuildPublicThread
+}
+
 // channelKind is a channel's entry in Adapter.channels.
 func channelKind(t discordgo.ChannelType, parent string) string {
 	return fmt.Sprintf("%d:%s", int(t), parent)

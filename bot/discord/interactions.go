@@ -268,13 +268,14 @@ func (a *Adapter) takeCommand(ctx context.Context, in *discordgo.Interaction, us
 			}
 		}()
 		// A new thread for the question: answered there, linked from @original.
+		kind := a.threadTypeIn(in.ChannelID)
 		th, err := a.s.ThreadStartComplex(in.ChannelID, &discordgo.ThreadStart{
-			Name: threadName(text), AutoArchiveDuration: 1440, Type: discordgo.ChannelTypeGuildPublicThread,
+			Name: threadName(text), AutoArchiveDuration: 1440, Type: kind,
 		}, discordgo.WithContext(ctx))
 		if err != nil {
 			return fmt.Errorf("%w: starting a thread: %w", bot.ErrNotAccepted, err)
 		}
-		a.channels.Set(th.ID, channelKind(discordgo.ChannelTypeGuildPublicThread, in.ChannelID))
+		a.channels.Set(th.ID, channelKind(kind, in.ChannelID))
 		thread, key = th.ID, bot.DiscordThread(in.GuildID, th.ID)
 		r = &replier{a: a, channel: th.ID}
 	default:

@@ -36,6 +36,13 @@ func (s *Server) GuildChannel(guildID, channelID string) {
 	s.ensureChannelLocked(Channel{ID: channelID, Type: ChannelGuildText, GuildID: guildID, Name: "general"})
 }
 
+// NewsChannel makes sure a guild announcement (news) channel exists.
+func (s *Server) NewsChannel(guildID, channelID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ensureChannelLocked(Channel{ID: channelID, Type: ChannelNews, GuildID: guildID, Name: "announcements"})
+}
+
 // Mention has user post "<@bot> text" in a guild text channel (created if new), dispatched as
 // MESSAGE_CREATE.
 func (s *Server) Mention(guildID, channelID string, user User, text string, opts ...MessageOption) Message {

@@ -385,7 +385,7 @@ func (s *Server) threadFromMessage(w http.ResponseWriter, r *http.Request) {
 	case pc == nil:
 		writeError(w, http.StatusNotFound, codeUnknownChannel, "Unknown Channel")
 		return
-	case pc.Type != ChannelGuildText:
+	case pc.Type != ChannelGuildText && pc.Type != ChannelNews:
 		writeError(w, http.StatusBadRequest, 50024, "Cannot execute action on this channel type")
 		return
 	case s.findLocked(parent, msgID) == nil:
@@ -395,7 +395,11 @@ func (s *Server) threadFromMessage(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, codeThreadExists, "A thread has already been created for this message")
 		return
 	}
-	c := s.ensureChannelLocked(Channel{ID: msgID, Type: ChannelPublicThread, GuildID: pc.GuildID, ParentID: parent,
+	kind := ChannelPublicThread // Discord infers the kind from the channel
+	if pc.Type == ChannelNews {
+		kind = ChannelNewsThread
+	}
+	c := s.ensureChannelLocked(Channel{ID: msgID, Type: kind, GuildID: pc.GuildID, ParentID: parent,
 		Name: ts.Name, OwnerID: s.opts.BotUserID, FromMessage: msgID})
 	s.notifyLocked()
 	writeJSON(w, http.StatusCreated, c)
@@ -414,7 +418,12 @@ func (s *Server) threadBare(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, codeUnknownChannel, "Unknown Channel")
 		return
 	}
-	if ts.Type == 0 {
+	switch {
+	case pc.Type == ChannelNews && ts.Type != ChannelNewsThread:
+		// An announcement channel holds announcement threads only.
+		writeError(w, http.StatusBadRequest, 50024, "Cannot execute action on this channel type")
+		return
+	case ts.Type == 0:
 		ts.Type = 12 // Discord's default for a bare thread is private
 	}
 	c := s.ensureChannelLocked(Channel{ID: s.idLocked(), Type: ts.Type, GuildID: pc.GuildID, ParentID: pc.ID,

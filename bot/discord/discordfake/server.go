@@ -85,6 +85,9 @@ const (
 	ChannelGuildText    = 0
 	ChannelDM           = 1
 	ChannelPublicThread = 11
+	// An announcement (news) channel's threads are announcement threads, never public ones.
+	ChannelNews       = 5
+	ChannelNewsThread = 10
 )
 
 // Channel is a channel, DM or thread.
@@ -291,7 +294,7 @@ func (s *Server) Threads(parentID string) []Channel {
 	defer s.mu.Unlock()
 	var out []Channel
 	for _, c := range s.channels {
-		if c.Type == ChannelPublicThread && c.ParentID == parentID {
+		if (c.Type == ChannelPublicThread || c.Type == ChannelNewsThread) && c.ParentID == parentID {
 			out = append(out, *c)
 		}
 	}
