@@ -116,6 +116,11 @@ func (k kind) String() string {
 	return [...]string{"ignore", "mention", "dm", "follow-up"}[k]
 }
 
+// personSubtypes are the message subtypes a person types: a plain message, one with files, a thread
+// reply also sent to the channel ("Also send to #channel" stamps it thread_broadcast, the mention's
+// app_mention included), and /me. Every other subtype is Slack reporting a change.
+var personSubtypes = map[string]bool{"": true, "file_share": true, "thread_broadcast": true, "me_message": true}
+
 // classify decides what an event is from the event alone. botUserID may be "" while the identity is
 // unknown; own messages still carry bot_id. why explains an ignore, for debug logs.
 func classify(ev event, botUserID string) (k kind, why string) {
@@ -126,8 +131,8 @@ func classify(ev event, botUserID string) (k kind, why string) {
 		return kindIgnore, "the bot's own message"
 	case ev.User == "":
 		return kindIgnore, "no user"
-	case ev.Subtype != "" && ev.Subtype != "file_share":
-		// Edits, deletions, joins, broadcasts…: none is a new request.
+	case !personSubtypes[ev.Subtype]:
+		// Edits, deletions, joins, topic changes…: none is a new request.
 		return kindIgnore, "subtype " + ev.Subtype
 	case ev.Hidden:
 		return kindIgnore, "hidden"

@@ -78,6 +78,13 @@ func TestClassify(t *testing.T) {
 		{"thread reply", mod(func(e *event) { e.Type = "message"; e.ChannelType = "channel"; e.Text = "hi"; e.ThreadTS = "0.5" }), "UBOT", kindFollowUp},
 		{"thread root is not a reply", mod(func(e *event) { e.Type = "message"; e.ChannelType = "group"; e.Text = "hi"; e.ThreadTS = e.TS }), "UBOT", kindIgnore},
 		{"reaction event", mod(func(e *event) { e.Type = "reaction_added" }), "UBOT", kindIgnore},
+		// "Also send to channel" stamps a thread reply thread_broadcast, mention or not.
+		{"broadcast mention", mod(func(e *event) { e.Subtype = "thread_broadcast"; e.ThreadTS = "0.5" }), "UBOT", kindMention},
+		{"broadcast thread reply", mod(func(e *event) {
+			e.Type, e.Subtype, e.ChannelType, e.Text, e.ThreadTS = "message", "thread_broadcast", "channel", "hi", "0.5"
+		}), "UBOT", kindFollowUp},
+		{"/me in a DM", mod(func(e *event) { e.Type, e.Subtype, e.ChannelType = "message", "me_message", "im" }), "UBOT", kindDM},
+		{"channel join", mod(func(e *event) { e.Type, e.Subtype, e.ChannelType = "message", "channel_join", "im" }), "UBOT", kindIgnore},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
