@@ -1,6 +1,7 @@
 package slack
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -24,12 +25,16 @@ func (a *Adapter) inbound(ev event) (files []bot.File, notes []string) {
 		a.log.Warn("attachments could not be read", zap.String("ts", ev.TS), zap.Error(err))
 		return nil, []string{"(I could not read the attachments of that message.)"}
 	}
+	// One line for those past maxInboundFiles, not one each: the list is outside input.
+	more := len(list) - maxInboundFiles
+	if more > 0 {
+		list = list[:maxInboundFiles]
+	}
 	var total int64
-	for i, f := range list {
-		name := f.Name
-		if name == "" {
-			name = f.ID
-		}
+	for _, f := range list {
+		// The name the agent will get: no path, no control characters (a CR/LF would forge a line
+		// of the reply's notes), bounded in length.
+		name := bot.FileName(cmp.Or(f.Name, f.ID))
 		skip := func(why string) {
 			notes = append(notes, fmt.Sprintf("attachment not used: %s: %s", name, why))
 		}
@@ -38,9 +43,6 @@ func (a *Adapter) inbound(ev event) (files []bot.File, notes []string) {
 			url = f.URLPrivate
 		}
 		switch {
-		case i >= maxInboundFiles:
-			skip(fmt.Sprintf("only the first %d attachments are used", maxInboundFiles))
-			continue
 		case f.Mode == "external" || f.Mode == "tombstone" || url == "":
 			// Links to Drive/Dropbox and deleted files have nothing to download; Slack Connect
 			// files ("check_file_info") need files.info, which this bot does not call.
@@ -62,6 +64,9 @@ func (a *Adapter) inbound(ev event) (files []bot.File, notes []string) {
 		files = append(files, bot.File{Name: name, Size: f.Size, Ref: ref, Open: func(ctx context.Context) (io.ReadCloser, error) {
 			return a.OpenFile(ctx, ref)
 		}})
+	}
+	if more > 0 {
+		notes = append(notes, fmt.Sprintf("%d more attachments not used: only the first %d are", more, maxInboundFiles))
 	}
 	return files, notes
 }

@@ -3,10 +3,13 @@ package slack
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
+
+	"github.com/threadbox/threadbox/bot"
 )
 
 // The caps are checked on the sizes Slack announces, before the ack; an event is outside input, so a
@@ -43,4 +46,34 @@ func TestInboundCapsAnnouncedSizes(t *testing.T) {
 			require.Len(t, notes, len(tc.sizes)-len(used), "every file not used is said")
 		})
 	}
+}
+
+// An event's file list and names are outside input: however many files it lists, the notes stay a
+// few lines, and a name cannot break the reply's layout (CR/LF), climb out of input/ (../), or run on
+// for pages; the name shown is the one the agent gets.
+func TestInboundBoundsHostileLists(t *testing.T) {
+	a := &Adapter{opts: Options{MaxInboundFileBytes: 10, MaxInboundBytes: 15}, log: zap.NewNop()}
+	long := strings.Repeat("x", 5000)
+	list := []slackFile{
+		{ID: "F0", Name: "../../etc/passwd", Size: 1, URLPrivate: "https://files.slack.com/a"},
+		{ID: "F1", Name: "ok.txt\r\n@channel fake line", Size: 20, URLPrivate: "https://files.slack.com/b"},
+		{ID: "F2", Name: long, Size: 1, Mode: "external"},
+	}
+	for i := range 5000 {
+		list = append(list, slackFile{ID: fmt.Sprint("G", i), Name: long, Size: 1, URLPrivate: "https://files.slack.com/c"})
+	}
+	raw, err := json.Marshal(list)
+	require.NoError(t, err)
+	files, notes := a.inbound(event{Files: raw})
+	require.LessOrEqual(t, len(files), maxInboundFiles)
+	require.Equal(t, "passwd", files[0].Name)
+	for _, f := range files {
+		require.Equal(t, bot.FileName(f.Name), f.Name)
+	}
+	require.LessOrEqual(t, len(notes), maxInboundFiles+1, "%d notes", len(notes))
+	all := strings.Join(notes, "\n")
+	require.Less(t, len(all), 8000)
+	require.NotContains(t, all, "\r")
+	require.Equal(t, len(notes)-1, strings.Count(all, "\n"), "one line per note")
+	require.Contains(t, all, "4983 more attachments")
 }
