@@ -14,9 +14,9 @@ import (
 	"go.uber.org/zap"
 )
 
-// maxCommandText keeps a command's reply under Socket Mode's 20 KB response limit (with room for
-// JSON escaping) and readable in an ephemeral message.
-const maxCommandText = 12000
+// maxCommandJSON bounds a command's reply text as it is sent, JSON-encoded (escapes included): under
+// Socket Mode's 20 KB response limit with room for the envelope, and readable in an ephemeral message.
+const maxCommandJSON = 12000
 
 // CommandsHandler serves POST /slack/commands: the /threadbox slash command, signature verified,
 // mapped to the admin commands as the actor "slack:<user_id>" (refused and audited for non-admins).
@@ -114,11 +114,41 @@ func (a *Adapter) runCommand(ctx context.Context, cmd slack.SlashCommand) string
 // it within maxCommandText.
 func formatCommandOutput(out string) string {
 	out = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(strings.TrimRight(out, "\n"))
-	if utf8.RuneCountInString(out) > maxCommandText {
-		out = string([]rune(out)[:maxCommandText]) + "\n… (cut; `threadbox admin` on the server shows everything)"
+	if cut, ok := cutJSON(out, maxCommandJSON); ok {
+		out = cut + "\n… (cut; `threadbox admin` on the server shows everything)"
 	}
 	if strings.Contains(out, "\n") {
 		return "```\n" + strings.ReplaceAll(out, "```", "'''") + "\n```"
 	}
 	return out
+}
+
+// cutJSON cuts s to its longest prefix that takes at most limit bytes JSON-encoded, and reports
+// whether it cut. Characters are counted as encoding/json writes them: the limit is on bytes sent,
+// and a character count lets CJK (3 bytes), emoji (4) or escaped characters (up to 6) run far past it.
+// A cut never leaves half an &entity;.
+func cutJSON(s string, limit int) (string, bool) {
+	n := 0
+	for i, r := range s {
+		n += jsonLen(r)
+		if n > limit {
+			cut := s[:i]
+			if amp := strings.LastIndexByte(cut, '&'); amp >= 0 && !strings.Contains(cut[amp:], ";") {
+				cut = cut[:amp]
+			}
+			return cut, true
+		}
+	}
+	return s, false
+}
+
+// jsonLen is how many bytes encoding/json (HTML escaping on, as json.Marshal) writes for r in a string.
+func jsonLen(r rune) int {
+	switch {
+	case r == '"', r == '\\', r == '\n', r == '\r', r == '\t':
+		return 2
+	case r < 0x20, r == '<', r == '>', r == '&', r == '\u2028', r == '\u2029', r == utf8.RuneError:
+		return 6
+	}
+	return utf8.RuneLen(r)
 }

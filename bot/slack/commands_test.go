@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -107,4 +108,24 @@ func TestInThreadAdminRepliesAreEphemeral(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A command's reply must fit Socket Mode's 20 KB response whatever the output is made of: the cap is
+// on the bytes the reply takes as JSON, not on characters (a CJK character is 3 bytes, an emoji 4, a
+// control character 6 escaped).
+func TestCommandOutputFitsSocketModeResponse(t *testing.T) {
+	for name, unit := range map[string]string{
+		"ascii": "a", "ampersands": "&", "cjk": "界", "emoji": "🙂", "control": "\x01", "line separator": "\u2028",
+		"lines": "row\n", "quotes": `"\`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			out := formatCommandOutput(strings.Repeat(unit, 30000))
+			require.True(t, utf8.ValidString(out))
+			b, err := json.Marshal(ephemeral{ResponseType: "ephemeral", Text: out})
+			require.NoError(t, err)
+			require.LessOrEqual(t, len(b), 20*1000, "%d bytes", len(b))
+			require.Contains(t, out, "(cut;")
+		})
+	}
+	require.Equal(t, "short &amp; plain", formatCommandOutput("short & plain\n"))
 }

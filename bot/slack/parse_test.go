@@ -6,7 +6,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"unicode/utf8"
 
 	"github.com/slack-go/slack"
 	"github.com/stretchr/testify/require"
@@ -250,7 +249,9 @@ func FuzzCommands(f *testing.F) {
 			_ = strings.Fields(cmd.Text)
 		}
 		got := formatCommandOutput(output)
-		require.LessOrEqual(t, utf8.RuneCountInString(got), maxCommandText+200)
+		enc, err := json.Marshal(got)
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(enc), maxCommandJSON+200, "bytes as sent, not characters")
 		require.False(t, strings.ContainsAny(got, "<>"), "markup reaches Slack: %q", got)
 		if inner, ok := strings.CutPrefix(got, "```\n"); ok && strings.Contains(got, "\n") {
 			inner, ok = strings.CutSuffix(inner, "\n```")
