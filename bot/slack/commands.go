@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -77,12 +78,26 @@ func (a *Adapter) runCommand(ctx context.Context, cmd slack.SlashCommand) string
 		return "Admin commands are not configured on this bot."
 	}
 	actor := "slack:" + cmd.UserID
+	// done hands the result over while runCommand waits; once it stops waiting (late), the command's
+	// own task posts the result. The task is already tracked, so that needs no new background work,
+	// which Close may refuse by then: the promised result is never dropped.
 	done := make(chan string, 1)
+	var mu sync.Mutex
+	late := false
 	// The command runs on the adapter's context, not the request's: it must not be cut off when the
 	// HTTP response goes out.
 	if !a.queue.add(func() {
-		out, _ := a.opts.Admin.Run(a.base, actor, argv)
-		done <- formatCommandOutput(out)
+		res, _ := a.opts.Admin.Run(a.base, actor, argv)
+		out := formatCommandOutput(res)
+		mu.Lock()
+		posted := late
+		if !late {
+			done <- out
+		}
+		mu.Unlock()
+		if posted {
+			a.postLate(cmd, out)
+		}
 	}) {
 		return "Threadbox is restarting; try again in a minute."
 	}
@@ -94,20 +109,34 @@ func (a *Adapter) runCommand(ctx context.Context, cmd slack.SlashCommand) string
 	case <-t.C:
 	case <-ctx.Done():
 	}
+	mu.Lock()
+	defer mu.Unlock()
+	select {
+	case out := <-done: // finished meanwhile
+		return out
+	default:
+	}
+	late = true
 	if cmd.ResponseURL == "" {
 		return "Working on it; the result will be in the bot's log."
 	}
-	a.queue.add(func() {
-		out := <-done
-		pctx, cancel := context.WithTimeout(context.Background(), postTimeout)
-		defer cancel()
-		_, _, _, err := a.api.SendMessageContext(pctx, cmd.ChannelID,
-			slack.MsgOptionText(out, false), slack.MsgOptionResponseURL(cmd.ResponseURL, slack.ResponseTypeEphemeral))
-		if err != nil {
-			a.log.Warn("posting a slash command result to its response_url", zap.Error(err))
-		}
-	})
 	return "Working on it…"
+}
+
+// postLate posts the result of a command that outlived its budget to its response_url (or logs it,
+// when the command came without one).
+func (a *Adapter) postLate(cmd slack.SlashCommand, out string) {
+	if cmd.ResponseURL == "" {
+		a.log.Info("slash command finished", zap.String("user", cmd.UserID), zap.String("result", out))
+		return
+	}
+	pctx, cancel := context.WithTimeout(context.Background(), postTimeout)
+	defer cancel()
+	_, _, _, err := a.api.SendMessageContext(pctx, cmd.ChannelID,
+		slack.MsgOptionText(out, false), slack.MsgOptionResponseURL(cmd.ResponseURL, slack.ResponseTypeEphemeral))
+	if err != nil {
+		a.log.Warn("posting a slash command result to its response_url", zap.Error(err))
+	}
 }
 
 // formatCommandOutput escapes & < > (the text is mrkdwn), fences multi-line output (tables) and keeps

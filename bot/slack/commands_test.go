@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/slack-go/slack"
 	"github.com/stretchr/testify/require"
 
 	"github.com/threadbox/threadbox/bot"
@@ -128,4 +129,33 @@ func TestCommandOutputFitsSocketModeResponse(t *testing.T) {
 		})
 	}
 	require.Equal(t, "short &amp; plain", formatCommandOutput("short & plain\n"))
+}
+
+// gatedAdmin runs a command only once released.
+type gatedAdmin struct{ started, release chan struct{} }
+
+func (g gatedAdmin) Run(context.Context, string, []string) (string, error) {
+	close(g.started)
+	<-g.release
+	return "late result", nil
+}
+
+// A command told "Working on it…" has promised its result: if the adapter starts closing between
+// the budget running out and the hand-over to the response_url, the result is still posted.
+func TestSlashCommandResultPostedWhenClosingAfterBudget(t *testing.T) {
+	g := gatedAdmin{started: make(chan struct{}), release: make(chan struct{})}
+	hs := newHarness(t, nil, newStubHandler(), func(o *Options) { o.Admin = g; o.CommandBudget = time.Hour })
+	ctx, cancel := context.WithCancel(t.Context())
+	reply := make(chan string, 1)
+	go func() {
+		reply <- hs.ad.runCommand(ctx, slack.SlashCommand{UserID: "U1", ChannelID: "C1", Text: "sessions",
+			ResponseURL: strings.TrimSuffix(hs.fake.APIURL(), "/api/") + "/commands/late"})
+	}()
+	<-g.started
+	hs.ad.queue.close() // Close has begun: no new background work
+	cancel()            // the request ends before the command does
+	require.Equal(t, "Working on it…", <-reply)
+	close(g.release)
+	waitFake(t, hs.fake, "the late result", func() bool { return len(hs.fake.ResponsePosts()) == 1 })
+	require.Contains(t, string(hs.fake.ResponsePosts()[0].Body), "late result")
 }
