@@ -1,12 +1,15 @@
 package web
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
+	"reflect"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -63,8 +66,8 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, v any, empt
 		}
 	}
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
+	var raw json.RawMessage
+	err := dec.Decode(&raw)
 	if errors.Is(err, io.EOF) && emptyOK {
 		return nil
 	}
@@ -73,6 +76,14 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, v any, empt
 		if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
 			err = errors.New("unexpected data after the JSON object")
 		}
+	}
+	if err == nil {
+		err = exactKeys(raw, v)
+	}
+	if err == nil {
+		strict := json.NewDecoder(bytes.NewReader(raw))
+		strict.DisallowUnknownFields()
+		err = strict.Decode(v)
 	}
 	var mbe *http.MaxBytesError
 	switch {
@@ -86,6 +97,63 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, v any, empt
 		return errorf(http.StatusBadRequest, "malformed JSON: unexpected end of input")
 	}
 	return errorf(http.StatusBadRequest, "malformed JSON: %s", err.Error())
+}
+
+// exactKeys checks that raw is one JSON object whose keys are v's fields' json names exactly, each
+// once. encoding/json alone matches keys in any case and lets a later duplicate win, so {"TEXT": ...}
+// or {"text": "a", "Text": "b"} would be taken, and a proxy or log reading exact keys would see
+// another message than the bot runs.
+func exactKeys(raw json.RawMessage, v any) error {
+	known := jsonNames(reflect.TypeOf(v))
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return errors.New("want a JSON object")
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		key, _ := tok.(string)
+		switch {
+		case !known[key]:
+			return fmt.Errorf("unknown field %q", key)
+		case seen[key]:
+			return fmt.Errorf("duplicate field %q", key)
+		}
+		seen[key] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// jsonNames are the keys a struct (or pointer to one) takes: its exported fields' json names.
+func jsonNames(t reflect.Type) map[string]bool {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	names := map[string]bool{}
+	if t.Kind() != reflect.Struct {
+		return names
+	}
+	for f := range t.Fields() {
+		if !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch name {
+		case "-":
+			continue
+		case "":
+			name = f.Name
+		}
+		names[name] = true
+	}
+	return names
 }
 
 // clip cuts text for display at a rune boundary; cut is how many bytes were left out.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -68,6 +69,34 @@ func TestAPIErrorsShowARefNotTheError(t *testing.T) {
 			logged := logs.FilterField(zap.String("ref", m[1])).All()
 			require.Len(t, logged, 1)
 			require.Equal(t, tt.err.Error(), logged[0].ContextMap()["error"])
+		})
+	}
+}
+
+// TestJSONKeysAreExact: a request body's keys are taken only as the API spells them. encoding/json
+// matches keys case-insensitively and lets a later duplicate win, so {"TEXT": ...} was taken as the
+// text, and {"text": "a", "Text": "b"} ran "b" where a proxy or log that reads exact keys saw "a".
+func TestJSONKeysAreExact(t *testing.T) {
+	tests := []struct {
+		name, path, body string
+		want             int
+	}{
+		{"exact key", "/api/conversations/c1/messages", `{"text":"hi"}`, http.StatusAccepted},
+		{"key in another case", "/api/conversations/c1/messages", `{"TEXT":"hi"}`, http.StatusBadRequest},
+		{"duplicate key differing by case", "/api/conversations/c1/messages", `{"text":"a","Text":"b"}`, http.StatusBadRequest},
+		{"duplicate key", "/api/conversations/c1/messages", `{"text":"a","text":"b"}`, http.StatusBadRequest},
+		{"not an object", "/api/conversations/c1/messages", `["hi"]`, http.StatusBadRequest},
+		{"null", "/api/conversations/c1/messages", `null`, http.StatusBadRequest},
+		{"create: exact key", "/api/conversations", `{"title":"t"}`, http.StatusCreated},
+		{"create: key in another case", "/api/conversations", `{"Title":"t"}`, http.StatusBadRequest},
+		{"create: empty body", "/api/conversations", ``, http.StatusCreated},
+		{"admin: key in another case", "/api/admin/logs", `{"THREAD":"web:x"}`, http.StatusBadRequest},
+	}
+	srv := newTestServer(t, "")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := serve(srv, loopbackReq("POST", tt.path, strings.NewReader(tt.body)))
+			require.Equal(t, tt.want, rec.Code, rec.Body.String())
 		})
 	}
 }
