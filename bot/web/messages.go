@@ -202,11 +202,7 @@ func (s *Server) readMultipart(w http.ResponseWriter, r *http.Request) (text str
 			// bot cannot record: PostgreSQL's jsonb refuses \u0000), control or format characters
 			// and invalid UTF-8.
 			name = bot.FileName(name)
-			b, err := readCapped(part, maxUploadFile)
-			if err != nil {
-				return "", files, err
-			}
-			f, err := s.spool(name, b)
+			f, err := s.spoolPart(name, part, maxUploadFile)
 			if err != nil {
 				return "", files, err
 			}

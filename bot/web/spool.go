@@ -1,6 +1,7 @@
 package web
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,21 +23,56 @@ import (
 const spoolPrefix = "threadbox-web-"
 
 func (s *Server) spool(name string, data []byte) (bot.File, error) {
+	return s.spoolPart(name, bytes.NewReader(data), int64(len(data)))
+}
+
+// spoolPart copies an attachment from the request into a spool file in small pieces, never whole
+// into memory: parallel uploads would otherwise hold up to their caps in memory each, unbounded
+// together. Past limit bytes it is refused with 413 and nothing is left on disk.
+func (s *Server) spoolPart(name string, part io.Reader, limit int64) (_ bot.File, err error) {
 	f, err := os.CreateTemp("", spoolPrefix+"*")
 	if err != nil {
 		return bot.File{}, errorf(http.StatusInternalServerError, "could not store the attachment: %s", err.Error())
 	}
-	_, werr := f.Write(data)
-	cerr := f.Close()
-	if err := errors.Join(werr, cerr); err != nil {
-		_ = os.Remove(f.Name())
+	defer func() {
+		if err != nil {
+			_ = f.Close()
+			_ = os.Remove(f.Name())
+		}
+	}()
+	src := &readErrs{r: io.LimitReader(part, limit+1)}
+	n, err := io.Copy(f, src)
+	switch {
+	case src.err != nil:
+		return bot.File{}, bodyError(src.err)
+	case err != nil:
+		return bot.File{}, errorf(http.StatusInternalServerError, "could not store the attachment: %s", err.Error())
+	case n > limit:
+		return bot.File{}, errorf(http.StatusRequestEntityTooLarge, "too large: the limit is %s per part", bot.HumanSize(limit))
+	}
+	if err := f.Close(); err != nil {
 		return bot.File{}, errorf(http.StatusInternalServerError, "could not store the attachment: %s", err.Error())
 	}
 	ref := filepath.Base(f.Name())
-	return bot.File{Name: name, Size: int64(len(data)), Ref: ref,
+	return bot.File{Name: name, Size: n, Ref: ref,
 		Open:    func(ctx context.Context) (io.ReadCloser, error) { return s.OpenFile(ctx, ref) },
 		Discard: func() { s.DiscardFile(ref) },
 	}, nil
+}
+
+// readErrs remembers a read error, to tell the client's fault (a broken or oversized body) from the
+// disk's.
+type readErrs struct {
+	r   io.Reader
+	err error
+}
+
+func (r *readErrs) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		r.err = err
+	}
+	return n, err
 }
 
 // discard removes the spool files of a message refused before the bot's handler took it (once it

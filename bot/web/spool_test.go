@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -207,4 +209,56 @@ func TestMessageResentUnderItsKeyIsTheSameMessage(t *testing.T) {
 	for _, bad := range []string{"short", strings.Repeat("k", 65), "has:colon-0123456789", "spaces are not ok 0123"} {
 		require.Equal(t, http.StatusBadRequest, post(bad).Code, bad)
 	}
+}
+
+// repeatReader yields n bytes of one pattern without holding them.
+type repeatReader struct{ n int64 }
+
+func (r *repeatReader) Read(p []byte) (int, error) {
+	if r.n == 0 {
+		return 0, io.EOF
+	}
+	p = p[:min(int64(len(p)), r.n)]
+	for i := range p {
+		p[i] = 'a' + byte(i%26)
+	}
+	r.n -= int64(len(p))
+	return len(p), nil
+}
+
+// TestUploadIsNotHeldInMemory: an attachment goes from the request to its spool file in small
+// pieces. It was read whole into memory first (up to 25 MiB a part, with no bound across requests),
+// so parallel uploads could take as much memory as clients cared to send at once.
+func TestUploadIsNotHeldInMemory(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("TMPDIR", dir)
+	srv := newTestServer(t, "")
+	const size = maxUploadFile - 1<<20
+	pr, pw := io.Pipe()
+	mw := multipart.NewWriter(pw)
+	go func() {
+		fw, err := mw.CreateFormFile("file", "big.bin")
+		if err == nil {
+			_, err = io.Copy(fw, &repeatReader{n: size})
+		}
+		if err == nil {
+			err = mw.Close()
+		}
+		pw.CloseWithError(err)
+	}()
+	r := loopbackReq("POST", "/api/conversations/up/messages", pr)
+	r.Header.Set("Content-Type", mw.FormDataContentType())
+
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	rec := serve(srv, r)
+	runtime.ReadMemStats(&after)
+	require.Equal(t, http.StatusAccepted, rec.Code, rec.Body.String())
+	allocated := after.TotalAlloc - before.TotalAlloc
+	require.Less(t, allocated, uint64(4<<20), "allocated %s for a %s upload", bot.HumanSize(int64(allocated)), bot.HumanSize(size))
+	files := spoolFiles(t, dir)
+	require.Len(t, files, 1)
+	st, err := os.Stat(filepath.Join(dir, files[0]))
+	require.NoError(t, err)
+	require.EqualValues(t, size, st.Size())
 }
