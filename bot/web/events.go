@@ -67,6 +67,11 @@ const (
 	// streamWriteTimeout is how long a stream's client may take no bytes (its connection is full)
 	// before the stream is ended: a client that never reads must not hold a handler for ever.
 	streamWriteTimeout = 2 * heartbeat
+	// maxStreams and maxConvStreams cap the event streams open in all and on one conversation: each
+	// holds a handler, a connection and a subBuffer of events, and keeps its conversation from being
+	// forgotten. A page opens one per conversation shown.
+	maxStreams     = 1024
+	maxConvStreams = 32
 )
 
 // conversation is one web thread's live state.
@@ -163,10 +168,19 @@ func (c *conversation) snapshot() ([]Event, int64) {
 // subscribe returns the events after seq and a channel for the ones to come; ok is false when the
 // events right after seq are no longer held.
 func (c *conversation) subscribe(after int64) (backlog []Event, ch chan Event, ok bool) {
+	backlog, ch, ok, _ = c.subscribeCapped(after, 0)
+	return backlog, ch, ok
+}
+
+// subscribeCapped is subscribe, refused (full) when max streams (if max > 0) are open on c already.
+func (c *conversation) subscribeCapped(after int64, max int) (backlog []Event, ch chan Event, ok, full bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if after < c.evicted || after > c.seq {
-		return nil, nil, false
+		return nil, nil, false, false
+	}
+	if max > 0 && len(c.subs) >= max {
+		return nil, nil, false, true
 	}
 	for _, ev := range c.log {
 		if ev.Seq > after {
@@ -175,7 +189,27 @@ func (c *conversation) subscribe(after int64) (backlog []Event, ch chan Event, o
 	}
 	ch = make(chan Event, subBuffer)
 	c.subs[ch] = struct{}{}
-	return backlog, ch, true
+	return backlog, ch, true, false
+}
+
+// errTooManyStreams answers an event stream past a cap.
+var errTooManyStreams = errorf(http.StatusTooManyRequests, "too many event streams open: close another tab or stream, then try again")
+
+// takeStream reserves one of the server's event streams; releaseStream gives it back.
+func (s *Server) takeStream() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.streams >= s.maxStreams {
+		return false
+	}
+	s.streams++
+	return true
+}
+
+func (s *Server) releaseStream() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.streams--
 }
 
 func (c *conversation) unsubscribe(ch chan Event) {
@@ -223,6 +257,21 @@ func (s *Server) parseCursor(c string) (int64, bool) {
 // streamEvents is GET /api/conversations/{id}/events: server-sent events, resuming after the
 // Last-Event-ID header (set by a reconnecting EventSource) or the after parameter.
 func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodHead {
+		// The headers alone: a HEAD would otherwise hold a stream whose bytes go nowhere.
+		if !idPattern.MatchString(r.PathValue("id")) {
+			writeError(w, http.StatusBadRequest, "bad conversation id: want 1 to 64 of A-Z a-z 0-9 _ -")
+			return
+		}
+		setStreamHeaders(w)
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	if !s.takeStream() {
+		s.writeErr(w, errTooManyStreams)
+		return
+	}
+	defer s.releaseStream()
 	c, err := s.conversationFor(r)
 	if err != nil {
 		s.writeErr(w, err)
@@ -238,18 +287,20 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) {
 	// holding this handler (and its connection) for ever.
 	alive := func() { _ = rc.SetWriteDeadline(time.Now().Add(s.streamWriteTimeout)) }
 	alive()
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream; charset=utf-8")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no")
 	after, ok := s.parseCursor(from)
 	var (
 		backlog []Event
 		ch      chan Event
+		full    bool
 	)
 	if ok {
-		backlog, ch, ok = c.subscribe(after)
+		backlog, ch, ok, full = c.subscribeCapped(after, s.maxConvStreams)
 	}
+	if full {
+		s.writeErr(w, errTooManyStreams)
+		return
+	}
+	setStreamHeaders(w)
 	if !ok {
 		w.WriteHeader(http.StatusOK)
 		_ = writeSSE(w, Event{Type: EventReset, At: s.now().UTC()}, "")
@@ -297,6 +348,13 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+func setStreamHeaders(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
 }
 
 // writeSSE writes one event. JSON has no raw newlines, so the data is one line.

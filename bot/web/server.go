@@ -96,6 +96,8 @@ type Server struct {
 	maxText  int
 	// streamWriteTimeout ends an event stream whose client takes no bytes for this long.
 	streamWriteTimeout time.Duration
+	// maxStreams and maxConvStreams cap the event streams open in all and on one conversation.
+	maxStreams, maxConvStreams int
 	// epoch names this process's event numbering, so a browser reconnecting after a restart is told
 	// to reload instead of waiting for sequence numbers that now mean something else.
 	epoch string
@@ -113,7 +115,9 @@ type Server struct {
 	// seqFloor is the highest event number of a conversation forgotten (lookup); a conversation
 	// registered later numbers its events after it.
 	seqFloor int64
-	closed   bool
+	// streams counts the event streams open.
+	streams int
+	closed  bool
 }
 
 // New builds the web chat.
@@ -129,6 +133,7 @@ func New(opts Options) (*Server, error) {
 		handler: opts.Handler, admin: opts.Admin, dir: opts.Directory, warning: opts.Warning,
 		log: opts.Logger, now: opts.Now, maxText: opts.MaxTextBytes, page: page,
 		convs: map[string]*conversation{}, epoch: randomID(6), streamWriteTimeout: streamWriteTimeout,
+		maxStreams: maxStreams, maxConvStreams: maxConvStreams,
 	}
 	if opts.Token != "" {
 		s.hasToken, s.tokenSum = true, sha256.Sum256([]byte(opts.Token))
