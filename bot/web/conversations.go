@@ -27,6 +27,10 @@ var idPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 // maxConversations bounds the conversations held in memory (see lookup).
 const maxConversations = 10_000
 
+// forgetScan bounds how many conversations forgetIdleLocked looks at, under the lock every request
+// takes.
+const forgetScan = 64
+
 // maxListed bounds the conversation list.
 const maxListed = 500
 
@@ -63,7 +67,10 @@ func (s *Server) lookup(id string, create bool) *conversation {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := s.convs[id]
-	if c == nil && create {
+	switch {
+	case c != nil:
+		s.lru.MoveToFront(c.elem)
+	case create:
 		if len(s.convs) >= maxConversations {
 			s.forgetIdleLocked()
 		}
@@ -72,36 +79,45 @@ func (s *Server) lookup(id string, create bool) *conversation {
 		// rather than resumed in the middle of this one.
 		c.seq, c.evicted = s.seqFloor, s.seqFloor
 		s.convs[id] = c
+		c.elem = s.lru.PushFront(c)
 	}
 	return c
 }
 
-// forgetIdleLocked drops the least recently active conversation that no stream is open on, if any.
-// Called with s.mu held.
+// touch marks c used (an event published in it), unless it was forgotten.
+func (s *Server) touch(c *conversation) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c.elem != nil {
+		s.lru.MoveToFront(c.elem)
+	}
+}
+
+// forgetIdleLocked drops the least recently used conversation that no stream is open on, looking
+// at no more than forgetScan of them: one with a stream open is moved to the front instead, so the
+// next call looks at others. Called with s.mu held.
 func (s *Server) forgetIdleLocked() {
-	var (
-		oldest   string
-		oldestAt time.Time
-	)
-	for id, c := range s.convs {
+	e := s.lru.Back()
+	for range forgetScan {
+		if e == nil {
+			return
+		}
+		prev := e.Prev()
+		c := e.Value.(*conversation)
 		c.mu.Lock()
-		at, busy := c.last, len(c.subs) > 0
-		if c.created.After(at) {
-			at = c.created
-		}
+		busy, seq := len(c.subs) > 0, c.seq
 		c.mu.Unlock()
-		if !busy && (oldest == "" || at.Before(oldestAt)) {
-			oldest, oldestAt = id, at
+		if !busy {
+			s.seqFloor = max(s.seqFloor, seq)
+			s.lru.Remove(e)
+			c.elem = nil
+			delete(s.convs, c.id)
+			return
 		}
+		s.lru.MoveToFront(e)
+		e = prev
 	}
-	if oldest == "" {
-		return // every one has a stream open: those are bounded by the connections
-	}
-	c := s.convs[oldest]
-	c.mu.Lock()
-	s.seqFloor = max(s.seqFloor, c.seq)
-	c.mu.Unlock()
-	delete(s.convs, oldest)
+	// All looked at have streams open (those are capped: maxStreams): the map holds one more for now.
 }
 
 // conversationFor validates {id} and returns the conversation, registering it: any well-formed id

@@ -1,8 +1,10 @@
 package web
 
 import (
+	"fmt"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -47,4 +49,39 @@ func TestConversationsInMemoryAreBounded(t *testing.T) {
 		require.True(t, open, "the open stream was not dropped")
 	default:
 	}
+}
+
+// TestForgettingTakesBoundedWork: registering a conversation when maxConversations are held
+// forgets one after looking at a bounded number of them from the least recently used end. It used
+// to look at every one, locking each, while holding the lock every request takes: 10,000 lock
+// rounds per new conversation once full, and stuck behind any conversation whose lock was busy.
+func TestForgettingTakesBoundedWork(t *testing.T) {
+	srv, err := New(Options{Handler: nopHandler{}, Directory: bot.NewDirectory(newStore(t)), TrustLoopback: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+	for i := range maxConversations {
+		srv.lookup(fmt.Sprintf("c%d", i), true)
+	}
+	srv.lookup("c0", false) // used again: no longer the least recently used
+	// Held elsewhere (a publish, a snapshot): forgetting must not need it.
+	recent := srv.lookup(fmt.Sprintf("c%d", maxConversations-1), false)
+	recent.mu.Lock()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.lookup("new", true)
+	}()
+	deadlock := time.NewTimer(10 * time.Second) // a guard against a hang, not a timing assertion
+	defer deadlock.Stop()
+	select {
+	case <-done:
+	case <-deadlock.C:
+		recent.mu.Unlock()
+		<-done
+		t.Fatal("registering a conversation waited on the lock of a recently used one")
+	}
+	recent.mu.Unlock()
+	require.Nil(t, srv.lookup("c1", false), "the least recently used conversation is forgotten")
+	require.NotNil(t, srv.lookup("c0", false))
+	require.NotNil(t, srv.lookup("new", false))
 }

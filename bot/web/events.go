@@ -1,6 +1,7 @@
 package web
 
 import (
+	"container/list"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -77,6 +78,8 @@ const (
 // conversation is one web thread's live state.
 type conversation struct {
 	id string
+	// elem is its place in Server.lru, nil once forgotten; Server.mu protects it.
+	elem *list.Element
 
 	// mu protects the following.
 	mu       sync.Mutex

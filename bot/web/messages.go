@@ -245,11 +245,18 @@ func (r *replier) event(typ string) Event {
 	return Event{Type: typ, At: r.s.now().UTC(), ReplyTo: r.replyTo}
 }
 
+// publish publishes ev in the conversation and marks it used, so a turn answering keeps it
+// remembered.
+func (r *replier) publish(ev Event) {
+	r.c.publish(ev)
+	r.s.touch(r.c)
+}
+
 // Post implements bot.Replier.
 func (r *replier) Post(ctx context.Context, text string) error {
 	ev := r.event(EventPost)
 	ev.Text, ev.Truncated = clip(text, displayTextMax)
-	r.c.publish(ev)
+	r.publish(ev)
 	return nil
 }
 
@@ -257,7 +264,7 @@ func (r *replier) Post(ctx context.Context, text string) error {
 func (r *replier) Progress(ctx context.Context, text string) error {
 	ev := r.event(EventProgress)
 	ev.Text, ev.Truncated = clip(text, displayTextMax)
-	r.c.publish(ev)
+	r.publish(ev)
 	return nil
 }
 
@@ -272,7 +279,7 @@ func (r *replier) Upload(ctx context.Context, name string, data []byte) (string,
 	}
 	ev := r.event(EventUpload)
 	ev.File = &ref
-	r.c.publish(ev)
+	r.publish(ev)
 	return ref.ID, nil
 }
 
@@ -280,7 +287,7 @@ func (r *replier) Upload(ctx context.Context, name string, data []byte) (string,
 func (r *replier) React(ctx context.Context, name string) error {
 	ev := r.event(EventReaction)
 	ev.Reaction = name
-	r.c.publish(ev)
+	r.publish(ev)
 	return nil
 }
 

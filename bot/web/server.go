@@ -5,6 +5,7 @@
 package web
 
 import (
+	"container/list"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -112,6 +113,8 @@ type Server struct {
 	// mu protects the following.
 	mu    sync.Mutex
 	convs map[string]*conversation
+	// lru orders convs' *conversation, most recently used first (see lookup and touch).
+	lru *list.List
 	// seqFloor is the highest event number of a conversation forgotten (lookup); a conversation
 	// registered later numbers its events after it.
 	seqFloor int64
@@ -132,7 +135,7 @@ func New(opts Options) (*Server, error) {
 	s := &Server{
 		handler: opts.Handler, admin: opts.Admin, dir: opts.Directory, warning: opts.Warning,
 		log: opts.Logger, now: opts.Now, maxText: opts.MaxTextBytes, page: page,
-		convs: map[string]*conversation{}, epoch: randomID(6), streamWriteTimeout: streamWriteTimeout,
+		convs: map[string]*conversation{}, lru: list.New(), epoch: randomID(6), streamWriteTimeout: streamWriteTimeout,
 		maxStreams: maxStreams, maxConvStreams: maxConvStreams,
 	}
 	if opts.Token != "" {
