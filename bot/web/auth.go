@@ -60,7 +60,7 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (identity,
 			byToken, ambient = true, true
 		case isPageBootstrap(r, "token") && s.tokenOK(r.URL.Query().Get("token")):
 			// The page bootstrap: remember the token in a cookie the browser sends back on its own.
-			setCookie(w, r, cookieName, s.cookieValue())
+			s.setCookie(w, r, cookieName, s.cookieValue())
 			byToken, ambient = true, true
 		}
 	}
@@ -70,7 +70,7 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (identity,
 			byLogin, ambient = true, true
 		case isPageBootstrap(r, "login"):
 			if v, ok := s.login.spend(r.URL.Query().Get("login")); ok {
-				setCookie(w, r, loginCookieName, v)
+				s.setCookie(w, r, loginCookieName, v)
 				byLogin, ambient = true, true
 			}
 		}
@@ -112,9 +112,12 @@ func isPageBootstrap(r *http.Request, param string) bool {
 	return r.Method == http.MethodGet && r.URL.Path == "/" && r.URL.Query().Has(param)
 }
 
-func setCookie(w http.ResponseWriter, r *http.Request, name, value string) {
+// setCookie sets a session cookie, Secure when this request came over TLS or the chat's public URL
+// is https (TLS ended by a proxy in front).
+func (s *Server) setCookie(w http.ResponseWriter, r *http.Request, name, value string) {
 	http.SetCookie(w, &http.Cookie{
-		Name: name, Value: value, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
+		Name: name, Value: value, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
+		Secure: r.TLS != nil || s.secureCookies,
 	})
 }
 

@@ -2,6 +2,7 @@ package web
 
 import (
 	"context"
+	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
@@ -214,4 +215,46 @@ func TestLoopbackCrossSiteAPIReads(t *testing.T) {
 	}
 	require.Nil(t, srv.lookup("junk1", false))
 	require.Nil(t, srv.lookup("junk2", false))
+}
+
+// TestCookieSecureBehindTLSProxy: behind a proxy that ends TLS the server sees plain HTTP, so the
+// session cookies went out without Secure and a browser would send them over plain http:// too.
+// A configured https PublicURL marks them Secure; X-Forwarded-Proto alone, which anyone can send,
+// decides nothing.
+func TestCookieSecureBehindTLSProxy(t *testing.T) {
+	const token = "s3cret-token-0123456789"
+	tests := []struct {
+		name      string
+		publicURL string
+		forwarded string
+		tls       bool
+		want      bool
+	}{
+		{"plain http, nothing configured", "", "", false, false},
+		{"TLS on this listener", "", "", true, true},
+		{"X-Forwarded-Proto alone is not trusted", "", "https", false, false},
+		{"https public URL", "https://chat.example.com", "", false, true},
+		{"http public URL", "http://chat.example.com", "https", false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := newTestServerWith(t, Options{Token: token, LoginToken: "login-0123456789abcdef", PublicURL: tt.publicURL})
+			for _, q := range []string{"token=" + token, "login=login-0123456789abcdef"} {
+				r := remoteReq("GET", "/?"+q, nil)
+				if tt.forwarded != "" {
+					r.Header.Set("X-Forwarded-Proto", tt.forwarded)
+				}
+				if tt.tls {
+					r.TLS = &tls.ConnectionState{}
+				}
+				rec := serve(srv, r)
+				require.Equal(t, http.StatusSeeOther, rec.Code, rec.Body.String())
+				cookies := rec.Result().Cookies()
+				require.Len(t, cookies, 1)
+				require.Equal(t, tt.want, cookies[0].Secure, q)
+			}
+		})
+	}
+	_, err := New(Options{Handler: nopHandler{}, Directory: bot.NewDirectory(newStore(t)), PublicURL: "ftp://x"})
+	require.Error(t, err)
 }

@@ -15,6 +15,7 @@ import (
 	"html/template"
 	"io/fs"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 
@@ -51,6 +52,10 @@ type Options struct {
 	// browser in as web:local (a cookie), and the token is spent. serve prints it for the person who
 	// started the bot, as Jupyter does.
 	LoginToken string
+	// PublicURL is the address browsers open the chat at (http.public_url), when it is not the
+	// listener's own: behind a proxy that ends TLS, an https URL here marks the session cookies
+	// Secure. X-Forwarded-Proto is not used for that: anyone can send it.
+	PublicURL string
 	// Warning is shown as a banner on every page (for example: the sandbox provider isolates nothing).
 	Warning string
 	Logger  *zap.Logger
@@ -90,11 +95,13 @@ type Server struct {
 	hasToken bool
 	tokenSum [32]byte
 	trustLo  bool
-	login    *oneTimeLogin
-	warning  string
-	log      *zap.Logger
-	now      func() time.Time
-	maxText  int
+	// secureCookies marks every session cookie Secure (an https PublicURL), not only over TLS.
+	secureCookies bool
+	login         *oneTimeLogin
+	warning       string
+	log           *zap.Logger
+	now           func() time.Time
+	maxText       int
 	// streamWriteTimeout ends an event stream whose client takes no bytes for this long.
 	streamWriteTimeout time.Duration
 	// maxStreams and maxConvStreams cap the event streams open in all and on one conversation.
@@ -142,6 +149,13 @@ func New(opts Options) (*Server, error) {
 		s.hasToken, s.tokenSum = true, sha256.Sum256([]byte(opts.Token))
 	}
 	s.trustLo = opts.TrustLoopback
+	if opts.PublicURL != "" {
+		u, err := url.Parse(opts.PublicURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, errors.New("web: PublicURL must be an http:// or https:// URL")
+		}
+		s.secureCookies = u.Scheme == "https"
+	}
 	if opts.LoginToken != "" {
 		s.login = newOneTimeLogin(opts.LoginToken)
 	}

@@ -24,7 +24,7 @@ import (
 func (m *Main) mountChat(ctx context.Context, mux, hooks *http.ServeMux, a *app, login string) (func(), error) {
 	ws, err := web.New(web.Options{
 		Handler: a.handler, Admin: a.admin, Directory: a.dir, Token: m.Config.HTTP.Token,
-		TrustLoopback: m.Config.HTTP.TrustLoopback, LoginToken: login, Warning: a.warning, Logger: m.Logger,
+		TrustLoopback: m.Config.HTTP.TrustLoopback, PublicURL: m.Config.HTTP.PublicURL, LoginToken: login, Warning: a.warning, Logger: m.Logger,
 	})
 	if err != nil {
 		return nil, err

@@ -99,6 +99,9 @@ type HTTP struct {
 	// PublicAddr, when set, is a second listener with only the public webhooks (/slack/*,
 	// /discord/*) and health checks, so that Addr (the web chat and admin API) can stay on loopback.
 	PublicAddr string `koanf:"public_addr"`
+	// PublicURL is the address browsers open the web chat at, when a proxy in front ends TLS: an
+	// https URL marks the session cookies Secure.
+	PublicURL string `koanf:"public_url"`
 }
 
 // Loopback reports whether Addr listens on loopback only.

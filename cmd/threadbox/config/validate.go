@@ -112,6 +112,7 @@ func (c Config) Validate() error {
 		func() error {
 			return checkURL("gateway.openai_url", c.Gateway.OpenAIURL, []string{"http", "https"}, false)
 		},
+		func() error { return checkURL("http.public_url", c.HTTP.PublicURL, []string{"http", "https"}, true) },
 		func() error {
 			return checkURL("gateway.public_url", c.Gateway.PublicURL, []string{"http", "https"}, true)
 		},
