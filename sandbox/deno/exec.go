@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net/http"
 	"path"
@@ -265,8 +266,8 @@ func (p *Provider) Exec(ctx context.Context, h sandbox.Handle, req sandbox.ExecR
 		}
 		params["stdinStreamId"], pump = id, pf
 	}
-	var sp spawnResult
-	if err := lv.conn.call(ctx, "spawn", params, &sp, pump); err != nil {
+	sp, err := p.spawnExec(ctx, lv, params, pump, marker)
+	if err != nil {
 		return sandbox.ExecResult{}, p.lost(ctx, h, fmt.Errorf("deno: spawn: %w", err))
 	}
 	var streams []*inStream
@@ -316,12 +317,58 @@ func (p *Provider) Exec(ctx context.Context, h sandbox.Handle, req sandbox.ExecR
 	return res, nil
 }
 
+type spawned struct {
+	sp  spawnResult
+	err error
+}
+
+// spawnExec sends the exec's spawn. If ctx ends before the answer, the process may be running all
+// the same: the answer is still awaited (bounded) in the background, its output streams are claimed
+// and dropped (unclaimed, they would be held in memory for the socket's life), and what it started
+// is killed by pid and by marker.
+func (p *Provider) spawnExec(ctx context.Context, lv *live, params map[string]any, pump func(), marker string) (spawnResult, error) {
+	got := make(chan spawned, 1)
+	go func() {
+		bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.opts.RequestTimeout)
+		defer cancel()
+		var sp spawnResult
+		err := lv.conn.call(bg, "spawn", params, &sp, pump)
+		got <- spawned{sp, err}
+	}()
+	select {
+	case r := <-got:
+		return r.sp, r.err
+	case <-ctx.Done():
+		go p.abandonSpawn(context.WithoutCancel(ctx), lv, got, marker)
+		return spawnResult{}, ctx.Err()
+	}
+}
+
+// abandonSpawn cleans up after a spawn whose caller left: see spawnExec.
+func (p *Provider) abandonSpawn(ctx context.Context, lv *live, got <-chan spawned, marker string) {
+	r := <-got
+	if r.err != nil {
+		if !errors.Is(r.err, errConnLost) { // no answer in time: the process may exist all the same
+			p.killExec(ctx, lv, 0, marker)
+		}
+		return
+	}
+	for _, id := range []*int{r.sp.StdoutID, r.sp.StderrID} {
+		if id != nil {
+			lv.conn.claim(*id, io.Discard)
+		}
+	}
+	p.killExec(ctx, lv, r.sp.PID, marker)
+}
+
 // killExec kills the command (processKill) and everything it started (the marker), bounded.
 func (p *Provider) killExec(ctx context.Context, lv *live, pid int, marker string) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := lv.conn.call(ctx, "processKill", map[string]any{"pid": pid, "signal": "SIGKILL"}, nil, nil); err != nil {
-		p.log.Debug("processKill", zap.Error(err))
+	if pid > 0 { // 0: the pid is unknown (the spawn never answered); the marker still finds it
+		if err := lv.conn.call(ctx, "processKill", map[string]any{"pid": pid, "signal": "SIGKILL"}, nil, nil); err != nil {
+			p.log.Debug("processKill", zap.Error(err))
+		}
 	}
 	if res, err := p.run(ctx, lv, killTree, marker); err != nil || res.code != 0 {
 		p.log.Warn("kill an exec's processes", zap.String("box", lv.id), zap.Int("exit", res.code), zap.Error(err))

@@ -1,0 +1,149 @@
+package deno
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/threadbox/threadbox/sandbox"
+)
+
+// rpcReq is one JSON-RPC request the stub received.
+type rpcReq struct {
+	ID     int64           `json:"id"`
+	Method string          `json:"method"`
+	Params json.RawMessage `json:"params"`
+}
+
+// stubSock is the sandbox end of one socket, driven by the test: it answers what the test tells it.
+type stubSock struct {
+	t    *testing.T
+	ws   *websocket.Conn
+	reqs chan rpcReq
+}
+
+func (s *stubSock) send(v any) {
+	data, err := json.Marshal(v)
+	require.NoError(s.t, err)
+	require.NoError(s.t, s.ws.WriteMessage(websocket.TextMessage, data))
+}
+
+func (s *stubSock) answer(id int64, ok any) {
+	s.send(map[string]any{"jsonrpc": "2.0", "id": id, "result": map[string]any{"ok": ok}})
+}
+
+func (s *stubSock) note(method string, params any) {
+	s.send(map[string]any{"jsonrpc": "2.0", "method": method, "params": params})
+}
+
+// next returns the next request other than a stream notification, failing after a generous bound.
+func (s *stubSock) next() rpcReq {
+	s.t.Helper()
+	select {
+	case r := <-s.reqs:
+		return r
+	case <-time.After(10 * time.Second):
+		s.t.Fatal("no request from the provider")
+		return rpcReq{}
+	}
+}
+
+// stubProvider is a Provider holding one box whose socket goes to a stub the test drives.
+func stubProvider(t *testing.T) (*Provider, sandbox.Handle, *stubSock) {
+	t.Helper()
+	socks := make(chan *stubSock, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ws, err := (&websocket.Upgrader{}).Upgrade(w, r, http.Header{"X-Deno-Sandbox-Id": {"sbx_stub"}})
+		if err != nil {
+			return
+		}
+		s := &stubSock{t: t, ws: ws, reqs: make(chan rpcReq, 16)}
+		socks <- s
+		for {
+			_, data, err := ws.ReadMessage()
+			if err != nil {
+				return
+			}
+			var q rpcReq
+			if string(data) == "ping" || json.Unmarshal(data, &q) != nil || strings.HasPrefix(q.Method, "$") {
+				continue
+			}
+			s.reqs <- q
+		}
+	}))
+	t.Cleanup(srv.Close)
+	p, err := New(Options{Token: "ddo_stub", SandboxURL: srv.URL, ConsoleURL: srv.URL, Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	conn, err := p.dialRPC(t.Context(), "connect", "ws"+strings.TrimPrefix(srv.URL, "http"), http.Header{})
+	require.NoError(t, err)
+	h := sandbox.Handle{Provider: Name, ID: newBoxID("stub", time.Now()), Version: handleVersion}
+	p.remember(h.ID, "ord", conn, time.Now().Add(time.Hour))
+	return p, h, <-socks
+}
+
+func envOf(t *testing.T, q rpcReq) (map[string]string, []string) {
+	var sp struct {
+		Env  map[string]string `json:"env"`
+		Args []string          `json:"args"`
+	}
+	require.NoError(t, json.Unmarshal(q.Params, &sp))
+	return sp.Env, sp.Args
+}
+
+// TestExecCancelledDuringSpawnKills: a ctx cancelled while spawn is in flight still kills what the
+// spawn started (processKill and the marker's kill tree) and claims its output streams, so nothing is
+// left running or held.
+func TestExecCancelledDuringSpawnKills(t *testing.T) {
+	p, h, s := stubProvider(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	execErr := make(chan error, 1)
+	go func() {
+		_, err := p.Exec(ctx, h, sandbox.ExecRequest{Cmd: []string{"sleep", "600"}})
+		execErr <- err
+	}()
+	spawn := s.next()
+	require.Equal(t, "spawn", spawn.Method)
+	env, _ := envOf(t, spawn)
+	marker := markerEnv + "=" + env[markerEnv]
+	cancel()
+	require.ErrorIs(t, <-execErr, context.Canceled)
+
+	// The spawn answer comes after the caller gave up, with output already in flight.
+	for _, id := range []int{1, 2} {
+		s.note("$sandbox.stream.enqueue", map[string]any{"streamId": id, "data": base64.StdEncoding.EncodeToString([]byte("out"))})
+	}
+	s.answer(spawn.ID, map[string]any{"pid": 7, "stdoutStreamId": 1, "stderrStreamId": 2})
+
+	kill := s.next()
+	require.Equal(t, "processKill", kill.Method, "the spawned process is killed")
+	require.JSONEq(t, `{"pid":7,"signal":"SIGKILL"}`, string(kill.Params))
+	for _, id := range []int{1, 2} {
+		s.note("$sandbox.stream.end", map[string]any{"streamId": id})
+	}
+	s.answer(kill.ID, nil)
+	tree := s.next()
+	require.Equal(t, "spawn", tree.Method)
+	_, args := envOf(t, tree)
+	require.Equal(t, marker, args[len(args)-1], "the kill tree looks for the exec's marker")
+	s.answer(tree.ID, map[string]any{"pid": 8})
+	wait := s.next()
+	require.Equal(t, "processWait", wait.Method)
+	s.answer(wait.ID, map[string]any{"success": true, "code": 0})
+
+	lv := p.lives[h.ID]
+	require.Eventually(t, func() bool {
+		lv.conn.mu.Lock()
+		defer lv.conn.mu.Unlock()
+		return len(lv.conn.streams) == 0
+	}, 10*time.Second, 5*time.Millisecond, "the spawn's output streams are claimed and released")
+}
