@@ -60,30 +60,22 @@ func (p *Provider) ReadFile(ctx context.Context, h sandbox.Handle, name string, 
 	if max <= 0 {
 		max = sandbox.DefaultMaxOutput
 	}
-	res, err := p.run(ctx, lv, shellfs.ReadScript, abs, shellfs.Top(st.WorkDir, abs), strconv.FormatInt(max, 10))
-	if err := shellfs.ScriptErr("deno", "read", abs, res.out, res.code, p.lost(ctx, h, err)); err != nil {
+	// One script checks the file and reads at most max+1 bytes of it through the output stream, so
+	// a file that grew since the check costs no more than max (Deno's readFile would bring it whole,
+	// in one message, and past the socket's limit that closes the box's shared socket).
+	data, errOut, code, err := p.runOut(ctx, lv, max, readScript, abs, shellfs.Top(st.WorkDir, abs), strconv.FormatInt(max, 10), strconv.FormatInt(max+1, 10))
+	if errors.Is(err, sandbox.ErrTooLarge) {
+		return nil, fmt.Errorf("deno: read %s: more than %d bytes: %w", abs, max, sandbox.ErrFileTooLarge)
+	}
+	if err := shellfs.ScriptErr("deno", "read", abs, errOut, code, p.lost(ctx, h, err)); err != nil {
 		return nil, err
 	}
-	var b64 string
-	if err := lv.conn.call(ctx, "readFile", map[string]string{"path": abs}, &b64, nil); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("deno: read %s: %w", abs, err)
-		}
-		return nil, p.lost(ctx, h, fmt.Errorf("deno: read %s: %w", abs, err))
-	}
-	// The file may have grown since the check: bound the answer too.
-	if int64(base64.StdEncoding.DecodedLen(len(b64))) > max+2 {
-		return nil, fmt.Errorf("deno: read %s: more than %d bytes: %w", abs, max, sandbox.ErrFileTooLarge)
-	}
-	data, err := base64.StdEncoding.DecodeString(b64)
-	if err != nil {
-		return nil, fmt.Errorf("deno: read %s: %w", abs, err)
-	}
-	if int64(len(data)) > max {
-		return nil, fmt.Errorf("deno: read %s: more than %d bytes: %w", abs, max, sandbox.ErrFileTooLarge)
-	}
-	return data, nil
+	return []byte(data), nil
 }
+
+// readScript is the read check with its messages on stderr, then the bounded read ($4 bytes) on
+// stdout.
+const readScript = "exec 3>&1 1>&2\n" + shellfs.ReadScript + "\nexec head -c \"$4\" -- \"$f\" >&3"
 
 // ListFiles implements sandbox.Provider.
 func (p *Provider) ListFiles(ctx context.Context, h sandbox.Handle, dir string) ([]sandbox.FileInfo, error) {

@@ -21,9 +21,9 @@ import (
 var errConnLost = errors.New("deno: sandbox connection closed")
 
 // maxRPCMessage bounds one message from the sandbox's socket; a larger one ends the connection.
-// The sandbox chooses what it sends (a readFile answer is the whole file, which may have grown
-// since its size was checked), so without it one message could take the host's memory. It leaves
-// room for the largest read callers make (sandbox.DefaultMaxOutput, base64 in JSON).
+// The sandbox chooses what it sends, so without it one message could take the host's memory.
+// (ReadFile does not use Deno's readFile, whose answer is the whole file in one message: it reads a
+// bounded count of bytes through an output stream.)
 const maxRPCMessage = 64 << 20
 
 // RemoteError is an error thrown inside the sandbox (the result union's error, an ErrObj).

@@ -147,3 +147,42 @@ func TestExecCancelledDuringSpawnKills(t *testing.T) {
 		return len(lv.conn.streams) == 0
 	}, 10*time.Second, 5*time.Millisecond, "the spawn's output streams are claimed and released")
 }
+
+// TestReadFileGrownPastMax: a file that grows past max between the size check and the read gives
+// ErrFileTooLarge, and the read is bounded: it never asks for the whole file in one message (past
+// the socket's read limit, that message closes the box's shared socket).
+func TestReadFileGrownPastMax(t *testing.T) {
+	p, h, s := stubProvider(t)
+	const max = 10
+	got := make(chan error, 1)
+	go func() {
+		_, err := p.ReadFile(t.Context(), h, "grows.log", max)
+		got <- err
+	}()
+	var err error
+	for pid := 101; ; pid++ {
+		var q rpcReq
+		select {
+		case err = <-got:
+		case q = <-s.reqs:
+		}
+		if q.Method == "" {
+			break
+		}
+		if q.Method == "readFile" {
+			_ = s.ws.Close() // what an answer past maxRPCMessage does
+			continue
+		}
+		require.Equal(t, "spawn", q.Method)
+		s.answer(q.ID, map[string]any{"pid": pid, "stdoutStreamId": 2 * pid, "stderrStreamId": 2*pid + 1})
+		// The file has grown to twice max since its size was checked: whatever reads it sees more.
+		s.note("$sandbox.stream.enqueue", map[string]any{"streamId": 2 * pid, "data": base64.StdEncoding.EncodeToString([]byte(strings.Repeat("x", 2*max)))})
+		s.note("$sandbox.stream.end", map[string]any{"streamId": 2 * pid})
+		s.note("$sandbox.stream.end", map[string]any{"streamId": 2*pid + 1})
+		w := s.next()
+		require.Equal(t, "processWait", w.Method)
+		s.answer(w.ID, map[string]any{"success": true, "code": 0})
+	}
+	require.ErrorIs(t, err, sandbox.ErrFileTooLarge)
+	require.False(t, p.lives[h.ID].conn.closed(), "the box's socket stays open")
+}
