@@ -127,11 +127,18 @@ func (p *Provider) Lease(ctx context.Context, h sandbox.Handle) (release func(),
 	return p.lease(lv), nil
 }
 
+// minExtendWait is the least time between two extensions: if Deno grants no later deadline (or none
+// at all), the extender keeps asking at this pace rather than in a tight loop.
+const minExtendWait = 30 * time.Second
+
 func (p *Provider) extender(lv *live, stop chan struct{}) {
-	for {
+	for asked := false; ; asked = true {
 		lv.mu.Lock()
 		wait := lv.deadline.Sub(p.clock.Now()) - p.opts.ExtendMargin
 		lv.mu.Unlock()
+		if asked { // the first extension of an unknown deadline goes at once
+			wait = max(wait, minExtendWait)
+		}
 		select {
 		case <-stop:
 			return
@@ -173,6 +180,11 @@ func (p *Provider) extend(lv *live) error {
 		map[string]int64{"stop_at_ms": want.UnixMilli()}, &got, true, p.opts.RequestTimeout)
 	if err != nil {
 		return err
+	}
+	if got.StopAtMs <= 0 {
+		// No deadline in the answer: keep the one known (a zero would read as 1970, and Sweep would
+		// pause the box at once).
+		return fmt.Errorf("deno: extend %s: the answer carried no stop_at_ms", lv.conn.sandboxID)
 	}
 	lv.mu.Lock()
 	lv.deadline = time.UnixMilli(got.StopAtMs)
