@@ -68,6 +68,9 @@ func (p *Provider) Exec(ctx context.Context, h sandbox.Handle, req sandbox.ExecR
 	case !path.IsAbs(dir):
 		dir = path.Join(st.WorkDir, dir)
 	}
+	if err := p.checkEnvValues(req.Env); err != nil {
+		return sandbox.ExecResult{}, fmt.Errorf("exec: %w", err)
+	}
 	marker := randomID()
 	env := []string{markerEnv + "=" + marker}
 	for k, v := range req.Env {

@@ -33,6 +33,9 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Handl
 	if err != nil {
 		return sandbox.Handle{}, fmt.Errorf("daytona create: %w: %w", sandbox.ErrNoEffect, err)
 	}
+	if err := p.checkEnvValues(spec.Env); err != nil {
+		return sandbox.Handle{}, fmt.Errorf("daytona create: %w: %w", sandbox.ErrNoEffect, err)
+	}
 	body := p.createBody(spec)
 	token := (*body.Labels)[LabelCreate]
 

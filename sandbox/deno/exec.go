@@ -249,6 +249,9 @@ func (p *Provider) Exec(ctx context.Context, h sandbox.Handle, req sandbox.ExecR
 	if len(req.Cmd) == 0 {
 		return sandbox.ExecResult{}, fmt.Errorf("%w: empty command", sandbox.ErrInvalidSpec)
 	}
+	if err := p.checkEnvValues(req.Env); err != nil {
+		return sandbox.ExecResult{}, err
+	}
 	lv, st, err := p.liveFor(ctx, h)
 	if err != nil {
 		return sandbox.ExecResult{}, err

@@ -195,6 +195,9 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Handl
 	if err != nil {
 		return sandbox.Handle{}, err
 	}
+	if err := p.checkEnvValues(spec.Env); err != nil {
+		return sandbox.Handle{}, err
+	}
 	root := spec.Image
 	if !validRoot(root) {
 		root = p.opts.BaseSnapshot
@@ -319,8 +322,13 @@ func (p *Provider) boot(ctx context.Context, h sandbox.Handle, st handleState, v
 	// perhaps written before a name joined the blocklist: blocked names are dropped again.
 	blocked := sandbox.NewMatcher(sandbox.DefaultBlocked())
 	keys := make([]string, 0, len(st.Env))
-	for k := range st.Env {
-		if !blocked.Match(k) {
+	for k, v := range st.Env {
+		switch {
+		case blocked.Match(k):
+		case p.opts.Token != "" && strings.Contains(v, p.opts.Token):
+			// Create refuses it; a stored handle is not refused (the box would never start again).
+			p.log.Warn("dropped an environment variable carrying the Deno token", zap.String("box", h.ID), zap.String("name", k))
+		default:
 			keys = append(keys, k)
 		}
 	}
