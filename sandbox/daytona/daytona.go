@@ -24,6 +24,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -213,11 +214,7 @@ func decode(op string, resp *http.Response, out any) error {
 	}
 	if resp.StatusCode/100 != 2 {
 		e := &apiError{op: op, status: resp.StatusCode, message: errorMessage(body)}
-		if s := resp.Header.Get("Retry-After"); s != "" {
-			if d, err := time.ParseDuration(s + "s"); err == nil {
-				e.retryAfter = min(d, maxRetryAfter)
-			}
-		}
+		e.retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
 		return e
 	}
 	if over && out != nil {
@@ -319,6 +316,21 @@ func unsent(err error) bool {
 	return errors.As(err, &op) && op.Op == "dial"
 }
 
+// parseRetryAfter reads Retry-After in either form (RFC 9110 §10.2.3): delta-seconds or an
+// HTTP-date, capped at maxRetryAfter; absent, unreadable or past is 0.
+func parseRetryAfter(s string, now time.Time) time.Duration {
+	if s == "" {
+		return 0
+	}
+	var d time.Duration
+	if n, err := strconv.ParseUint(s, 10, 32); err == nil {
+		d = time.Duration(n) * time.Second
+	} else if at, err := http.ParseTime(s); err == nil {
+		d = at.Sub(now)
+	}
+	return min(max(d, 0), maxRetryAfter)
+}
+
 func retryAfter(err error) time.Duration {
 	var ae *apiError
 	if errors.As(err, &ae) {
@@ -337,9 +349,18 @@ func newBackoff(first time.Duration, factor float64, max time.Duration) *backoff
 	return &backoff{next: first, max: max, factor: factor}
 }
 
-// wait sleeps for the next delay (or at least floor), or until ctx ends.
+// errRetryPastDeadline: the service asked us to come back after the caller's deadline.
+var errRetryPastDeadline = fmt.Errorf("daytona asked to be called again after the deadline: %w", sandbox.ErrUnavailable)
+
+// wait sleeps for the next delay (or at least floor, the server's Retry-After), or until ctx ends.
+// When floor reaches past ctx's deadline it returns errRetryPastDeadline at once: waiting out the
+// deadline would only delay the same failure.
 func (b *backoff) wait(ctx context.Context, floor time.Duration) error {
-	t := time.NewTimer(b.delay(floor))
+	d := b.delay(floor)
+	if dl, ok := ctx.Deadline(); ok && floor > 0 && time.Until(dl) < d {
+		return errRetryPastDeadline
+	}
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
