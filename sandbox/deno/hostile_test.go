@@ -188,3 +188,26 @@ func TestListTrustsNoFilter(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, list)
 }
+
+// TestSandboxListPastLimit: Deno's sandbox list is one unpaged array (cloud-apis.md §2.2); an answer
+// past maxAnswer is reported as too large (sandbox.ErrTooLarge, saying why), not as JSON cut short.
+func TestSandboxListPastLimit(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/api/v2/sandboxes" {
+			_, _ = io.WriteString(w, `[]`)
+			return
+		}
+		_, _ = io.WriteString(w, `[`)
+		rec := `{"id":"sb","region":"ord","status":"stopped","labels":{"threadbox.deployment":"ours"}}`
+		for i := 0; i <= maxAnswer/len(rec); i++ {
+			_, _ = io.WriteString(w, rec+",")
+		}
+		_, _ = io.WriteString(w, rec+`]`)
+	}))
+	t.Cleanup(srv.Close)
+	p, err := New(Options{Token: "ddo_x", SandboxURL: srv.URL, ConsoleURL: srv.URL})
+	require.NoError(t, err)
+	_, err = p.List(t.Context(), map[string]string{sandbox.LabelDeployment: "ours"})
+	require.ErrorIs(t, err, sandbox.ErrTooLarge)
+	require.ErrorContains(t, err, "not paged")
+}

@@ -89,6 +89,12 @@ func (b boxState) next() int {
 	return n + 1
 }
 
+// listSandboxes asks the console for the sandboxes carrying labels. Unlike the volume and snapshot
+// lists, Deno does not page this one (cloud-apis.md §2.2: one JSON array, no limit, cursor or Link),
+// so there is nothing to follow: the answer is read whole, up to maxAnswer (tens of thousands of
+// entries). The label filter is the console's, so the answer grows with the sandboxes of one
+// deployment (or one box), stopped ones included; past the bound the error says so (ErrTooLarge)
+// rather than failing as bad JSON.
 func (p *Provider) listSandboxes(ctx context.Context, labels map[string]string) ([]sandboxRec, error) {
 	q := url.Values{}
 	for k, v := range labels {
@@ -96,6 +102,9 @@ func (p *Provider) listSandboxes(ctx context.Context, labels map[string]string) 
 	}
 	var recs []sandboxRec
 	if _, err := p.do(ctx, "list sandboxes", http.MethodGet, p.console("/api/v2/sandboxes", q), nil, &recs, true, p.opts.RequestTimeout); err != nil {
+		if errors.Is(err, sandbox.ErrTooLarge) {
+			return nil, fmt.Errorf("%w (Deno's sandbox list is not paged: the deployment's sandbox history outgrew what is read at once)", err)
+		}
 		return nil, err
 	}
 	// The filter is checked again here: Destroy kills and the reaper removes what this returns, so

@@ -142,6 +142,9 @@ func transient(err error) bool {
 	return errors.As(err, &te) || s >= 500 || (s == http.StatusTooManyRequests && !errors.Is(err, ErrLimit))
 }
 
+// maxAnswer bounds one REST answer, read whole.
+const maxAnswer = 8 << 20
+
 func (p *Provider) once(ctx context.Context, op, method, rawURL string, payload []byte, out any, timeout time.Duration) (http.Header, error) {
 	if timeout > 0 {
 		var cancel context.CancelFunc
@@ -165,14 +168,22 @@ func (p *Provider) once(ctx context.Context, op, method, rawURL string, payload 
 		return nil, &transportError{fmt.Errorf("deno: %s: %w", op, err)}
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
 	if err != nil {
 		return nil, &transportError{fmt.Errorf("deno: %s: read answer: %w", op, err)}
+	}
+	over := len(data) > maxAnswer
+	if over {
+		data = data[:maxAnswer] // an error's message is clipped anyway
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		e := apiErr(op, resp.StatusCode, data)
 		e.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"))
 		return nil, e
+	}
+	if over && out != nil {
+		// Not cut and decoded (that reads as bad JSON): the answer had its effect, and is refused.
+		return nil, fmt.Errorf("deno: %s: an answer past %d bytes: %w", op, maxAnswer, sandbox.ErrTooLarge)
 	}
 	if out != nil && len(bytes.TrimSpace(data)) > 0 {
 		if err := json.Unmarshal(data, out); err != nil {
