@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/threadbox/threadbox/db"
 )
@@ -138,10 +139,37 @@ func (o Ops) MoveProvider(ctx context.Context, k, provider string) (ProviderChan
 func (o Ops) Depth(k string) int { return o.Pool.Depth(k) }
 
 // Drain implements bot.AdminOps: no new turns; wait for the queued and running ones.
+//
+// An "admin drain" written in a chat thread runs on that thread's queue, which stays busy until
+// Drain returns: waiting for every queue would wait for itself for ever. Such a drain waits for the
+// other threads only (the jobs queued behind it in its own thread run after it, as drained work
+// does).
 func (o Ops) Drain(ctx context.Context) error {
-	o.Pool.q.close(true, ErrClosed)
-	return o.Pool.q.wait(ctx)
+	q := o.Pool.q
+	q.close(true, ErrClosed)
+	if _, onQueue := ctx.Value(onQueueKey{}).(string); !onQueue {
+		return q.wait(ctx)
+	}
+	// The queue signals only when no key is busy, which cannot happen while this job runs: poll.
+	tick := time.NewTicker(drainPoll)
+	defer tick.Stop()
+	for {
+		q.mu.Lock()
+		others := q.busy - 1
+		q.mu.Unlock()
+		if others <= 0 {
+			return nil
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
+
+// drainPoll is how often a drain run from a thread's queue looks whether the other threads are done.
+const drainPoll = 100 * time.Millisecond
 
 // Reap implements bot.AdminOps.
 func (o Ops) Reap(ctx context.Context, dryRun bool) (string, error) {
