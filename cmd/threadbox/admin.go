@@ -22,17 +22,23 @@ import (
 // The operator is audited as cli:<unix user>; having the config and the database is the authority,
 // so the CLI needs no admin.users entry. When a running `threadbox serve` holds the SQLite database,
 // the command goes to that process's admin API on http.addr instead (audited there as web:local with
-// http.trust_loopback, else as web:token with http.token).
+// http.trust_loopback, else as web:token with http.token); so does drain, always, since it acts on
+// the serve process's own turns.
 func (m *Main) runAdmin(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		fmt.Fprintln(m.Stdout, "usage: threadbox admin <command>\n\n"+bot.AdminHelp)
 		return nil
 	}
+	if strings.EqualFold(args[0], "drain") {
+		// Drain acts on a running process's turns: a pool built here has none, and draining it would
+		// report success while the replica goes on taking turns.
+		return m.adminOverHTTP(ctx, args, "drain acts on the threadbox serve running on this host")
+	}
 	actor := "cli:" + osUser()
 	m.Config.Admin.Users = append(m.Config.Admin.Users, actor)
 	a, err := m.buildApp(ctx)
 	if errors.Is(err, db.ErrLocked) {
-		return m.adminOverHTTP(ctx, args)
+		return m.adminOverHTTP(ctx, args, "the database is held by a running threadbox serve")
 	}
 	if err != nil {
 		return err
@@ -53,10 +59,10 @@ func osUser() string {
 	return "unknown"
 }
 
-// adminOverHTTP sends the command to the serve process that holds the database.
-func (m *Main) adminOverHTTP(ctx context.Context, args []string) error {
+// adminOverHTTP sends the command to the serve process at http.addr; why says why it must go there.
+func (m *Main) adminOverHTTP(ctx context.Context, args []string, why string) error {
 	body := map[string]any{}
-	cmd, rest := args[0], args[1:]
+	cmd, rest := strings.ToLower(args[0]), args[1:]
 	for i := 0; i < len(rest); i++ {
 		switch a := rest[i]; {
 		case a == "--dry-run":
@@ -96,7 +102,7 @@ func (m *Main) adminOverHTTP(ctx context.Context, args []string) error {
 	}
 	resp, err := (&http.Client{Timeout: 2 * time.Minute}).Do(req)
 	if err != nil {
-		return fmt.Errorf("the database is held by a running threadbox serve, and its admin API at %s does not answer: %w", url, err)
+		return fmt.Errorf("%s, and its admin API at %s does not answer: %w", why, url, err)
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
