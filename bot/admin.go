@@ -57,6 +57,16 @@ type Admin struct {
 	numbers func(ctx context.Context) ([]Stat, error)
 	// usage, when set, adds today's model use to the global stats.
 	usage *Usage
+	// redact, when set, takes secrets out of every reply (see WithRedaction).
+	redact func(string) string
+}
+
+// WithRedaction makes every reply pass through redact, the log's own redaction, and returns a.
+// Replies quote internal text (a session's last error, a runtime's log, a failure) that can hold a
+// URL with credentials or a key, and they are posted to a chat.
+func (a *Admin) WithRedaction(redact func(string) string) *Admin {
+	a.redact = redact
+	return a
 }
 
 // WithUsage makes the global stats show today's model use, budgets and top users (the gateway is
@@ -161,6 +171,9 @@ func (a *Admin) Run(ctx context.Context, actor string, argv []string) (string, e
 	// The action has happened: failing to record its outcome changes nothing for the caller, and the
 	// "started" entry already says who did what.
 	_ = a.audit(ctx, actor, cmd, target, result)
+	if a.redact != nil {
+		out = a.redact(out)
+	}
 	return out, err
 }
 

@@ -99,7 +99,7 @@ func (m *Main) ParseFlags(args []string) error {
 	m.Config = loaded
 	logger, err := logging.New(m.Stderr, logging.Options{
 		Level: loaded.Log.Level, Format: loaded.Log.Format,
-		Secrets: append(loaded.Secrets(), m.getenv(anthropicKeyEnv), m.getenv(openAIKeyEnv)),
+		Secrets: m.secrets(),
 		Public:  loaded.Public(),
 	})
 	if err != nil {
@@ -156,4 +156,14 @@ func (m *Main) getenv(name string) string {
 		}
 	}
 	return ""
+}
+
+// secrets are the values the log and admin replies never show: the config's and the model keys.
+func (m *Main) secrets() []string {
+	return append(m.Config.Secrets(), m.getenv(anthropicKeyEnv), m.getenv(openAIKeyEnv))
+}
+
+// redactor is the log's redaction, for admin replies.
+func (m *Main) redactor() func(string) string {
+	return logging.Redactor(logging.SecretsToRedact(m.secrets(), m.Config.Public()))
 }

@@ -148,7 +148,8 @@ func (m *Main) buildApp(ctx context.Context, storeOpts ...db.Option) (*app, erro
 	if err != nil {
 		return nil, err
 	}
-	a.admin = bot.NewAdmin(st, agentpool.Ops{Pool: a.pool, Maint: a.maint}, cfg.Admin.Users, m.Logger).WithMetrics(a.metrics).WithNumbers(a.metrics.Numbers)
+	a.admin = bot.NewAdmin(st, agentpool.Ops{Pool: a.pool, Maint: a.maint}, cfg.Admin.Users, m.Logger).WithMetrics(a.metrics).WithNumbers(a.metrics.Numbers).
+		WithRedaction(m.redactor())
 	var usage *bot.Usage
 	if gw != nil {
 		usage = usageView(st, cfg.Gateway)

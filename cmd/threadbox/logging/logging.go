@@ -71,6 +71,13 @@ func SecretsToRedact(secrets, public []string) []string {
 	return keep
 }
 
+// Redactor returns the redaction the log applies, for text that leaves by other ways (admin
+// replies): URL passwords by place, then the given secrets by value (filter them with
+// SecretsToRedact first).
+func Redactor(secrets []string) func(string) string {
+	return NewRedactingCore(zapcore.NewNopCore(), secrets).(redactingCore).redact
+}
+
 // NewRedactingCore wraps core so that URL passwords and the given secrets are replaced in messages
 // and string fields, including fields added with With. Secrets are taken as given: filter them with
 // SecretsToRedact first.

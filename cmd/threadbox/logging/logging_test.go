@@ -61,3 +61,9 @@ func (r report) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 type stringer string
 
 func (s stringer) String() string { return string(s) }
+
+func TestRedactorIsTheLogsRedaction(t *testing.T) {
+	r := Redactor(SecretsToRedact([]string{"dtn_0123456789abcdef"}, nil))
+	require.Equal(t, "GET https://ops:"+URLPassword+"@host/x: bad key "+Redacted,
+		r("GET https://ops:hunter2@host/x: bad key dtn_0123456789abcdef"))
+}
