@@ -110,6 +110,9 @@ type MaintainerDeps struct {
 	// OnStuck, if set, is called by the watchdog before it fails a stuck turn, so that the pool can
 	// cancel the turn if it is running it. It must not block for long: it runs inside the pass.
 	OnStuck func(ctx context.Context, t db.Turn)
+	// Instance is the owner id of this process's turns (Pool.Instance). The watchdog ends stuck turns
+	// of this instance and of dead ones only; without it, only dead owners' turns.
+	Instance string
 	// Recover, if set, runs first in every round: it takes over the unfinished turns of dead
 	// processes (Pool.RecoverPass).
 	Recover func(ctx context.Context) (RecoverReport, error)
@@ -130,6 +133,7 @@ type Maintainer struct {
 	log        *zap.Logger
 	now        func() time.Time
 	onStuck    func(context.Context, db.Turn)
+	instance   string
 	recover    func(context.Context) (RecoverReport, error)
 	met        Metrics
 	// life makes every session transition, as for turns and admin commands. It never creates, and
@@ -171,6 +175,7 @@ func NewMaintainer(cfg MaintainerConfig, deps MaintainerDeps) (*Maintainer, erro
 		log:        cmp.Or(deps.Logger, zap.NewNop()).Named("maintainer"),
 		now:        deps.Now,
 		onStuck:    deps.OnStuck,
+		instance:   deps.Instance,
 		recover:    deps.Recover,
 		lockWait:   250 * time.Millisecond,
 		met:        cmp.Or[Metrics](deps.Metrics, NopMetrics{}),

@@ -483,10 +483,32 @@ func (m *Maintainer) reapVolumes(ctx context.Context, prov sandbox.Provider, rep
 // WatchdogPass aborts running turns with no runtime event since before now-StuckAfter: it calls
 // OnStuck (the pool cancels the turn if it runs it), then records the turn as failed. A turn that
 // finishes on its own meanwhile is left as it finished.
+//
+// Only turns of this process (Instance) and of dead ones are aborted. A live other replica runs its
+// turns under its own in-process watch (watch.go), which cancels a silent one after StuckAfter and
+// then records and posts that end itself: failing the row here as well would record one end while
+// the replica posts another (and, for a turn no longer stuck, a second reply). A running row such
+// a replica no longer runs is ended by it (recoverInterrupted retries its write) or, once it dies,
+// by recovery; so every turn still gets exactly one reply, from one process.
 func (m *Maintainer) WatchdogPass(ctx context.Context) (PassReport, error) {
 	var rep PassReport
 	cutoff := m.now().Add(-m.cfg.StuckAfter)
 	msg := fmt.Sprintf("no progress from the agent for %s; aborted", humanDuration(m.cfg.StuckAfter))
+	alive := map[string]bool{}
+	ours := func(ctx context.Context, owner string) (bool, error) {
+		if m.instance != "" && owner == m.instance {
+			return true, nil
+		}
+		live, ok := alive[owner]
+		if !ok {
+			var err error
+			if live, err = m.store.InstanceAlive(ctx, owner); err != nil {
+				return false, fmt.Errorf("is owner %q alive: %w", owner, err)
+			}
+			alive[owner] = live
+		}
+		return !live, nil
+	}
 	err := drainBatches(ctx, m.cfg.BatchSize, &rep,
 		func(t db.Turn) string { return strconv.FormatInt(t.ID, 10) },
 		func(ctx context.Context, limit int) ([]db.Turn, error) {
@@ -502,6 +524,13 @@ func (m *Maintainer) WatchdogPass(ctx context.Context) (PassReport, error) {
 				return outFailed, err
 			case cur.Status != db.TurnRunning || !cur.LastEventAt.Before(cutoff):
 				return outSkipped, nil
+			}
+			mine, err := ours(ctx, cur.Owner)
+			switch {
+			case err != nil:
+				return outFailed, err
+			case !mine:
+				return outSkipped, nil // a live replica's: its own watch ends it
 			}
 			if m.onStuck != nil {
 				m.onStuck(ctx, cur)

@@ -141,9 +141,10 @@ func (m *Main) buildApp(ctx context.Context, storeOpts ...db.Option) (*app, erro
 		ReconcileGrace: cfg.Lifecycle.ReconcileGrace,
 	}, agentpool.MaintainerDeps{
 		Store: st, Provider: a.provs[0], Providers: a.provs[1:], Deployment: cfg.Deployment, Logger: m.Logger,
-		OnStuck: func(_ context.Context, t db.Turn) { a.pool.CancelTurn(t.ThreadKey, t.ID, agentpool.ErrStuck) },
-		Recover: a.pool.RecoverPass,
-		Metrics: a.metrics,
+		OnStuck:  func(_ context.Context, t db.Turn) { a.pool.CancelTurn(t.ThreadKey, t.ID, agentpool.ErrStuck) },
+		Instance: a.pool.Instance(),
+		Recover:  a.pool.RecoverPass,
+		Metrics:  a.metrics,
 	})
 	if err != nil {
 		return nil, err
