@@ -117,15 +117,14 @@ func (p *Pool) AdoptPass(ctx context.Context) (AdoptReport, error) {
 	cutoff := p.now().Add(-p.cfg.AdoptAfter)
 	var after int64
 	for {
-		page, err := p.store.TurnsPending(ctx, after, db.DefaultBatch)
+		// Filtered by the database: this pass runs in every replica, and the pending turns of the
+		// others (their prompts can be megabytes) are none of its business.
+		page, err := p.store.TurnsQueuedOwned(ctx, p.instance, cutoff, after, db.DefaultBatch)
 		if err != nil {
 			return rep, fmt.Errorf("adopt: %w", err)
 		}
 		for _, t := range page {
 			after = t.ID
-			if t.Owner != p.instance || t.Status != db.TurnQueued || t.CreatedAt.After(cutoff) {
-				continue
-			}
 			if err := p.adoptTurn(ctx, t, &rep); err != nil {
 				if ctx.Err() != nil {
 					return rep, ctx.Err()

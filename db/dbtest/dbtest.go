@@ -49,6 +49,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"TurnsStuck", testTurnsStuck},
 		{"TurnDelivery", testTurnDelivery},
 		{"TurnsPendingClaim", testTurnsPendingClaim},
+		{"TurnsQueuedOwned", testTurnsQueuedOwned},
 		{"TurnStartFirst", testTurnStartFirst},
 		{"TurnLastFailedWith", testTurnLastFailedWith},
 		{"Instances", testInstances},

@@ -3,6 +3,7 @@ package dbtest
 import (
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -65,6 +66,44 @@ func testTurnsPendingClaim(t *testing.T, newStore NewStore) {
 	require.ErrorIs(t, err, db.ErrConflict, "a second claim from the old owner loses")
 	_, err = s.TurnClaim(ctx, ids[0], "dead", "me", db.TurnRunning)
 	require.ErrorIs(t, err, db.ErrConflict, "finished turns cannot be claimed")
+}
+
+// testTurnsQueuedOwned: the adoption pass's listing holds only the owner's queued turns created at or
+// before the cutoff, in id order and paged; running, finished, younger and other owners' turns are
+// left out by the query, not by the caller.
+func testTurnsQueuedOwned(t *testing.T, newStore NewStore) {
+	clock := NewClock(start)
+	s := newStore(t, db.WithClock(clock.Now))
+	ctx := testCtx(t)
+	first := insertOwned(ctx, t, s, "k1", "q1", "me")
+	running := insertOwned(ctx, t, s, "k2", "r1", "me")
+	_, err := s.TurnStart(ctx, running.ID, "me")
+	require.NoError(t, err)
+	done := insertOwned(ctx, t, s, "k3", "d1", "me")
+	_, err = s.TurnFinish(ctx, done.ID, db.TurnResult{Status: db.TurnDone})
+	require.NoError(t, err)
+	insertOwned(ctx, t, s, "k1", "o1", "other")
+	clock.Advance(time.Minute)
+	atCutoff := insertOwned(ctx, t, s, "k4", "q2", "me")
+	cutoff := clock.Now()
+	clock.Advance(time.Second)
+	insertOwned(ctx, t, s, "k5", "young", "me")
+
+	got, err := s.TurnsQueuedOwned(ctx, "me", cutoff, 0, 10)
+	require.NoError(t, err)
+	require.Equal(t, []int64{first.ID, atCutoff.ID}, turnIDs(got))
+	page, err := s.TurnsQueuedOwned(ctx, "me", cutoff, 0, 1)
+	require.NoError(t, err)
+	require.Equal(t, []int64{first.ID}, turnIDs(page))
+	page, err = s.TurnsQueuedOwned(ctx, "me", cutoff, first.ID, 1)
+	require.NoError(t, err)
+	require.Equal(t, []int64{atCutoff.ID}, turnIDs(page))
+	got, err = s.TurnsQueuedOwned(ctx, "me", start.Add(-time.Second), 0, 10)
+	require.NoError(t, err)
+	require.Empty(t, got, "nothing was created before the cutoff")
+	got, err = s.TurnsQueuedOwned(ctx, "nobody", cutoff, 0, 10)
+	require.NoError(t, err)
+	require.Empty(t, got)
 }
 
 // testTurnLastFailedWith finds the newest failed turn with an exact error text (retry's lookup).

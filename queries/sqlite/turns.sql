@@ -75,6 +75,17 @@ WHERE status IN ('queued', 'running') AND id > @after_id
 ORDER BY id
 LIMIT @max_rows;
 
+-- TurnListQueuedOwned pages through one owner's queued turns created at or before cutoff, in id
+-- order: the adoption pass's input. Filtered here, not by the caller, so that every replica's pass
+-- reads only its own few orphans, not every pending turn of every owner (prompts can be large).
+-- The status IN term matches turns_pending_idx.
+-- name: TurnListQueuedOwned :many
+SELECT * FROM turns
+WHERE status IN ('queued', 'running') AND status = 'queued' AND owner = @owner
+  AND created_at <= @cutoff AND id > @after_id
+ORDER BY id
+LIMIT @max_rows;
+
 -- TurnListPendingInThread lists a thread's unfinished turns older than before_id that another
 -- owner holds, oldest first: what a process taking over the thread answers first.
 -- name: TurnListPendingInThread :many

@@ -464,6 +464,70 @@ func (q *Queries) TurnListPendingInThread(ctx context.Context, db DBTX, arg Turn
 	return items, nil
 }
 
+const turnListQueuedOwned = `-- name: TurnListQueuedOwned :many
+SELECT id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner, delivered_at FROM turns
+WHERE status IN ('queued', 'running') AND status = 'queued' AND owner = ?1
+  AND created_at <= ?2 AND id > ?3
+ORDER BY id
+LIMIT ?4
+`
+
+type TurnListQueuedOwnedParams struct {
+	Owner   string
+	Cutoff  string
+	AfterID int64
+	MaxRows int64
+}
+
+// TurnListQueuedOwned pages through one owner's queued turns created at or before cutoff, in id
+// order: the adoption pass's input. Filtered here, not by the caller, so that every replica's pass
+// reads only its own few orphans, not every pending turn of every owner (prompts can be large).
+// The status IN term matches turns_pending_idx.
+func (q *Queries) TurnListQueuedOwned(ctx context.Context, db DBTX, arg TurnListQueuedOwnedParams) ([]Turn, error) {
+	rows, err := db.QueryContext(ctx, turnListQueuedOwned,
+		arg.Owner,
+		arg.Cutoff,
+		arg.AfterID,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Turn
+	for rows.Next() {
+		var i Turn
+		if err := rows.Scan(
+			&i.ID,
+			&i.ThreadKey,
+			&i.PlatformEventID,
+			&i.UserID,
+			&i.Prompt,
+			&i.Status,
+			&i.Answer,
+			&i.Error,
+			&i.Usage,
+			&i.CreatedAt,
+			&i.StartedAt,
+			&i.LastEventAt,
+			&i.FinishedAt,
+			&i.Delivery,
+			&i.Owner,
+			&i.DeliveredAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const turnListStuck = `-- name: TurnListStuck :many
 SELECT id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner, delivered_at FROM turns
 WHERE status = 'running' AND last_event_at < ?1
