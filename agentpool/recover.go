@@ -233,7 +233,7 @@ func (p *Pool) recoverInterrupted(ctx context.Context, t db.Turn, rep *RecoverRe
 		}
 		return err
 	}
-	if _, err := p.store.TurnFinish(ctx, t.ID, db.TurnResult{Status: db.TurnFailed, Error: InterruptedText, Owner: p.instance}); err != nil {
+	if err := p.finishInterrupted(ctx, t); err != nil {
 		return err
 	}
 	rep.Interrupted++
@@ -249,6 +249,35 @@ func (p *Pool) recoverInterrupted(ctx context.Context, t db.Turn, rep *RecoverRe
 	return p.Do(t.ThreadKey, func(context.Context) {
 		p.postTakenOver(t.ThreadKey, req.Sink, Outcome{TurnID: t.ID, Err: ErrInterrupted}, p.now(), "telling a user their turn was interrupted")
 	}, nil)
+}
+
+// finishInterrupted records t, a running turn this process has just claimed from its dead owner
+// t.Owner, as interrupted. The write is retried (retryWrite): once claimed, the turn is this live
+// process's, so no recovery takes it again, and a lost write left it running until the leader's
+// watchdog failed it as "no progress", never telling its user it was interrupted. A write that still
+// fails hands the turn back to its dead owner, so the next recovery pass (or the next turn of its
+// thread) takes it over again and answers it as interrupted.
+func (p *Pool) finishInterrupted(ctx context.Context, t db.Turn) error {
+	err := retryWrite(ctx, func(ctx context.Context) error {
+		_, err := p.store.TurnFinish(ctx, t.ID, db.TurnResult{Status: db.TurnFailed, Error: InterruptedText, Owner: p.instance})
+		return err
+	})
+	if errors.Is(err, db.ErrConflict) {
+		// A retried write may have committed unseen the first time.
+		if cur, gerr := p.store.TurnGet(ctx, t.ID); gerr == nil && cur.Owner == p.instance &&
+			cur.Status == db.TurnFailed && cur.Error == InterruptedText {
+			return nil
+		}
+	}
+	if err == nil || errors.Is(err, db.ErrConflict) || errors.Is(err, db.ErrNotOwner) {
+		return err // finished, or ended (or taken) by someone else: nothing to give back
+	}
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deliverTimeout)
+	defer cancel()
+	if _, cerr := p.store.TurnClaim(gctx, t.ID, p.instance, t.Owner, db.TurnRunning); cerr != nil {
+		p.log.Warn("handing an interrupted turn back for the next recovery pass", zap.Int64("turn", t.ID), zap.Error(cerr))
+	}
+	return fmt.Errorf("finish interrupted turn %d: %w", t.ID, err)
 }
 
 // postTakenOver posts the outcome of a turn this process took over and records it as delivered,
@@ -325,7 +354,7 @@ func (p *Pool) takeOverHeld(ctx context.Context, threadKey string, t db.Turn) {
 		return
 	}
 	if t.Status == db.TurnRunning {
-		if _, err := p.store.TurnFinish(ctx, t.ID, db.TurnResult{Status: db.TurnFailed, Error: InterruptedText, Owner: p.instance}); err != nil {
+		if err := p.finishInterrupted(ctx, t); err != nil {
 			return
 		}
 		discardFiles(req.Files) // as in recoverInterrupted
