@@ -228,14 +228,18 @@ func (m *Maintainer) ReconcilePass(ctx context.Context) (PassReport, error) {
 		},
 		g.wrap(func(ctx context.Context, s db.Session) (itemOutcome, error) {
 			return m.withThread(ctx, s.ThreadKey, func(cur db.Session) (itemOutcome, error) {
-				// A turn may have settled it between the query and the lock.
-				if cur.Generation != s.Generation || !cur.UpdatedAt.Before(cutoff) {
+				// A turn may have settled it between the query and the lock. Its write usually makes
+				// the row young again, but not always (a replica whose clock is behind, a write
+				// delayed past the grace), so the status is checked as well: a settled row is left
+				// alone and not reported as reconciled.
+				if cur.Generation != s.Generation || !cur.UpdatedAt.Before(cutoff) || !unsettled(cur.Status) {
 					return outSkipped, nil
 				}
-				out, err := m.settled(m.life.reconcile(ctx, cur))
+				now, err := m.life.reconcile(ctx, cur)
+				out, err := m.settled(now, err)
 				if out == outDone {
 					m.log.Named(passReconcile).Info("reconciled session", zap.String("thread", cur.ThreadKey),
-						zap.String("was", string(cur.Status)), zap.String("last_error", cur.LastError))
+						zap.String("was", string(cur.Status)), zap.String("now", string(now.Status)), zap.String("last_error", cur.LastError))
 				}
 				return out, err
 			})
@@ -244,6 +248,15 @@ func (m *Maintainer) ReconcilePass(ctx context.Context) (PassReport, error) {
 		return rep, fmt.Errorf("agentpool: reconcile: %w", err)
 	}
 	return rep, nil
+}
+
+// unsettled reports whether status is one ReconcilePass drives to a stable state.
+func unsettled(status db.SessionStatus) bool {
+	switch status {
+	case db.SessionCreating, db.SessionResuming, db.SessionPausing, db.SessionDestroying, db.SessionError:
+		return true
+	}
+	return false
 }
 
 // ReapReport is what the reaper found and did.
