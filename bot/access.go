@@ -17,7 +17,9 @@ import (
 // trust (http.token, http.trust_loopback). Admins (admin.users) are always let in, so an operator
 // cannot lock themselves out with a typo in a list.
 type AccessPolicy struct {
-	// SlackTeams are Slack workspace ids (T…) the bot answers in.
+	// SlackTeams are Slack workspace ids (T…) the bot answers in and whose people it answers: both
+	// the workspace an event came to (Thread.Scope) and the sender's own (User.Team, which differs in
+	// a Slack Connect channel) must be listed.
 	SlackTeams []string
 	// DiscordGuilds are Discord server ids the bot answers in.
 	DiscordGuilds []string
@@ -91,7 +93,7 @@ func (a *access) admit(msg Message) string {
 		return ""
 	}
 	switch {
-	case k.Platform == "slack" && len(a.teams) > 0 && !a.teams[k.Scope]:
+	case k.Platform == "slack" && len(a.teams) > 0 && (!a.teams[k.Scope] || !a.teams[senderTeam(msg)]):
 		return RefusedTeam
 	case k.Platform == "discord" && !k.IsDM() && len(a.guilds) > 0 && !a.guilds[k.Scope]:
 		return RefusedGuild
@@ -103,6 +105,15 @@ func (a *access) admit(msg Message) string {
 		return RefusedUser
 	}
 	return ""
+}
+
+// senderTeam is the workspace of msg's sender: a person from another organisation in a shared
+// channel arrives in our workspace's thread, so Thread.Scope alone would let them through.
+func senderTeam(msg Message) string {
+	if msg.User.Team != "" {
+		return msg.User.Team
+	}
+	return msg.Thread.Scope
 }
 
 func (a *access) channelAllowed(msg Message) bool {

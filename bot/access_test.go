@@ -92,6 +92,8 @@ func slackMsg(team, channel, user, text string) Message {
 	return Message{Thread: SlackThread(team, channel, "1.0"), ChannelID: channel, User: User{ID: user}, Text: text, EventID: text + user}
 }
 
+func fromTeam(m Message, team string) Message { m.User.Team = team; return m }
+
 func TestAccessPolicyAdmits(t *testing.T) {
 	full := AccessPolicy{
 		SlackTeams: []string{"T1"}, DiscordGuilds: []string{"G1"},
@@ -108,6 +110,9 @@ func TestAccessPolicyAdmits(t *testing.T) {
 		{"listed user in listed channel", full, slackMsg("T1", "C1", "U1", "hi"), ""},
 		{"other workspace", full, slackMsg("T2", "C1", "U1", "hi"), RefusedTeam},
 		{"other channel", full, slackMsg("T1", "C2", "U1", "hi"), RefusedChannel},
+		{"sender of another workspace in ours (Slack Connect)", full, fromTeam(slackMsg("T1", "C1", "U1", "hi"), "T2"), RefusedTeam},
+		{"sender of ours", full, fromTeam(slackMsg("T1", "C1", "U1", "hi"), "T1"), ""},
+		{"sender of ours in an unlisted workspace", full, fromTeam(slackMsg("T2", "C1", "U1", "hi"), "T1"), RefusedTeam},
 		{"unlisted user", full, slackMsg("T1", "C1", "U2", "hi"), RefusedUser},
 		{"admin bypasses every list", full, slackMsg("T2", "C2", "UADMIN", "hi"), ""},
 		{"DMs allowed skip the channel list", full,

@@ -99,6 +99,9 @@ type User struct {
 	// ID is the platform's user id.
 	ID   string
 	Name string
+	// Team is the workspace the person belongs to, where the platform says so and it may differ from
+	// the thread's (a Slack Connect channel holds people of other organisations); empty: Thread.Scope.
+	Team string
 }
 
 // Qualified is the platform:id form used in admin.users.

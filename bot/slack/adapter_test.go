@@ -163,7 +163,7 @@ func TestDMs(t *testing.T) {
 	hs.drain(t) // users.info runs off the ack path and fills the name cache
 	hs.deliver(t, hs.fake.DM("U7", "<@U0BOT> second", slackfake.RawText()))
 	m2 := h.next(t)
-	require.Equal(t, bot.User{ID: "U7", Name: "ada"}, m2.User, "the name, once known, comes with the message")
+	require.Equal(t, bot.User{ID: "U7", Name: "ada", Team: "T0FAKE"}, m2.User, "the name, once known, comes with the message")
 	require.Equal(t, m.Thread, m2.Thread, "two DMs from one user share a thread key (and so a sandbox)")
 	require.Equal(t, "second", m2.Text, "a mention in a DM is stripped too")
 }

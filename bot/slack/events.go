@@ -139,7 +139,7 @@ func (a *Adapter) accept(ctx context.Context, env envelope) bool {
 		a.queue.add(func() { a.userName(a.base, ev.User) }) // warm the cache for the next message
 	}
 	msg := bot.Message{
-		Thread: key, ChannelID: ev.Channel, User: bot.User{ID: ev.User, Name: name},
+		Thread: key, ChannelID: ev.Channel, User: bot.User{ID: ev.User, Name: name, Team: senderTeam(ev, team)},
 		Text: text, Files: files, Notes: notes, EventID: msgKey, Reply: r.dest(),
 		Earlier: a.earlierOf(k, ev),
 	}
@@ -163,6 +163,18 @@ func (a *Adapter) teamOf(env envelope, ev event) string {
 		return ev.Team
 	}
 	return a.knownIdentity().TeamID
+}
+
+// senderTeam is the sender's own workspace, which the access policy judges: user_team, else the
+// event's team, else source_team (Slack sets them to the sender's workspace, and in a Slack Connect
+// channel that is another organisation's), and only when none is present the envelope's team.
+func senderTeam(ev event, envTeam string) string {
+	for _, t := range []string{ev.UserTeam, ev.Team, ev.SourceTeam} {
+		if t != "" {
+			return t
+		}
+	}
+	return envTeam
 }
 
 // serves reports whether the thread already has a session: only then does a follow-up without a

@@ -28,18 +28,22 @@ type envelope struct {
 // since v0.34 that rejects a whole event over one malformed block, and a user's mention must not be
 // lost to a block we never read.
 type event struct {
-	Type        string          `json:"type"`
-	Subtype     string          `json:"subtype"`
-	User        string          `json:"user"`
-	BotID       string          `json:"bot_id"`
-	Text        string          `json:"text"`
-	TS          string          `json:"ts"`
-	ThreadTS    string          `json:"thread_ts"`
-	Channel     string          `json:"channel"`
-	ChannelType string          `json:"channel_type"`
-	Team        string          `json:"team"`
-	Hidden      bool            `json:"hidden"`
-	Files       json.RawMessage `json:"files"`
+	Type        string `json:"type"`
+	Subtype     string `json:"subtype"`
+	User        string `json:"user"`
+	BotID       string `json:"bot_id"`
+	Text        string `json:"text"`
+	TS          string `json:"ts"`
+	ThreadTS    string `json:"thread_ts"`
+	Channel     string `json:"channel"`
+	ChannelType string `json:"channel_type"`
+	Team        string `json:"team"`
+	// UserTeam and SourceTeam name the sender's workspace, which in a Slack Connect channel is not
+	// the envelope's team_id (ours).
+	UserTeam   string          `json:"user_team"`
+	SourceTeam string          `json:"source_team"`
+	Hidden     bool            `json:"hidden"`
+	Files      json.RawMessage `json:"files"`
 	// Edited is set on an app_mention that Slack sends again because its message was edited.
 	Edited json.RawMessage `json:"edited"`
 }

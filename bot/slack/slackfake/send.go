@@ -37,6 +37,7 @@ type msgSpec struct {
 	thread string
 	files  []UserFile
 	raw    bool
+	fields map[string]any
 }
 
 // InThread makes the message a reply in the thread whose root has ts threadTS.
@@ -44,6 +45,10 @@ func InThread(threadTS string) MsgOption { return func(m *msgSpec) { m.thread = 
 
 // WithFiles attaches files (from AddUserFile); the message gets Slack's file_share subtype.
 func WithFiles(files ...UserFile) MsgOption { return func(m *msgSpec) { m.files = files } }
+
+// WithFields sets fields of the inner event as Slack would for a case the fake does not model (a
+// Slack Connect sender's user_team, team and source_team); a nil value removes the field.
+func WithFields(fields map[string]any) MsgOption { return func(m *msgSpec) { m.fields = fields } }
 
 // RawText sends the text as already-formatted Slack markup (no escaping of & < >).
 func RawText() MsgOption { return func(m *msgSpec) { m.raw = true } }
@@ -108,6 +113,13 @@ func (s *Server) userMessage(typ, channelType, channel, user, text string, menti
 		inner["upload"] = false
 		if typ == "message" {
 			inner["subtype"] = "file_share"
+		}
+	}
+	for k, v := range spec.fields {
+		if v == nil {
+			delete(inner, k)
+		} else {
+			inner[k] = v
 		}
 	}
 	ev := s.Callback(inner)
