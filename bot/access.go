@@ -166,6 +166,9 @@ func (h *Handler) Refusal(msg Message) string {
 	return refusalText(reason)
 }
 
+// Admits implements Gate: the policy alone, nothing counted, logged or told.
+func (h *Handler) Admits(msg Message) bool { return h.access.admit(msg) == "" }
+
 // count records a refusal that is answered every time (a control command from a non-owner).
 func (a *access) count(reason string) {
 	a.mu.Lock()

@@ -215,6 +215,17 @@ type Gate interface {
 	// Refusal applies the access policy to msg as Handle would, counting a refusal, and returns what
 	// to tell the sender, or "" when msg is admitted.
 	Refusal(msg Message) string
+	// Admits applies the access policy to msg without counting or logging a refusal (Handle does that
+	// once msg reaches it): adapters ask it before the rate limit, so that only admitted people spend
+	// a channel's budget and a refused message draws no rate-limit notice.
+	Admits(msg Message) bool
+}
+
+// Admits reports whether h lets msg through its access policy (Gate.Admits); a handler without a
+// policy admits everything.
+func Admits(h MessageHandler, msg Message) bool {
+	g, ok := h.(Gate)
+	return !ok || g.Admits(msg)
 }
 
 // AdminRunner runs admin commands for an actor ("platform:user"); *Admin implements it.

@@ -1,7 +1,9 @@
 package discord_test
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -131,4 +133,62 @@ func TestSlashAskOverTheRateLimitOpensNoThread(t *testing.T) {
 	require.Equal(t, 4, rec.Callbacks[0].Type)
 	require.Contains(t, rec.Callbacks[0].Content, "more than 1 messages")
 	require.Len(t, r.fake.Threads("C1"), 1, "no thread for the refused /ask")
+}
+
+// policed is a recorder behind a real access policy, as bot.Handler applies it: a refused message is
+// counted (Refusal) and goes no further.
+type policed struct {
+	bot.Gate
+	rec *recorder
+}
+
+func (p policed) Handle(ctx context.Context, msg bot.Message, r bot.Replier) error {
+	if p.Refusal(msg) != "" {
+		return nil
+	}
+	return p.rec.Handle(ctx, msg, r)
+}
+
+// TestRefusedStrangersSpendNoRateLimit: the access policy is decided before the rate limit. Refused
+// strangers used up the channel's budget (locking the people it admits out of the channel), and past
+// it drew the public "skipping messages" notice and 🚫 marks, for messages that were refused anyway.
+func TestRefusedStrangersSpendNoRateLimit(t *testing.T) {
+	policy := bot.NewHandler(bot.HandlerConfig{Access: bot.AccessPolicy{Users: []string{"discord:UOK"}}}, nil, nil, nil,
+		zaptest.NewLogger(t))
+	rec := &recorder{seen: make(chan bot.Message, 64)}
+	r := newRig(t, func(o *discord.Options) {
+		o.Handler = policed{policy, rec}
+		o.RateLimit = bot.RateLimit{UserMessages: -1, ChannelMessages: 2, Window: time.Hour}
+	})
+	r.fake.GuildChannel("G1", "C1")
+	ok := discordfake.Person("UOK")
+	th := r.fake.UserThread("C1", ok, "shared")
+	const strangers = 5
+	var refused []discordfake.Message
+	for i := range strangers {
+		refused = append(refused, r.fake.MentionIn(th, discordfake.Person(fmt.Sprint("U", i)), "let me in"))
+	}
+	r.fake.MentionIn(th, ok, "one")
+	r.fake.MentionIn(th, ok, "two")
+	r.fake.MentionIn(th, ok, "help") // exempt from the limit: handled either way, after the rest (SyncEvents)
+	var got []string
+	for {
+		var m bot.Message
+		select {
+		case m = <-rec.seen:
+		case <-time.After(waitTimeout):
+			t.Fatal("the last message was not handled")
+		}
+		got = append(got, m.User.ID+":"+m.Text)
+		if m.Text == "help" {
+			break
+		}
+	}
+	require.Equal(t, []string{"UOK:one", "UOK:two", "UOK:help"}, got, "the admitted user has the channel's whole budget")
+	require.Equal(t, map[string]int64{bot.RefusedUser: strangers}, policy.Refusals(), "each refusal counted once")
+	require.NoError(t, r.ad.Close()) // waits for background posts and reactions
+	require.NotContains(t, r.said(th), "skipping messages", "no rate-limit notice for refused strangers")
+	for _, m := range refused {
+		require.NotContains(t, r.fake.Reactions(th, m.ID), "🚫")
+	}
 }

@@ -134,7 +134,13 @@ func (a *Adapter) acceptMessage(ctx context.Context, m *discordgo.Message) error
 		key, r.channel = bot.DiscordThread(m.GuildID, m.ID), m.ID
 		r.startParent, r.threadName = m.ChannelID, threadName(text)
 	}
-	if !bot.ExemptFromLimits(text) {
+	msg := bot.Message{
+		Thread: key, ChannelID: r.channel, User: bot.User{ID: m.Author.ID, Name: m.Author.Username},
+		Text: text, EventID: "discord:" + m.ID, Reply: r.dest(), ParentChannelID: parent,
+	}
+	// Access first: a message the policy refuses goes on to Handle (which counts it and tells its
+	// sender) without spending the rate limit, so refused strangers cannot use up a channel's budget.
+	if bot.Admits(a.handler, msg) && !bot.ExemptFromLimits(text) {
 		ok, notice, mark := a.limits.Check(ctx, a.opts.RateLimit, "u:"+m.Author.ID, "c:"+m.ChannelID, "<@"+m.Author.ID+">")
 		if mark {
 			a.goBackground(func(ctx context.Context) {
@@ -155,12 +161,8 @@ func (a *Adapter) acceptMessage(ctx context.Context, m *discordgo.Message) error
 			return nil
 		}
 	}
-	files, notes := a.inbound(m)
-	msg := bot.Message{
-		Thread: key, ChannelID: r.channel, User: bot.User{ID: m.Author.ID, Name: m.Author.Username},
-		Text: text, Files: files, Notes: notes, EventID: "discord:" + m.ID, Reply: r.dest(),
-		Earlier: a.earlierOf(pl, m), ParentChannelID: parent,
-	}
+	msg.Files, msg.Notes = a.inbound(m)
+	msg.Earlier = a.earlierOf(pl, m)
 	if err := a.handler.Handle(ctx, msg, r); err != nil {
 		if errors.Is(err, bot.ErrNotAccepted) {
 			forget()

@@ -2,8 +2,10 @@ package slack
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
@@ -69,4 +71,53 @@ func botText(msgs []slackfake.Message) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// policed is a stub handler behind a real access policy, as bot.Handler applies it: a refused message
+// is counted (Refusal) and goes no further.
+type policed struct {
+	bot.Gate
+	stub *stubHandler
+}
+
+func (p policed) Handle(ctx context.Context, msg bot.Message, r bot.Replier) error {
+	if p.Refusal(msg) != "" {
+		return nil
+	}
+	return p.stub.Handle(ctx, msg, r)
+}
+
+// TestRefusedStrangersSpendNoRateLimit: the access policy is decided before the rate limit. Refused
+// strangers used up the channel's budget (locking the people it admits out of the channel), and past
+// it drew the public "skipping messages" notice and 🚫 marks, for messages that were refused anyway.
+func TestRefusedStrangersSpendNoRateLimit(t *testing.T) {
+	clock := &fakeClock{now: windowStart()}
+	policy := bot.NewHandler(bot.HandlerConfig{Access: bot.AccessPolicy{Users: []string{"slack:UOK"}}}, nil, nil, nil,
+		zaptest.NewLogger(t))
+	stub := newStubHandler()
+	hs := newHarness(t, nil, policed{policy, stub}, func(o *Options) {
+		o.Now = clock.Now
+		o.RateLimit = RateLimit{UserMessages: -1, ChannelMessages: 2, Window: time.Hour}
+	})
+	const strangers = 5
+	var refused []slackfake.Event
+	for i := range strangers {
+		ev := hs.fake.Mention("C1", fmt.Sprint("U", i), "let me in")
+		hs.deliver(t, ev)
+		refused = append(refused, ev)
+	}
+	for _, text := range []string{"one", "two"} {
+		hs.deliver(t, hs.fake.Mention("C1", "UOK", text))
+	}
+	hs.drain(t)
+	var got []string
+	for _, m := range stub.messages() {
+		got = append(got, m.User.ID+":"+m.Text)
+	}
+	require.Equal(t, []string{"UOK:one", "UOK:two"}, got, "the admitted user has the channel's whole budget")
+	require.Equal(t, map[string]int64{bot.RefusedUser: strangers}, policy.Refusals(), "each refusal counted once")
+	for _, ev := range refused {
+		require.Empty(t, politeNotices(hs.fake, "C1", ev.TS), "no rate-limit notice for a refused stranger")
+		require.NotContains(t, hs.fake.Reactions(ev.Channel, ev.TS), bot.ReactSkipped)
+	}
 }

@@ -130,18 +130,20 @@ func (a *Adapter) accept(ctx context.Context, env envelope) bool {
 	}
 	r := a.newReplier(ev.Channel, replyTS, ev.TS)
 	text := plainText(ev.Text, id.UserID, k == kindMention)
-	if !bot.ExemptFromLimits(text) && !a.withinLimits(ctx, r, team, ev) {
-		return true
-	}
-	files, notes := a.inbound(ev)
 	name, _ := a.users.Get(ev.User)
-	if name == "" {
-		a.queue.add(func() { a.userName(a.base, ev.User) }) // warm the cache for the next message
-	}
 	msg := bot.Message{
 		Thread: key, ChannelID: ev.Channel, User: bot.User{ID: ev.User, Name: name, Team: senderTeam(ev, team)},
-		Text: text, Files: files, Notes: notes, EventID: msgKey, Reply: r.dest(),
-		Earlier: a.earlierOf(k, ev),
+		Text: text, EventID: msgKey, Reply: r.dest(),
+	}
+	// Access first: a message the policy refuses goes on to Handle (which counts it and tells its
+	// sender) without spending the rate limit, so refused strangers cannot use up a channel's budget.
+	if bot.Admits(a.handler, msg) && !bot.ExemptFromLimits(text) && !a.withinLimits(ctx, r, team, ev) {
+		return true
+	}
+	msg.Files, msg.Notes = a.inbound(ev)
+	msg.Earlier = a.earlierOf(k, ev)
+	if name == "" {
+		a.queue.add(func() { a.userName(a.base, ev.User) }) // warm the cache for the next message
 	}
 	log.Debug("handling", zap.String("thread", key.String()), zap.String("kind", k.String()))
 	if err := a.handler.Handle(ctx, msg, r); err != nil {
