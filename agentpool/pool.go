@@ -297,9 +297,13 @@ func (p *Pool) Submit(ctx context.Context, req Request) (Ticket, error) {
 	if req.Sink == nil {
 		req.Sink = NopSink{}
 	}
-	if p.q.depth(req.ThreadKey) >= p.cfg.MaxQueued {
+	// The place is taken before the turn is recorded and filled by the add: a check here and an add
+	// after the store's write let concurrent submits to one thread all pass the cap.
+	place, ok := p.q.reserve(req.ThreadKey, p.cfg.MaxQueued)
+	if !ok {
 		return Ticket{}, fmt.Errorf("agentpool: submit: %w (%d)", ErrQueueFull, p.cfg.MaxQueued)
 	}
+	defer place.release()
 	if p.q.isClosed() {
 		return Ticket{}, ErrClosed
 	}
@@ -321,7 +325,7 @@ func (p *Pool) Submit(ctx context.Context, req Request) (Ticket, error) {
 	if err != nil {
 		return Ticket{}, fmt.Errorf("agentpool: submit: %w", err)
 	}
-	ahead, err := p.enqueueTurn(req, t.ID)
+	ahead, err := p.enqueueTurnInto(place, req, t.ID)
 	if err != nil {
 		// Closed between the check above and here. The turn is recorded: refused now, the platform
 		// would deliver the message again, as a duplicate of the recorded event, which is ignored,
@@ -336,6 +340,11 @@ func (p *Pool) Submit(ctx context.Context, req Request) (Ticket, error) {
 
 // enqueueTurn queues a recorded turn on its thread.
 func (p *Pool) enqueueTurn(req Request, turnID int64) (int, error) {
+	return p.enqueueTurnInto(nil, req, turnID)
+}
+
+// enqueueTurnInto is enqueueTurn filling place, a slot Submit reserved (nil: none).
+func (p *Pool) enqueueTurnInto(place *slot, req Request, turnID int64) (int, error) {
 	// Counted before the add: the queue may start the turn before add returns.
 	p.met.TurnQueued(1)
 	queuedAt := p.now()
@@ -343,7 +352,7 @@ func (p *Pool) enqueueTurn(req Request, turnID int64) (int, error) {
 	req.Sink = safeSink{Sink: req.Sink, log: p.log}
 	// Held from here until its run or drop ends, so that AdoptPass never queues it a second time.
 	p.reserveTurn(turnID, req.EventID, false)
-	ahead, err := p.q.add(req.ThreadKey, turnID,
+	ahead, err := p.q.addInto(place, req.ThreadKey, turnID,
 		func(ctx context.Context) {
 			defer p.releaseTurn(turnID)
 			p.met.TurnQueued(-1)

@@ -18,9 +18,12 @@ type queues struct {
 	base context.Context
 
 	// mu protects the following.
-	mu     sync.Mutex
-	byKey  map[string]*keyQueue
-	closed bool
+	mu    sync.Mutex
+	byKey map[string]*keyQueue
+	// reserved counts, per key, places taken by reserve and not yet filled by an add or released:
+	// a turn takes its place before it is recorded, so the cap holds across the store's write.
+	reserved map[string]int
+	closed   bool
 	// idle is closed and replaced whenever the last key drains, so Wait can block without polling.
 	idle chan struct{}
 	busy int
@@ -45,14 +48,59 @@ type job struct {
 }
 
 func newQueues(base context.Context) *queues {
-	return &queues{base: base, byKey: map[string]*keyQueue{}, idle: make(chan struct{})}
+	return &queues{base: base, byKey: map[string]*keyQueue{}, reserved: map[string]int{}, idle: make(chan struct{})}
 }
 
 // add queues run under key and returns how many jobs are ahead of it (0: it starts now). id names the
 // turn (0 for other work).
 func (q *queues) add(key string, id int64, run func(context.Context), drop func(reason error)) (ahead int, err error) {
+	return q.addInto(nil, key, id, run, drop)
+}
+
+// slot is a place on a key's queue held by reserve until an add fills it or release gives it up.
+type slot struct {
+	q    *queues
+	key  string
+	done bool // filled or released; guarded by q.mu
+}
+
+// reserve takes a place on key's queue if fewer than limit jobs run, wait or hold a place there. The
+// check and the taking are one step under q.mu, so concurrent callers cannot all pass the check.
+func (q *queues) reserve(key string, limit int) (*slot, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.depthLocked(key)+q.reserved[key] >= limit {
+		return nil, false
+	}
+	q.reserved[key]++
+	return &slot{q: q, key: key}, true
+}
+
+// release gives the place up if no add filled it; it is safe to call more than once.
+func (s *slot) release() {
+	if s == nil {
+		return
+	}
+	s.q.mu.Lock()
+	defer s.q.mu.Unlock()
+	s.q.unreserveLocked(s)
+}
+
+func (q *queues) unreserveLocked(s *slot) {
+	if s == nil || s.done {
+		return
+	}
+	s.done = true
+	if q.reserved[s.key]--; q.reserved[s.key] <= 0 {
+		delete(q.reserved, s.key)
+	}
+}
+
+// addInto is add, filling s (if not nil) in the same step, so the place is never counted twice.
+func (q *queues) addInto(s *slot, key string, id int64, run func(context.Context), drop func(reason error)) (ahead int, err error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.unreserveLocked(s)
 	if q.closed {
 		return 0, ErrClosed
 	}
@@ -125,6 +173,10 @@ func (q *queues) run(j *job, ctx context.Context) {
 func (q *queues) depth(key string) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	return q.depthLocked(key)
+}
+
+func (q *queues) depthLocked(key string) int {
 	kq := q.byKey[key]
 	if kq == nil {
 		return 0
