@@ -186,10 +186,10 @@ func (h *Handler) handle(ctx context.Context, msg Message, r Replier, submitted 
 			return "Reset: this thread's sandbox is gone; the next message starts a fresh one."
 		})
 		return nil
-	case isUse(word):
+	case isUse(word, h.providerNames()):
 		h.reply(ctx, r, h.use(ctx, msg, text))
 		return nil
-	case isRuntime(word):
+	case isRuntime(word, h.runtimeNames()):
 		h.reply(ctx, r, h.runtime(ctx, msg, text))
 		return nil
 	case word == CmdRetry:

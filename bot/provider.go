@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"go.uber.org/zap"
@@ -28,10 +29,34 @@ type ProviderMover interface {
 	MoveProvider(ctx context.Context, threadKey, name string) (agentpool.ProviderChange, error)
 }
 
-// isUse reports whether text is the use command: "use" alone, or with one word.
-func isUse(word string) bool {
+// KnownProviders are the sandbox providers Threadbox has (config's list, less "auto"): "use <one of
+// them>" is the command even where the deployment does not enable it, so the user is told so.
+var KnownProviders = []string{"docker", "local", "daytona", "deno"}
+
+// isUse reports whether word (lower-cased) is the use command: "use" alone, or with the name of a
+// provider known or enabled. Any other "use <word>" ("use pnpm") is a request for the agent.
+func isUse(word string, enabled []string) bool {
+	return isChoice(word, CmdUse, KnownProviders, enabled)
+}
+
+// isChoice reports whether word is cmd alone or cmd followed by one of the names in known or enabled.
+func isChoice(word, cmd string, known, enabled []string) bool {
 	f := strings.Fields(word)
-	return len(f) >= 1 && len(f) <= 2 && f[0] == CmdUse
+	switch {
+	case len(f) == 0 || f[0] != cmd:
+		return false
+	case len(f) == 1:
+		return true
+	}
+	return len(f) == 2 && (slices.Contains(known, f[1]) || slices.Contains(enabled, f[1]))
+}
+
+// providerNames is the deployment's enabled providers (none when it has no choice).
+func (h *Handler) providerNames() []string {
+	if pc, ok := h.turns.(ProviderChooser); ok {
+		return pc.Providers()
+	}
+	return nil
 }
 
 // use runs "use <provider>" off the adapter's call; the pool orders it among the thread's turns.

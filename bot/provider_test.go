@@ -39,8 +39,8 @@ func TestUseProviderReplies(t *testing.T) {
 
 	require.Equal(t, `Write "use <provider>" to pick where this thread's sandbox runs. Enabled providers: docker (default), daytona.`,
 		say("U", "use", "Enabled providers"))
-	require.Equal(t, `There is no sandbox provider "kvm" here. Enabled providers: docker (default), daytona.`,
-		say("U", "use kvm", "no sandbox provider"))
+	require.Equal(t, `There is no sandbox provider "deno" here. Enabled providers: docker (default), daytona.`,
+		say("U", "use deno", "no sandbox provider"))
 	require.Contains(t, say("U", "status", "No sandbox yet"),
 		"\nThis thread runs on docker. Enabled providers: docker (default), daytona. Switch with \"use <provider>\".")
 

@@ -21,10 +21,22 @@ type RuntimeChooser interface {
 	UseRuntime(ctx context.Context, t agentpool.WorkspaceThread, name string) (agentpool.RuntimeChange, error)
 }
 
-// isRuntime reports whether text is the runtime command: "runtime" alone, or with one word.
-func isRuntime(word string) bool {
-	f := strings.Fields(word)
-	return len(f) >= 1 && len(f) <= 2 && f[0] == CmdRuntime
+// KnownRuntimes are the agent runtimes Threadbox has (config's list, less "auto"): "runtime <one of
+// them>" is the command even where the deployment does not enable it, so the user is told so.
+var KnownRuntimes = []string{"shell", "claude-code", "opencode", "sandbox-agent"}
+
+// isRuntime reports whether word (lower-cased) is the runtime command: "runtime" alone, or with the
+// name of a runtime known or enabled. Any other ("runtime error") is a request for the agent.
+func isRuntime(word string, enabled []string) bool {
+	return isChoice(word, CmdRuntime, KnownRuntimes, enabled)
+}
+
+// runtimeNames is the deployment's enabled runtimes (none when it has no choice).
+func (h *Handler) runtimeNames() []string {
+	if rc, ok := h.turns.(RuntimeChooser); ok {
+		return rc.Runtimes()
+	}
+	return nil
 }
 
 // runtime runs "runtime <name>" as use runs "use <provider>".

@@ -53,8 +53,8 @@ func TestRuntimeCommandReplies(t *testing.T) {
 
 	require.Equal(t, `Write "runtime <name>" to pick the agent that works in this thread. Enabled runtimes: claude-code (default), shell.`,
 		say("U", "runtime", "Enabled runtimes"))
-	require.Equal(t, `There is no agent runtime "codex" here. Enabled runtimes: claude-code (default), shell.`,
-		say("U", "runtime codex", "no agent runtime"))
+	require.Equal(t, `There is no agent runtime "opencode" here. Enabled runtimes: claude-code (default), shell.`,
+		say("U", "runtime opencode", "no agent runtime"))
 	require.Contains(t, say("U", "status", "No sandbox yet"),
 		"\nThis thread uses the claude-code runtime. Enabled runtimes: claude-code (default), shell. Switch with \"runtime <name>\".")
 
