@@ -22,6 +22,7 @@ type turnState struct {
 	now       func() time.Time
 
 	busy bool
+	// idle is set by an idle event seen after busy: the turn's end.
 	idle bool
 	// partTypes remembers each part's type, so that text deltas of reasoning parts are not shown
 	// as the answer.
@@ -102,7 +103,11 @@ func (t *turnState) handle(ev event) {
 			t.emit(runtime.Event{Kind: runtime.EventStatus, Text: "model API busy, retrying: " + p.Status.Message, At: t.now()})
 		}
 	case "session.idle":
-		t.idle = true
+		// Only after our prompt made the session busy: the stream opens before the prompt is sent,
+		// so an idle from before it (a previous turn's, an abort's) would end this turn unanswered.
+		if t.busy {
+			t.idle = true
+		}
 	case "session.error":
 		if p.Error != nil {
 			t.err = p.Error
