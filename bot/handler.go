@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -335,8 +336,27 @@ func (h *Handler) retry(ctx context.Context, msg Message, r Replier) error {
 	}
 	again := msg
 	again.Text, again.Files, again.EventID = t.Prompt, nil, fmt.Sprintf("retry:%d", t.ID)
+	if note := filesNotResent(t.Delivery); note != "" {
+		again.Notes = append(slices.Clip(again.Notes), note)
+	}
 	var submitted bool // again has no files: the retry message's own are Handle's to discard
 	return h.turn(ctx, again, r, &submitted)
+}
+
+// filesNotResent is the retry's note naming the interrupted message's files, which the retry does
+// not attach again (the platform's copy may be gone, and the retry has no files of its own); "" if
+// it had none or its record cannot be read.
+func filesNotResent(rec json.RawMessage) string {
+	var d delivery
+	if json.Unmarshal(rec, &d) != nil || len(d.Files) == 0 {
+		return ""
+	}
+	names := make([]string, len(d.Files))
+	for i, f := range d.Files {
+		names[i] = f.Name
+	}
+	return "The files attached to the interrupted message were not re-sent with the retry: " +
+		strings.Join(names, ", ") + ". Attach them again if the agent needs them."
 }
 
 // turn submits msg as a turn, and sets *submitted once the pool has taken it (and its files).
