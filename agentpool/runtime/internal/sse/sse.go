@@ -7,7 +7,6 @@ package sse
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 
@@ -30,6 +29,8 @@ type Reader struct {
 	br  *bufio.Reader
 	max int
 	id  string
+	// afterCR: the last line ended at a CR, so an LF next is part of that line end.
+	afterCR bool
 }
 
 // NewReader reads events from r, each of at most max bytes of data (max <= 0: MaxEventBytes).
@@ -82,23 +83,41 @@ func (r *Reader) Next() (Event, error) {
 // lineSlack is what a line may hold besides an event's worth of data: a field name and the line end.
 const lineSlack = 64
 
-// line returns the next line without its end (\n or \r\n), at most max+lineSlack bytes.
+// line returns the next line without its end, at most max+lineSlack bytes. A line ends at CRLF, LF
+// or CR, as the spec says. After a CR the LF that may follow is skipped when the next line is read,
+// not now: peeking for it would hold an event back until the server sent another byte.
 func (r *Reader) line() ([]byte, error) {
+	if r.afterCR {
+		r.afterCR = false
+		if b, err := r.br.Peek(1); err == nil && b[0] == '\n' {
+			_, _ = r.br.Discard(1)
+		}
+	}
 	var line []byte
 	for {
-		frag, err := r.br.ReadSlice('\n')
-		if len(line)+len(frag) > r.max+lineSlack {
-			return nil, fmt.Errorf("sse: line over %d bytes: %w", r.max+lineSlack, sandbox.ErrTooLarge)
+		n := r.br.Buffered()
+		if n == 0 {
+			n = 1 // blocks for the next byte (or the stream's end)
 		}
-		line = append(line, frag...)
-		switch {
-		case errors.Is(err, bufio.ErrBufferFull):
-			continue
-		case err != nil:
-			// The stream ended (io.EOF) or failed; a last line without its newline is incomplete.
+		buf, err := r.br.Peek(n)
+		if len(buf) == 0 {
+			// The stream ended (io.EOF) or failed; a last line without its end is incomplete.
 			return nil, err
 		}
-		line = bytes.TrimSuffix(line[:len(line)-1], []byte("\r"))
+		end := bytes.IndexAny(buf, "\r\n")
+		if end < 0 {
+			end = len(buf)
+		}
+		if len(line)+end > r.max+lineSlack {
+			return nil, fmt.Errorf("sse: line over %d bytes: %w", r.max+lineSlack, sandbox.ErrTooLarge)
+		}
+		line = append(line, buf[:end]...)
+		if end == len(buf) {
+			_, _ = r.br.Discard(end)
+			continue
+		}
+		r.afterCR = buf[end] == '\r'
+		_, _ = r.br.Discard(end + 1)
 		return line, nil
 	}
 }

@@ -40,6 +40,13 @@ func TestReader(t *testing.T) {
 		{"comments, other fields and empty events are skipped", ": ping\nevent: x\nretry: 5\n\n\n\ndata: a\n\n", 0,
 			[]Event{{Data: []byte("a")}}, io.EOF},
 		{"crlf", "data: a\r\n\r\n", 0, []Event{{Data: []byte("a")}}, io.EOF},
+		{"bare cr", "data: a\r\rdata: b\r\r", 0, []Event{{Data: []byte("a")}, {Data: []byte("b")}}, io.EOF},
+		{"cr, lf and crlf mixed", "data: a\rdata: b\n\r\ndata: c\r\n\rid: 7\n\ndata: d\n\n", 0,
+			[]Event{{Data: []byte("a\nb")}, {Data: []byte("c")}, {ID: "7", Data: []byte("d")}}, io.EOF},
+		{"cr then lf is one line end, lf then cr two", "data: a\r\n\r\n\rdata: b\n\r", 0,
+			[]Event{{Data: []byte("a")}, {Data: []byte("b")}}, io.EOF},
+		{"a cr-ended line over the bound", "data: " + strings.Repeat("x", 9) + "\r\r", 8, nil, sandbox.ErrTooLarge},
+		{"an endless line with NULs, no line end", strings.Repeat("y\x00", 1<<19), 1024, nil, sandbox.ErrTooLarge},
 		{"an event cut off by the end is dropped", "data: a\n\ndata: b\n", 0, []Event{{Data: []byte("a")}}, io.EOF},
 		{"data of exactly the bound", "data: " + strings.Repeat("x", 8) + "\n\n", 8, []Event{{Data: []byte(strings.Repeat("x", 8))}}, io.EOF},
 		{"one line over the bound", "data: a\n\ndata: " + strings.Repeat("x", 9) + "\n\n", 8, []Event{{Data: []byte("a")}}, sandbox.ErrTooLarge},
@@ -54,6 +61,17 @@ func TestReader(t *testing.T) {
 			require.Equal(t, tt.want, got)
 		})
 	}
+}
+
+// TestReaderBareCRDoesNotWait: an event whose blank line is a bare CR is returned at once, without
+// waiting for a byte after it (which could be an LF belonging to that line end).
+func TestReaderBareCRDoesNotWait(t *testing.T) {
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	go func() { _, _ = pw.Write([]byte("data: a\r\r")) }()
+	ev, err := NewReader(pr, 0).Next()
+	require.NoError(t, err)
+	require.Equal(t, "a", string(ev.Data))
 }
 
 func TestReaderDefaultBound(t *testing.T) {
