@@ -46,7 +46,9 @@ func ParseToken(secret, tok string) (threadKey string, generation int64, err err
 		return "", 0, ErrBadToken
 	}
 	gen, err := strconv.ParseInt(parts[2], 10, 64)
-	if err != nil || gen < 1 {
+	// Canonical digits only: strconv also reads "+1" and "01", which would give one token several
+	// spellings.
+	if err != nil || gen < 1 || strconv.FormatInt(gen, 10) != parts[2] {
 		return "", 0, ErrBadToken
 	}
 	mac, err := base64.RawURLEncoding.DecodeString(parts[3])
