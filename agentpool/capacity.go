@@ -9,7 +9,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/threadbox/threadbox/agentpool/runtime"
-	"github.com/threadbox/threadbox/db"
 )
 
 // Capacity: Config.MaxActive caps the sandboxes that are live at once across the deployment (a live
@@ -115,7 +114,7 @@ func (p *Pool) admit(ctx context.Context, threadKey string, sink Sink) (release 
 				continue
 			}
 		}
-		live, err := p.liveThreads(ctx, c.max+1)
+		live, err := p.liveThreads(ctx, threadKey, c.max+1)
 		if err != nil {
 			return nil, fmt.Errorf("counting live sandboxes: %w", err)
 		}
@@ -174,17 +173,16 @@ func (p *Pool) releaseAdmission(threadKey string) {
 	c.signal()
 }
 
-// liveThreads returns the threads whose sandbox is live, at most limit per status.
-func (p *Pool) liveThreads(ctx context.Context, limit int) (map[string]bool, error) {
-	live := map[string]bool{}
-	for _, st := range []db.SessionStatus{db.SessionCreating, db.SessionActive, db.SessionResuming, db.SessionPausing} {
-		page, err := p.store.SessionsByStatus(ctx, st, "", limit)
-		if err != nil {
-			return nil, err
-		}
-		for _, s := range page {
-			live[s.ThreadKey] = true
-		}
+// liveThreads returns the threads whose sandbox is live, at most limit of them, threadKey's among
+// them if it is live. One query: it runs for every turn's admission.
+func (p *Pool) liveThreads(ctx context.Context, threadKey string, limit int) (map[string]bool, error) {
+	keys, err := p.store.SessionsLive(ctx, threadKey, limit)
+	if err != nil {
+		return nil, err
+	}
+	live := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		live[k] = true
 	}
 	return live, nil
 }

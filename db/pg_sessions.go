@@ -145,6 +145,14 @@ func (s *pgStore) SessionsByStatus(ctx context.Context, status SessionStatus, af
 	return fromPGSessions(rows), nil
 }
 
+func (s *pgStore) SessionsLive(ctx context.Context, threadKey string, limit int) ([]string, error) {
+	keys, err := s.q.SessionListLive(ctx, s.dbtx, pgsqlc.SessionListLiveParams{ThreadKey: threadKey, MaxRows: int32(batchLimit(limit))})
+	if err != nil {
+		return nil, pgErr("list live sessions", err)
+	}
+	return keys, nil
+}
+
 func (s *pgStore) SessionsIdle(ctx context.Context, cutoff time.Time, limit int) ([]Session, error) {
 	rows, err := s.q.SessionListIdle(ctx, s.dbtx, pgsqlc.SessionListIdleParams{
 		Cutoff: pgTime(cutoff), MaxRows: int32(batchLimit(limit)),

@@ -142,6 +142,18 @@ func (s *sqliteStore) SessionsByStatus(ctx context.Context, status SessionStatus
 	return fromSQLiteSessions(rows)
 }
 
+func (s *sqliteStore) SessionsLive(ctx context.Context, threadKey string, limit int) ([]string, error) {
+	rows, err := s.q.SessionListLive(ctx, s.dbtx, sqlitesqlc.SessionListLiveParams{ThreadKey: threadKey, MaxRows: int64(batchLimit(limit))})
+	if err != nil {
+		return nil, sqliteErr("list live sessions", err)
+	}
+	keys := make([]string, len(rows))
+	for i, r := range rows {
+		keys[i] = r.ThreadKey
+	}
+	return keys, nil
+}
+
 func (s *sqliteStore) SessionsIdle(ctx context.Context, cutoff time.Time, limit int) ([]Session, error) {
 	rows, err := s.q.SessionListIdle(ctx, s.dbtx, sqlitesqlc.SessionListIdleParams{
 		Cutoff: sqliteTime(cutoff), MaxRows: int64(batchLimit(limit)),

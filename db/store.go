@@ -55,6 +55,10 @@ type SessionStore interface {
 	// SessionsByStatus pages through sessions in one status, ordered by thread key, starting after
 	// afterThreadKey ("" for the first page). For admin listings.
 	SessionsByStatus(ctx context.Context, status SessionStatus, afterThreadKey string, limit int) ([]Session, error)
+	// SessionsLive returns the thread keys of the sessions whose sandbox is live (creating, active,
+	// resuming or pausing: what counts against sandbox.max_active), at most limit, threadKey's first
+	// if it is live, so that a limit never hides it. One query: admission runs it for every turn.
+	SessionsLive(ctx context.Context, threadKey string, limit int) ([]string, error)
 	// SessionsIdle returns active sessions with no activity since before cutoff, oldest first.
 	SessionsIdle(ctx context.Context, cutoff time.Time, limit int) ([]Session, error)
 	// SessionsPausedExpired returns sessions paused since before cutoff, oldest first.

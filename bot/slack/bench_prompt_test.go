@@ -34,15 +34,16 @@ func (r stampRuntime) Prompt(ctx context.Context, sb sandbox.Sandbox, sid string
 
 // BenchmarkEventToPrompt measures, on PostgreSQL, the time from a signed Slack event leaving the
 // sender to its prompt being handed to the runtime, for a warm thread (its sandbox is running and
-// its runtime healthy): verify, parse, dedupe, record the turn durably, ack, queue, lock the thread,
-// start the turn, resolve, hand over. The provider is the in-memory fake, so the figure is our
-// overhead (Core issue target: p99 ≤ 5 ms). Events are sent one after another, each after the
+// its runtime healthy): verify, parse, dedupe, record the turn durably, ack, queue, admit (the
+// sandbox cap), lock the thread, start the turn, resolve, hand over. The provider is the in-memory
+// fake, so the figure is our overhead (Core issue target: p99 ≤ 5 ms). Events are sent one after another, each after the
 // previous turn ended, as a user typing in one thread would.
 func BenchmarkEventToPrompt(b *testing.B) {
 	n := envInt("THREADBOX_BENCH_PROMPTS", 300)
 	st := dbtest.OpenPostgres(b)
 	rt := stampRuntime{at: make(chan time.Time, 1)}
-	pool, err := agentpool.New(agentpool.Config{Deployment: "promptbench", Image: "fake"},
+	// MaxActive as serve runs by default (sandbox.max_active: 20): admission is on every turn's path.
+	pool, err := agentpool.New(agentpool.Config{Deployment: "promptbench", Image: "fake", MaxActive: 20},
 		agentpool.Deps{Store: st, Provider: sandboxfake.New(), Runtime: rt, Logger: zap.NewNop()})
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = pool.Shutdown(context.Background()) })

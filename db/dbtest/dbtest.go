@@ -40,6 +40,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"SessionsBySandboxIDs", testSessionsBySandboxIDs},
 		{"SessionsUnsettled", testSessionsUnsettled},
 		{"SessionsByStatus", testSessionsByStatus},
+		{"SessionsLive", testSessionsLive},
 		{"TurnLifecycle", testTurnLifecycle},
 		{"TurnWrongState", testTurnWrongState},
 		{"TurnFinishFenced", testTurnFinishFenced},

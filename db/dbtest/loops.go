@@ -149,6 +149,35 @@ func testSessionsByStatus(t *testing.T, newStore NewStore) {
 	require.ErrorIs(t, err, db.ErrInvalid)
 }
 
+// testSessionsLive: admission's query lists the threads whose sandbox counts against the cap (creating,
+// active, resuming, pausing) in key order, the asked thread's first when it is live, so that the
+// limit never hides it; paused, destroyed and errored ones are not live.
+func testSessionsLive(t *testing.T, newStore NewStore) {
+	clock := NewClock(start)
+	s := newStore(t, db.WithClock(clock.Now))
+	ctx := testCtx(t)
+	for k, st := range map[string]db.SessionStatus{
+		"a": db.SessionActive, "b": db.SessionCreating, "c": db.SessionResuming, "d": db.SessionPausing,
+		"e": db.SessionPaused, "f": db.SessionDestroyed, "g": db.SessionError, "z": db.SessionActive,
+	} {
+		createAt(t, s, clock, k, st, start)
+	}
+	for _, tc := range []struct {
+		thread string
+		limit  int
+		want   []string
+	}{
+		{"", 0, []string{"a", "b", "c", "d", "z"}},
+		{"z", 2, []string{"z", "a"}}, // live: first, past the limit otherwise
+		{"e", 2, []string{"a", "b"}}, // paused: not live, not listed
+		{"new", 9, []string{"a", "b", "c", "d", "z"}},
+	} {
+		got, err := s.SessionsLive(ctx, tc.thread, tc.limit)
+		require.NoError(t, err)
+		require.Equal(t, tc.want, got, "thread %q, limit %d", tc.thread, tc.limit)
+	}
+}
+
 // testSessionsUnsettled: the reconcile loop's query returns sessions in a transient status or in error
 // whose row has not changed since before the cutoff, oldest change first, and nothing stable.
 func testSessionsUnsettled(t *testing.T, newStore NewStore) {

@@ -74,6 +74,14 @@ WHERE status = @status AND thread_key COLLATE "C" > @after_thread_key::text
 ORDER BY thread_key COLLATE "C"
 LIMIT @max_rows;
 
+-- name: SessionListLive :many
+-- The threads whose sandbox is live (it counts against sandbox.max_active), the given thread's first
+-- if it is one of them, so that a limit never hides it: admission's one query per turn.
+SELECT thread_key FROM sessions
+WHERE status IN ('creating', 'active', 'resuming', 'pausing')
+ORDER BY thread_key = @thread_key DESC, thread_key COLLATE "C"
+LIMIT @max_rows;
+
 -- The loop queries spell their status as a literal so that the planner can use the partial indexes.
 
 -- name: SessionListIdle :many

@@ -74,6 +74,14 @@ WHERE status = @status AND thread_key > @after_thread_key
 ORDER BY thread_key
 LIMIT @max_rows;
 
+-- name: SessionListLive :many
+-- The threads whose sandbox is live (it counts against sandbox.max_active), the given thread's first
+-- if it is one of them, so that a limit never hides it: admission's one query per turn.
+SELECT thread_key, CAST(thread_key = @thread_key AS INTEGER) AS own FROM sessions
+WHERE status IN ('creating', 'active', 'resuming', 'pausing')
+ORDER BY own DESC, thread_key
+LIMIT @max_rows;
+
 -- The loop queries spell their status as a literal so that the planner can use the partial indexes.
 
 -- name: SessionListIdle :many

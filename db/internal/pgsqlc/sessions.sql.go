@@ -272,6 +272,40 @@ func (q *Queries) SessionListIdle(ctx context.Context, db DBTX, arg SessionListI
 	return items, nil
 }
 
+const sessionListLive = `-- name: SessionListLive :many
+SELECT thread_key FROM sessions
+WHERE status IN ('creating', 'active', 'resuming', 'pausing')
+ORDER BY thread_key = $1 DESC, thread_key COLLATE "C"
+LIMIT $2
+`
+
+type SessionListLiveParams struct {
+	ThreadKey string
+	MaxRows   int32
+}
+
+// The threads whose sandbox is live (it counts against sandbox.max_active), the given thread's first
+// if it is one of them, so that a limit never hides it: admission's one query per turn.
+func (q *Queries) SessionListLive(ctx context.Context, db DBTX, arg SessionListLiveParams) ([]string, error) {
+	rows, err := db.Query(ctx, sessionListLive, arg.ThreadKey, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var thread_key string
+		if err := rows.Scan(&thread_key); err != nil {
+			return nil, err
+		}
+		items = append(items, thread_key)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const sessionListPausedExpired = `-- name: SessionListPausedExpired :many
 SELECT thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at, reset_turn_id FROM sessions
 WHERE status = 'paused' AND paused_at < $1::timestamptz

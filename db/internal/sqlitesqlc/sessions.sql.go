@@ -289,6 +289,48 @@ func (q *Queries) SessionListIdle(ctx context.Context, db DBTX, arg SessionListI
 	return items, nil
 }
 
+const sessionListLive = `-- name: SessionListLive :many
+SELECT thread_key, CAST(thread_key = ?1 AS INTEGER) AS own FROM sessions
+WHERE status IN ('creating', 'active', 'resuming', 'pausing')
+ORDER BY own DESC, thread_key
+LIMIT ?2
+`
+
+type SessionListLiveParams struct {
+	ThreadKey string
+	MaxRows   int64
+}
+
+type SessionListLiveRow struct {
+	ThreadKey string
+	Own       int64
+}
+
+// The threads whose sandbox is live (it counts against sandbox.max_active), the given thread's first
+// if it is one of them, so that a limit never hides it: admission's one query per turn.
+func (q *Queries) SessionListLive(ctx context.Context, db DBTX, arg SessionListLiveParams) ([]SessionListLiveRow, error) {
+	rows, err := db.QueryContext(ctx, sessionListLive, arg.ThreadKey, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []SessionListLiveRow
+	for rows.Next() {
+		var i SessionListLiveRow
+		if err := rows.Scan(&i.ThreadKey, &i.Own); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const sessionListPausedExpired = `-- name: SessionListPausedExpired :many
 SELECT thread_key, platform, channel_id, owner_user_id, provider, handle, sandbox_id, generation, runtime, agent_session_id, status, resume_fail_count, last_error, handoff_note, last_activity_at, last_health_ok_at, paused_at, resumed_at, destroyed_at, created_at, updated_at, reset_turn_id FROM sessions
 WHERE status = 'paused' AND paused_at < ?1
