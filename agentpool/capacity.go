@@ -123,14 +123,7 @@ func (p *Pool) admit(ctx context.Context, threadKey string, sink Sink) (release 
 		// A newcomer is first only when nobody waits: the head of the line, woken by a freed slot,
 		// must not lose it to a turn that arrived after it.
 		first := len(c.line) == 0 || (queued && c.line[0] == w)
-		used := len(live)
-		for k := range c.pending {
-			if !live[k] {
-				used++
-			}
-		}
-		if live[threadKey] || (first && used < c.max) {
-			c.pending[threadKey]++
+		if c.grant(live, threadKey, first) {
 			c.mu.Unlock()
 			return func() { p.releaseAdmission(threadKey) }, nil
 		}
@@ -151,6 +144,41 @@ func (p *Pool) admit(ctx context.Context, threadKey string, sink Sink) (release 
 			return nil, err
 		}
 	}
+}
+
+// grant admits threadKey if its sandbox is live, or if it is first and a slot is free, counting
+// the admissions granted here that are not live yet; c.mu is held.
+func (c *capacity) grant(live map[string]bool, threadKey string, first bool) bool {
+	used := len(live)
+	for k := range c.pending {
+		if !live[k] {
+			used++
+		}
+	}
+	if live[threadKey] || (first && used < c.max) {
+		c.pending[threadKey]++
+		return true
+	}
+	return false
+}
+
+// tryAdmit is admit without waiting: it admits the thread if admit would at once (with no cap,
+// always), and otherwise reports false having changed nothing (no line, no eviction).
+func (p *Pool) tryAdmit(ctx context.Context, threadKey string) (release func(), ok bool) {
+	c := p.capa
+	if c == nil || c.max <= 0 {
+		return func() {}, true
+	}
+	live, err := p.liveThreads(ctx, threadKey, c.max+1)
+	if err != nil {
+		return nil, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.grant(live, threadKey, len(c.line) == 0) {
+		return nil, false
+	}
+	return func() { p.releaseAdmission(threadKey) }, true
 }
 
 // placeIn is w's place in line, from 1 (0: not in it).

@@ -149,9 +149,11 @@ type Pool struct {
 	q    *queues
 
 	instance string
-	restore  func(ctx context.Context, t db.Turn) (Request, error)
-	capa     *capacity
-	ws       Workspace
+	// held records and starts a turn in one commit, where the store can (startAtIntake).
+	held    heldIntake
+	restore func(ctx context.Context, t db.Turn) (Request, error)
+	capa    *capacity
+	ws      Workspace
 
 	// instMu protects the following.
 	instMu   sync.Mutex
@@ -197,6 +199,7 @@ func New(cfg Config, deps Deps) (*Pool, error) {
 	if p.instance == "" {
 		p.instance = newInstanceID()
 	}
+	p.held, _ = deps.Store.(heldIntake)
 	p.q.onPanic = func(v any, stack []byte) {
 		p.log.Error("a job on a thread's queue panicked; the thread goes on with its next one",
 			zap.Any("panic", v), zap.ByteString("stack", stack))
@@ -313,10 +316,10 @@ func (p *Pool) Submit(ctx context.Context, req Request) (Ticket, error) {
 	// Until the turn is queued, AdoptPass must not take it for an orphan.
 	p.beginIntake(req.EventID)
 	defer p.endIntake(req.EventID)
-	t, err := p.store.TurnInsert(ctx, db.NewTurn{
-		ThreadKey: req.ThreadKey, PlatformEventID: req.EventID, UserID: req.UserID, Prompt: req.Text,
-		Delivery: req.Delivery, Owner: p.instance,
-	})
+	if tk, err, taken := p.startAtIntake(ctx, place, req); taken {
+		return tk, err
+	}
+	t, err := p.store.TurnInsert(ctx, p.newTurn(req))
 	if errors.Is(err, db.ErrDuplicate) {
 		if tk, ok := p.adoptRedelivered(ctx, req); ok {
 			return tk, nil

@@ -98,13 +98,40 @@ func (q *queues) unreserveLocked(s *slot) {
 
 // addInto is add, filling s (if not nil) in the same step, so the place is never counted twice.
 func (q *queues) addInto(s *slot, key string, id int64, run func(context.Context), drop func(reason error)) (ahead int, err error) {
+	ahead, _, err = q.push(s, key, &job{id: id, run: run, drop: drop}, false)
+	return ahead, err
+}
+
+// addIfIdle queues run under key only if key has no work, so that it starts now, filling s (if not
+// nil) when it does, and reports whether it did. The job returned is for setID.
+func (q *queues) addIfIdle(s *slot, key string, run func(context.Context), drop func(reason error)) (*job, bool, error) {
+	j := &job{run: run, drop: drop}
+	_, ok, err := q.push(s, key, j, true)
+	return j, ok, err
+}
+
+// setID names the turn j runs, for a job queued before its turn was recorded (addIfIdle), so that
+// a cancel can target it.
+func (q *queues) setID(j *job, id int64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.unreserveLocked(s)
+	j.id = id
+}
+
+// push queues j under key (with onlyIfIdle, only if key has no work), filling s if it does, and
+// starts the key's goroutine if it has none.
+func (q *queues) push(s *slot, key string, j *job, onlyIfIdle bool) (ahead int, added bool, err error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
 	if q.closed {
-		return 0, ErrClosed
+		q.unreserveLocked(s)
+		return 0, false, ErrClosed
 	}
 	kq := q.byKey[key]
+	if kq != nil && onlyIfIdle {
+		return 0, false, nil // the place stays held for the caller's add
+	}
+	q.unreserveLocked(s)
 	if kq == nil {
 		kq = &keyQueue{}
 		q.byKey[key] = kq
@@ -113,12 +140,12 @@ func (q *queues) addInto(s *slot, key string, id int64, run func(context.Context
 	if kq.running != nil {
 		ahead++
 	}
-	kq.pending = append(kq.pending, &job{id: id, run: run, drop: drop})
+	kq.pending = append(kq.pending, j)
 	if ahead == 0 {
 		q.busy++
 		go q.drain(key, kq)
 	}
-	return ahead, nil
+	return ahead, true, nil
 }
 
 // onQueueKey marks a job's context with the key whose queue runs it (see onThread).

@@ -115,7 +115,16 @@ func TestRecoverTakesOverDeadProcessTurns(t *testing.T) {
 // dead process owned runs only after that process's turns: the interrupted one is answered, the
 // queued ones run, in order, then the new one. A live owner's turn is left alone.
 func TestNewTurnTakesOverItsThreadFirst(t *testing.T) {
-	st := newSQLiteStore(t)
+	// On PostgreSQL the new turn's thread is idle here, so it is recorded at intake (intake.go): the
+	// dead process's unfinished turns keep it queued, and it takes the thread over as on SQLite.
+	for name, open := range map[string]func(testing.TB) db.Store{
+		"sqlite": newSQLiteStore, "postgres": func(t testing.TB) db.Store { return dbtest.OpenPostgres(t) },
+	} {
+		t.Run(name, func(t *testing.T) { testNewTurnTakesOverItsThreadFirst(t, open(t)) })
+	}
+}
+
+func testNewTurnTakesOverItsThreadFirst(t *testing.T, st db.Store) {
 	ctx := t.Context()
 	insert := func(thread, event, prompt, owner string) db.Turn {
 		tr, err := st.TurnInsert(ctx, db.NewTurn{ThreadKey: thread, PlatformEventID: event, UserID: "u", Prompt: prompt,

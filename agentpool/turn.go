@@ -54,6 +54,12 @@ func (p *Pool) runTurn(ctx context.Context, req Request, turnID int64, queuedAt 
 		p.endTurn(req, turnID, out, start)
 		return
 	}
+	p.runLocked(ctx, req, turnID, start, hold, false)
+}
+
+// runLocked runs a turn whose thread lock hold is held, and releases it at the end. started says the
+// turn is recorded running already (startAtIntake); otherwise it is started here.
+func (p *Pool) runLocked(ctx context.Context, req Request, turnID int64, start time.Time, hold db.Hold, started bool) {
 	defer hold.Release()
 	// Losing the thread lock (its connection died) means another process may take the thread: stop
 	// at once rather than run beside it.
@@ -61,6 +67,11 @@ func (p *Pool) runTurn(ctx context.Context, req Request, turnID int64, queuedAt 
 	defer cancelLost(nil)
 	stopLost := context.AfterFunc(hold.Context(), func() { cancelLost(ErrLockLost) })
 	defer stopLost()
+	if started {
+		s, _, err := p.store.SessionCreate(ctx, p.newSession(req))
+		p.runStarted(ctx, req, turnID, start, &sessionRead{sess: s, err: err})
+		return
+	}
 	// The common case in one statement: no other process's older turn of this thread is left
 	// unfinished, so start. Otherwise (a conflict, nothing changed) the slow path: answer a dead
 	// owner's older turns first, then start as usual.
@@ -74,7 +85,7 @@ func (p *Pool) runTurn(ctx context.Context, req Request, turnID int64, queuedAt 
 		s, _, err := p.store.SessionCreate(ctx, p.newSession(req))
 		read <- sessionRead{sess: s, err: err}
 	}()
-	_, err = p.store.TurnStartFirst(ctx, turnID, p.instance)
+	_, err := p.store.TurnStartFirst(ctx, turnID, p.instance)
 	pre := <-read
 	switch {
 	case err == nil:

@@ -52,6 +52,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"TurnsPendingClaim", testTurnsPendingClaim},
 		{"TurnsQueuedOwned", testTurnsQueuedOwned},
 		{"TurnStartFirst", testTurnStartFirst},
+		{"TurnInsertHeld", testTurnInsertHeld},
 		{"TurnLastFailedWith", testTurnLastFailedWith},
 		{"Instances", testInstances},
 		{"HoldThread", testHoldThread},

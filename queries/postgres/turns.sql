@@ -5,6 +5,30 @@ VALUES (@thread_key, @platform_event_id, @user_id, @prompt, 'queued', @now::time
 ON CONFLICT (platform_event_id) DO NOTHING
 RETURNING *;
 
+-- name: TurnInsertHeld :one
+-- TurnInsert for a thread idle in this process, on a lock connection: the same statement tries the
+-- thread's lock (session-level: it outlives the statement), and when it got it and no unfinished turn
+-- of the thread belongs to another process, records the turn started, so that one commit both
+-- acknowledges the message and starts its turn (agentpool: startAtIntake). held says whether the lock
+-- was taken, whichever status the turn got.
+WITH got AS MATERIALIZED (SELECT pg_try_advisory_lock(@lock_key::bigint) AS held),
+start AS (
+    SELECT got.held AND NOT EXISTS (
+        SELECT 1 FROM turns o
+        WHERE o.thread_key = @thread_key AND o.status IN ('queued', 'running') AND o.owner <> @owner
+    ) AS now_running
+    FROM got
+)
+INSERT INTO turns (thread_key, platform_event_id, user_id, prompt, status, created_at, started_at, last_event_at, delivery, owner)
+SELECT @thread_key, @platform_event_id, @user_id, @prompt,
+       CASE WHEN start.now_running THEN 'running' ELSE 'queued' END, @now::timestamptz,
+       CASE WHEN start.now_running THEN @now::timestamptz END,
+       CASE WHEN start.now_running THEN @now::timestamptz END,
+       sqlc.narg('delivery')::jsonb, @owner
+FROM start
+ON CONFLICT (platform_event_id) DO NOTHING
+RETURNING turns.*, (SELECT held FROM got) AS held;
+
 -- name: TurnInsertMany :many
 -- Group commit (db/pg_intake.go): many turns in one statement, one round trip and one commit. Rows
 -- are inserted in the order given; a duplicate event id is skipped, as in TurnInsert. PostgreSQL only:

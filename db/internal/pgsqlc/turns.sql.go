@@ -315,6 +315,96 @@ func (q *Queries) TurnInsert(ctx context.Context, db DBTX, arg TurnInsertParams)
 	return i, err
 }
 
+const turnInsertHeld = `-- name: TurnInsertHeld :one
+WITH got AS MATERIALIZED (SELECT pg_try_advisory_lock($8::bigint) AS held),
+start AS (
+    SELECT got.held AND NOT EXISTS (
+        SELECT 1 FROM turns o
+        WHERE o.thread_key = $1 AND o.status IN ('queued', 'running') AND o.owner <> $7
+    ) AS now_running
+    FROM got
+)
+INSERT INTO turns (thread_key, platform_event_id, user_id, prompt, status, created_at, started_at, last_event_at, delivery, owner)
+SELECT $1, $2, $3, $4,
+       CASE WHEN start.now_running THEN 'running' ELSE 'queued' END, $5::timestamptz,
+       CASE WHEN start.now_running THEN $5::timestamptz END,
+       CASE WHEN start.now_running THEN $5::timestamptz END,
+       $6::jsonb, $7
+FROM start
+ON CONFLICT (platform_event_id) DO NOTHING
+RETURNING turns.id, turns.thread_key, turns.platform_event_id, turns.user_id, turns.prompt, turns.status, turns.answer, turns.error, turns.usage, turns.created_at, turns.started_at, turns.last_event_at, turns.finished_at, turns.delivery, turns.owner, turns.delivered_at, (SELECT held FROM got) AS held
+`
+
+type TurnInsertHeldParams struct {
+	ThreadKey       string
+	PlatformEventID string
+	UserID          string
+	Prompt          string
+	Now             pgtype.Timestamptz
+	Delivery        []byte
+	Owner           string
+	LockKey         int64
+}
+
+type TurnInsertHeldRow struct {
+	ID              int64
+	ThreadKey       string
+	PlatformEventID string
+	UserID          string
+	Prompt          string
+	Status          string
+	Answer          string
+	Error           string
+	Usage           []byte
+	CreatedAt       pgtype.Timestamptz
+	StartedAt       pgtype.Timestamptz
+	LastEventAt     pgtype.Timestamptz
+	FinishedAt      pgtype.Timestamptz
+	Delivery        []byte
+	Owner           string
+	DeliveredAt     pgtype.Timestamptz
+	Held            bool
+}
+
+// TurnInsert for a thread idle in this process, on a lock connection: the same statement tries the
+// thread's lock (session-level: it outlives the statement), and when it got it and no unfinished turn
+// of the thread belongs to another process, records the turn started, so that one commit both
+// acknowledges the message and starts its turn (agentpool: startAtIntake). held says whether the lock
+// was taken, whichever status the turn got.
+func (q *Queries) TurnInsertHeld(ctx context.Context, db DBTX, arg TurnInsertHeldParams) (TurnInsertHeldRow, error) {
+	row := db.QueryRow(ctx, turnInsertHeld,
+		arg.ThreadKey,
+		arg.PlatformEventID,
+		arg.UserID,
+		arg.Prompt,
+		arg.Now,
+		arg.Delivery,
+		arg.Owner,
+		arg.LockKey,
+	)
+	var i TurnInsertHeldRow
+	err := row.Scan(
+		&i.ID,
+		&i.ThreadKey,
+		&i.PlatformEventID,
+		&i.UserID,
+		&i.Prompt,
+		&i.Status,
+		&i.Answer,
+		&i.Error,
+		&i.Usage,
+		&i.CreatedAt,
+		&i.StartedAt,
+		&i.LastEventAt,
+		&i.FinishedAt,
+		&i.Delivery,
+		&i.Owner,
+		&i.DeliveredAt,
+		&i.Held,
+	)
+	return i, err
+}
+
 const turnInsertMany = `-- name: TurnInsertMany :many
 INSERT INTO turns (thread_key, platform_event_id, user_id, prompt, status, created_at, delivery, owner)
 SELECT t.thread_key, t.platform_event_id, t.user_id, t.prompt, 'queued', t.created_at, t.delivery, t.owner
