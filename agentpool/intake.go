@@ -71,7 +71,7 @@ func (p *Pool) startAtIntake(ctx context.Context, place *slot, req Request) (tk 
 	rec := make(chan intakeRecord, 1)
 	// The record is the caller's and is awaited as a whole, as a group commit's is: a message whose
 	// row may commit is not given up half way because its sender left.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), intakeTimeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.intakeTimeout)
 	defer cancel()
 	p.met.TurnQueued(1)
 	j, added, err := p.q.addIfIdle(place, req.ThreadKey,
@@ -154,13 +154,28 @@ func (p *Pool) recordAtIntake(ctx context.Context, req Request) intakeRecord {
 	return r
 }
 
+// afterAllTimeout bounds recordedAfterAll; the ack waits for it.
+const afterAllTimeout = 30 * time.Second
+
 // recordedAfterAll looks up the turn whose recording failed with cause: the statement may have
 // committed before its connection failed, and a recorded turn must be answered. Running (started
 // at intake; the lock went with the connection), it takes the thread's lock again: nothing has
 // run it. Not found, or not known, the message is refused with cause; a turn recorded all the same
-// is then this process's orphan, which adoption (queued) or the watchdog (running) answers.
+// is then this process's orphan: adoption answers a queued one; a running one is answered only by
+// the leader's watchdog (this process leading) or by recovery once this process has gone.
+//
+// It runs on a context of its own, retrying the lookup: the failure may be the intake's deadline
+// (ctx is then done), or a connection that just failed, and a refused message whose turn was
+// recorded started is answered by no one while this process lives (its redelivery is a duplicate).
 func (p *Pool) recordedAfterAll(ctx context.Context, req Request, cause error) intakeRecord {
-	t, err := p.store.TurnGetByEvent(ctx, req.EventID)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), afterAllTimeout)
+	defer cancel()
+	var t db.Turn
+	err := retryWrite(ctx, func(ctx context.Context) error {
+		var err error
+		t, err = p.store.TurnGetByEvent(ctx, req.EventID)
+		return err
+	})
 	switch {
 	case err != nil:
 		return intakeRecord{err: cause}

@@ -3,7 +3,9 @@ package agentpool
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -121,4 +123,48 @@ func TestStartAtIntakeFailureNotRecorded(t *testing.T) {
 	require.ErrorIs(t, err, db.ErrNotFound)
 	require.NoError(t, f.pool.q.wait(t.Context()))
 	require.Zero(t, f.pool.Depth("k"))
+}
+
+// commitPastDeadline is a store whose held intake commits the turn, started, and then reports the
+// intake's deadline, as a statement whose commit outlived its caller's timeout does; the lock goes
+// with the connection.
+type commitPastDeadline struct {
+	db.Store
+	held heldIntake
+}
+
+func (s commitPastDeadline) TurnInsertHeld(ctx context.Context, nt db.NewTurn) (db.Turn, db.Hold, error) {
+	_, h, err := s.held.TurnInsertHeld(context.WithoutCancel(ctx), nt)
+	if err != nil {
+		return db.Turn{}, nil, err
+	}
+	if h != nil {
+		h.Release()
+	}
+	<-ctx.Done()
+	return db.Turn{}, nil, fmt.Errorf("insert turn: %w", ctx.Err())
+}
+
+// TestStartAtIntakeCommitPastDeadline: an intake whose statement committed the turn started and then
+// failed by the intake's own deadline still looks the turn up (on a context of its own, not the
+// expired one), takes the message and runs it once. Looked up on the expired context, the lookup
+// failed, the message was refused and the turn stayed running, owned by this live process and run
+// by nobody: its redelivery is a duplicate of a running turn, so it was never answered.
+func TestStartAtIntakeCommitPastDeadline(t *testing.T) {
+	pg := dbtest.OpenPostgres(t)
+	st := commitPastDeadline{Store: pg, held: pg.(heldIntake)}
+	rt := &scriptRuntime{}
+	f := newFixture(t, st, sandboxfake.New(), rt)
+	f.pool.intakeTimeout = time.Millisecond // the wrapper waits for it, whatever it is
+	sink := newCollector()
+
+	tk := submit(t, f.pool, "k", "e1", "one", sink)
+	out := sink.wait(t, 1)[0]
+	require.NoError(t, out.Err)
+	require.Equal(t, "echo: one", out.Answer)
+	require.Equal(t, tk.TurnID, out.TurnID)
+	require.Len(t, rt.recorded(), 1)
+	tr, err := pg.TurnGet(t.Context(), tk.TurnID)
+	require.NoError(t, err)
+	require.Equal(t, db.TurnDone, tr.Status)
 }

@@ -150,10 +150,12 @@ type Pool struct {
 
 	instance string
 	// held records and starts a turn in one commit, where the store can (startAtIntake).
-	held    heldIntake
-	restore func(ctx context.Context, t db.Turn) (Request, error)
-	capa    *capacity
-	ws      Workspace
+	held heldIntake
+	// intakeTimeout bounds recording a turn at intake (intake.go; a field so tests can shorten it).
+	intakeTimeout time.Duration
+	restore       func(ctx context.Context, t db.Turn) (Request, error)
+	capa          *capacity
+	ws            Workspace
 
 	// instMu protects the following.
 	instMu   sync.Mutex
@@ -200,6 +202,7 @@ func New(cfg Config, deps Deps) (*Pool, error) {
 		p.instance = newInstanceID()
 	}
 	p.held, _ = deps.Store.(heldIntake)
+	p.intakeTimeout = intakeTimeout
 	p.q.onPanic = func(v any, stack []byte) {
 		p.log.Error("a job on a thread's queue panicked; the thread goes on with its next one",
 			zap.Any("panic", v), zap.ByteString("stack", stack))
