@@ -104,7 +104,21 @@ func (p *Pool) startAtIntake(ctx context.Context, place *slot, req Request) (tk 
 // recordAndRun is startAtIntake's job, first on its thread's queue: it records the turn, tells
 // Submit, and runs it.
 func (p *Pool) recordAndRun(ctx, rctx context.Context, req Request, rec chan<- intakeRecord, queuedAt time.Time) {
+	sent := false
+	defer func() {
+		if sent {
+			return
+		}
+		if v := recover(); v != nil {
+			// Submit waits for the record, and the sender's ack with it: tell it, then let the
+			// queue log the panic as for any job.
+			p.met.TurnQueued(-1)
+			rec <- intakeRecord{err: fmt.Errorf("recording the turn: panic: %v", v)}
+			panic(v)
+		}
+	}()
 	r := p.recordAtIntake(rctx, req)
+	sent = true
 	if r.err != nil {
 		p.met.TurnQueued(-1)
 		rec <- r

@@ -168,3 +168,42 @@ func TestStartAtIntakeCommitPastDeadline(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, db.TurnDone, tr.Status)
 }
+
+// panickyHeld is a store whose held intake panics once.
+type panickyHeld struct {
+	db.Store
+	held     heldIntake
+	panicked bool
+}
+
+func (s *panickyHeld) TurnInsertHeld(ctx context.Context, nt db.NewTurn) (db.Turn, db.Hold, error) {
+	if !s.panicked {
+		s.panicked = true
+		panic("store blew up")
+	}
+	return s.held.TurnInsertHeld(ctx, nt)
+}
+
+// TestStartAtIntakePanic: a panic while recording a turn at intake refuses that message (it was not
+// recorded) instead of leaving its Submit, and the sender's ack, waiting for ever; the thread takes
+// the next message.
+func TestStartAtIntakePanic(t *testing.T) {
+	pg := dbtest.OpenPostgres(t)
+	st := &panickyHeld{Store: pg, held: pg.(heldIntake)}
+	f := newFixture(t, st, sandboxfake.New(), &scriptRuntime{})
+	sink := newCollector()
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.pool.Submit(t.Context(), Request{ThreadKey: "k", Platform: "test", ChannelID: "c", UserID: "u",
+			EventID: "e1", Text: "one", Sink: sink})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.ErrorContains(t, err, "store blew up")
+	case <-t.Context().Done():
+		t.Fatal("Submit never returned")
+	}
+	submit(t, f.pool, "k", "e2", "two", sink)
+	require.Equal(t, "echo: two", sink.wait(t, 1)[0].Answer)
+}
