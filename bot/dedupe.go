@@ -31,11 +31,26 @@ func NewDeduper(rdb *redis.Client, prefix string, ttl time.Duration, now func() 
 		brk: &redisBreaker{now: now, log: log, what: "dedupe"}}
 }
 
+// PendingTTL is how long a mark set by FirstPending lasts until Confirm. A process that dies between
+// marking an event and taking it (recording its turn) would otherwise leave a mark that drops the
+// platform's redeliveries of an event nobody took, for the whole TTL: on Slack, every retry (at
+// once, then after 1 and 5 minutes). A pending mark drops only those within it, which is what it is
+// for: a retry sent while the first delivery is still being taken.
+const PendingTTL = 30 * time.Second
+
 // First reports whether key is seen for the first time, and marks it seen.
-func (d *Deduper) First(ctx context.Context, key string) bool {
+func (d *Deduper) First(ctx context.Context, key string) bool { return d.first(ctx, key, d.ttl) }
+
+// FirstPending is First with a mark that lasts PendingTTL until Confirm makes it last the TTL. With
+// no Redis the marks live in this process and die with it, so the pending stage is Redis's only.
+func (d *Deduper) FirstPending(ctx context.Context, key string) bool {
+	return d.first(ctx, key, min(PendingTTL, d.ttl))
+}
+
+func (d *Deduper) first(ctx context.Context, key string, ttl time.Duration) bool {
 	if d.rdb != nil && d.brk.try() {
 		rctx, cancel := context.WithTimeout(ctx, redisTimeout)
-		ok, err := d.rdb.SetNX(rctx, d.prefix+key, 1, d.ttl).Result()
+		ok, err := d.rdb.SetNX(rctx, d.prefix+key, 1, ttl).Result()
 		cancel()
 		d.brk.result(err)
 		if err == nil {
@@ -45,6 +60,27 @@ func (d *Deduper) First(ctx context.Context, key string) bool {
 		}
 	}
 	return d.local.Add(key)
+}
+
+// Confirm makes FirstPending marks last the full TTL, once their event is taken, in one round
+// trip. A failure leaves them pending: a redelivery after PendingTTL is then taken again, and the
+// store's own dedupe of recorded turns still holds.
+func (d *Deduper) Confirm(ctx context.Context, keys ...string) {
+	if d.rdb == nil || len(keys) == 0 || !d.brk.try() {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, redisTimeout)
+	defer cancel()
+	_, err := d.rdb.Pipelined(rctx, func(p redis.Pipeliner) error {
+		for _, k := range keys {
+			p.Expire(rctx, d.prefix+k, d.ttl)
+		}
+		return nil
+	})
+	d.brk.result(err)
+	if err != nil {
+		d.log.Debug("redis dedupe: confirming marks", zap.Error(err))
+	}
 }
 
 // Forget withdraws a mark, for an event that was marked but then not taken. It asks Redis even

@@ -109,23 +109,33 @@ func (a *Adapter) accept(ctx context.Context, env envelope) bool {
 			return true
 		}
 	}
-	if !a.seen.First(ctx, "ev:"+env.EventID) {
+	// Pending marks (bot.PendingTTL) until the event is taken: a crash in between must not leave
+	// marks that drop Slack's retries of an event nobody took.
+	if !a.seen.FirstPending(ctx, "ev:"+env.EventID) {
 		a.opts.Metrics.ChatEvent(platform, bot.ChatDeduped)
 		log.Debug("duplicate event ignored")
 		return true
 	}
 	msgKey := messageKey(team, ev)
-	if !a.seen.First(ctx, "msg:"+msgKey) {
+	if !a.seen.FirstPending(ctx, "msg:"+msgKey) {
 		a.opts.Metrics.ChatEvent(platform, bot.ChatDeduped)
 		log.Debug("message already handled under another event id")
-		return true
+		return true // its event's pending mark lapses: the message's own mark stands
 	}
 	forget := func() {
 		a.seen.Forget(context.WithoutCancel(ctx), "ev:"+env.EventID)
 		a.seen.Forget(context.WithoutCancel(ctx), "msg:"+msgKey)
 	}
+	taken := true
+	defer func() {
+		if taken {
+			// Off the ack path: the marks are pending until then.
+			a.queue.add(func() { a.seen.Confirm(a.base, "ev:"+env.EventID, "msg:"+msgKey) })
+		}
+	}()
 	if a.queue.isClosed() {
 		forget()
+		taken = false
 		return false
 	}
 	r := a.newReplier(ev.Channel, replyTS, ev.TS)
@@ -150,6 +160,7 @@ func (a *Adapter) accept(ctx context.Context, env envelope) bool {
 		log.Warn("handling message", zap.String("thread", key.String()), zap.Error(err))
 		if errors.Is(err, bot.ErrNotAccepted) {
 			forget()
+			taken = false
 			return false
 		}
 	}
