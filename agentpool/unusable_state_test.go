@@ -82,12 +82,12 @@ func TestUnreadableHandleStateIsUnusable(t *testing.T) {
 			prov := strictProvider{fake}
 			l := newTestLifecycle(t, st, prov)
 			thread := "web:unreadable-" + tc.name
-			s, h := sessionWith(t, st, fake, thread, tc.status, boxRunning)
+			_, h := sessionWith(t, st, fake, thread, tc.status, boxRunning)
 			newer := h
 			newer.Version = 9
 			raw, err := json.Marshal(newer)
 			require.NoError(t, err)
-			s, err = st.SessionUpdate(ctx, thread, db.SessionPatch{Handle: raw})
+			s, err := st.SessionUpdate(ctx, thread, db.SessionPatch{Handle: raw})
 			require.NoError(t, err)
 
 			got, err := tc.op(l, ctx, s)
