@@ -2,10 +2,8 @@ package deno
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"net/http"
 	"path"
@@ -221,16 +219,6 @@ func (p *Provider) Sweep(ctx context.Context) ([]string, error) {
 // provider does): Deno's processKill reaches one pid.
 const markerEnv = "THREADBOX_DENO_EXEC"
 
-// killTree kills every process carrying the marker, in rounds, from a process that does not carry it.
-const killTree = `m=$1; n=0
-while :; do
-  set -- $(grep -lszxF "$m" /proc/[0-9]*/environ | sed -e 's,^/proc/,,' -e 's,/environ$,,')
-  [ $# -eq 0 ] && exit 0
-  kill -STOP "$@" 2>/dev/null; kill -KILL "$@" 2>/dev/null
-  n=$((n+1)); [ $n -lt 100 ] || exit 1
-  sleep 0.05
-done`
-
 type spawnResult struct {
 	PID      int  `json:"pid"`
 	StdoutID *int `json:"stdoutStreamId"`
@@ -258,7 +246,7 @@ func (p *Provider) Exec(ctx context.Context, h sandbox.Handle, req sandbox.ExecR
 	}
 	defer p.lease(lv)()
 	start := time.Now()
-	marker := markerEnv + "=" + rand.Text()
+	marker := newMarker()
 	env := maps.Clone(req.Env)
 	if env == nil {
 		env = map[string]string{}
@@ -281,7 +269,7 @@ func (p *Provider) Exec(ctx context.Context, h sandbox.Handle, req sandbox.ExecR
 		}
 		params["stdinStreamId"], pump = id, pf
 	}
-	sp, err := p.spawnExec(ctx, lv, params, pump, marker)
+	sp, err := p.spawnOwned(ctx, lv, params, pump, marker)
 	if err != nil {
 		return sandbox.ExecResult{}, p.lost(ctx, h, fmt.Errorf("deno: spawn: %w", err))
 	}
@@ -332,64 +320,6 @@ func (p *Provider) Exec(ctx context.Context, h sandbox.Handle, req sandbox.ExecR
 	return res, nil
 }
 
-type spawned struct {
-	sp  spawnResult
-	err error
-}
-
-// spawnExec sends the exec's spawn. If ctx ends before the answer, the process may be running all
-// the same: the answer is still awaited (bounded) in the background, its output streams are claimed
-// and dropped (unclaimed, they would be held in memory for the socket's life), and what it started
-// is killed by pid and by marker.
-func (p *Provider) spawnExec(ctx context.Context, lv *live, params map[string]any, pump func(), marker string) (spawnResult, error) {
-	got := make(chan spawned, 1)
-	go func() {
-		bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.opts.RequestTimeout)
-		defer cancel()
-		var sp spawnResult
-		err := lv.conn.call(bg, "spawn", params, &sp, pump)
-		got <- spawned{sp, err}
-	}()
-	select {
-	case r := <-got:
-		return r.sp, r.err
-	case <-ctx.Done():
-		go p.abandonSpawn(context.WithoutCancel(ctx), lv, got, marker)
-		return spawnResult{}, ctx.Err()
-	}
-}
-
-// abandonSpawn cleans up after a spawn whose caller left: see spawnExec.
-func (p *Provider) abandonSpawn(ctx context.Context, lv *live, got <-chan spawned, marker string) {
-	r := <-got
-	if r.err != nil {
-		if !errors.Is(r.err, errConnLost) { // no answer in time: the process may exist all the same
-			p.killExec(ctx, lv, 0, marker)
-		}
-		return
-	}
-	for _, id := range []*int{r.sp.StdoutID, r.sp.StderrID} {
-		if id != nil {
-			lv.conn.claim(*id, io.Discard)
-		}
-	}
-	p.killExec(ctx, lv, r.sp.PID, marker)
-}
-
-// killExec kills the command (processKill) and everything it started (the marker), bounded.
-func (p *Provider) killExec(ctx context.Context, lv *live, pid int, marker string) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if pid > 0 { // 0: the pid is unknown (the spawn never answered); the marker still finds it
-		if err := lv.conn.call(ctx, "processKill", map[string]any{"pid": pid, "signal": "SIGKILL"}, nil, nil); err != nil {
-			p.log.Debug("processKill", zap.Error(err))
-		}
-	}
-	if res, err := p.run(ctx, lv, killTree, marker); err != nil || res.code != 0 {
-		p.log.Warn("kill an exec's processes", zap.String("box", lv.id), zap.Int("exit", res.code), zap.Error(err))
-	}
-}
-
 // lost turns a failure on a socket that closed into what the box's state says: not running, not
 // found, or the error itself (the sandbox still runs: only the session was missing).
 func (p *Provider) lost(ctx context.Context, h sandbox.Handle, err error) error {
@@ -406,75 +336,6 @@ func (p *Provider) lost(ctx context.Context, h sandbox.Handle, err error) error 
 		return fmt.Errorf("%w: %w", err, sandbox.ErrNotRunning)
 	}
 	return fmt.Errorf("%w: %w", err, sandbox.ErrUnavailable)
-}
-
-type runResult struct {
-	code int
-	out  string
-}
-
-// run runs one of the provider's own scripts (sh -c script sh args…) and returns its exit code and
-// stdout+stderr (bounded).
-func (p *Provider) run(ctx context.Context, lv *live, script string, args ...string) (runResult, error) {
-	var out strings.Builder
-	w := sandbox.NewCappedWriter(&out, 1<<20)
-	var sp spawnResult
-	params := map[string]any{"command": "sh", "args": append([]string{"-c", script, "sh"}, args...), "stdout": "piped", "stderr": "piped"}
-	if err := lv.conn.call(ctx, "spawn", params, &sp, nil); err != nil {
-		return runResult{}, err
-	}
-	var streams []*inStream
-	for _, id := range []*int{sp.StdoutID, sp.StderrID} {
-		if id != nil {
-			streams = append(streams, lv.conn.claim(*id, w))
-		}
-	}
-	var wr waitResult
-	if err := lv.conn.call(ctx, "processWait", map[string]int{"pid": sp.PID}, &wr, nil); err != nil {
-		return runResult{}, err
-	}
-	for _, s := range streams {
-		select {
-		case <-s.done:
-		case <-ctx.Done():
-			return runResult{}, ctx.Err()
-		}
-	}
-	return runResult{code: wr.Code, out: out.String()}, nil
-}
-
-// runOut is run with stdout alone, for scripts whose output is data.
-func (p *Provider) runOut(ctx context.Context, lv *live, max int64, script string, args ...string) (string, string, int, error) {
-	var out, errb strings.Builder
-	ow := sandbox.NewCappedWriter(&out, max)
-	ew := sandbox.NewCappedWriter(&errb, 64<<10)
-	var sp spawnResult
-	params := map[string]any{"command": "sh", "args": append([]string{"-c", script, "sh"}, args...), "stdout": "piped", "stderr": "piped"}
-	if err := lv.conn.call(ctx, "spawn", params, &sp, nil); err != nil {
-		return "", "", 0, err
-	}
-	var streams []*inStream
-	if sp.StdoutID != nil {
-		streams = append(streams, lv.conn.claim(*sp.StdoutID, ow))
-	}
-	if sp.StderrID != nil {
-		streams = append(streams, lv.conn.claim(*sp.StderrID, ew))
-	}
-	var wr waitResult
-	if err := lv.conn.call(ctx, "processWait", map[string]int{"pid": sp.PID}, &wr, nil); err != nil {
-		return "", "", 0, err
-	}
-	for _, s := range streams {
-		select {
-		case <-s.done:
-		case <-ctx.Done():
-			return "", "", 0, ctx.Err()
-		}
-	}
-	if ow.Truncated() {
-		return "", "", 0, fmt.Errorf("deno: script output: more than %d bytes: %w", max, sandbox.ErrTooLarge)
-	}
-	return out.String(), errb.String(), wr.Code, nil
 }
 
 // RunSweeper calls Sweep every interval (by the provider's clock) until ctx ends. Every process runs

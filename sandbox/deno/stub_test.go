@@ -186,3 +186,62 @@ func TestReadFileGrownPastMax(t *testing.T) {
 	require.ErrorIs(t, err, sandbox.ErrFileTooLarge)
 	require.False(t, p.lives[h.ID].conn.closed(), "the box's socket stays open")
 }
+
+// TestScriptCancelledDuringSpawnKills: the provider's own scripts (run, runOut: the file operations,
+// the kill tree) get the exec's treatment when ctx ends while their spawn is in flight: they carry a
+// marker, the answer is still awaited, the script is killed by pid and by marker, and its output
+// streams are claimed and released rather than held for the socket's life.
+func TestScriptCancelledDuringSpawnKills(t *testing.T) {
+	for name, run := range map[string]func(context.Context, *Provider, *live) error{
+		"run": func(ctx context.Context, p *Provider, lv *live) error {
+			_, err := p.run(ctx, lv, "sleep 600")
+			return err
+		},
+		"runOut": func(ctx context.Context, p *Provider, lv *live) error {
+			_, _, _, err := p.runOut(ctx, lv, 1<<10, "sleep 600")
+			return err
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p, h, s := stubProvider(t)
+			lv := p.lives[h.ID]
+			ctx, cancel := context.WithCancel(t.Context())
+			runErr := make(chan error, 1)
+			go func() { runErr <- run(ctx, p, lv) }()
+			spawn := s.next()
+			require.Equal(t, "spawn", spawn.Method)
+			env, _ := envOf(t, spawn)
+			require.NotEmpty(t, env[markerEnv], "the script carries a marker")
+			marker := markerEnv + "=" + env[markerEnv]
+			cancel()
+			require.ErrorIs(t, <-runErr, context.Canceled)
+
+			for _, id := range []int{1, 2} {
+				s.note("$sandbox.stream.enqueue", map[string]any{"streamId": id, "data": base64.StdEncoding.EncodeToString([]byte("out"))})
+			}
+			s.answer(spawn.ID, map[string]any{"pid": 7, "stdoutStreamId": 1, "stderrStreamId": 2})
+
+			kill := s.next()
+			require.Equal(t, "processKill", kill.Method, "the script is killed")
+			require.JSONEq(t, `{"pid":7,"signal":"SIGKILL"}`, string(kill.Params))
+			for _, id := range []int{1, 2} {
+				s.note("$sandbox.stream.end", map[string]any{"streamId": id})
+			}
+			s.answer(kill.ID, nil)
+			tree := s.next()
+			require.Equal(t, "spawn", tree.Method)
+			_, args := envOf(t, tree)
+			require.Equal(t, marker, args[len(args)-1], "the kill tree looks for the script's marker")
+			s.answer(tree.ID, map[string]any{"pid": 8})
+			wait := s.next()
+			require.Equal(t, "processWait", wait.Method)
+			s.answer(wait.ID, map[string]any{"success": true, "code": 0})
+
+			require.Eventually(t, func() bool {
+				lv.conn.mu.Lock()
+				defer lv.conn.mu.Unlock()
+				return len(lv.conn.streams) == 0
+			}, 10*time.Second, 5*time.Millisecond, "the script's output streams are claimed and released")
+		})
+	}
+}
