@@ -24,7 +24,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -33,6 +32,7 @@ import (
 
 	"github.com/threadbox/threadbox/sandbox"
 	"github.com/threadbox/threadbox/sandbox/daytona/internal/api"
+	"github.com/threadbox/threadbox/sandbox/internal/retryafter"
 )
 
 // Name is the provider's config name, stored in every Handle.
@@ -214,7 +214,7 @@ func decode(op string, resp *http.Response, out any) error {
 	}
 	if resp.StatusCode/100 != 2 {
 		e := &apiError{op: op, status: resp.StatusCode, message: errorMessage(body)}
-		e.retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+		e.retryAfter = retryafter.Parse(resp.Header.Get("Retry-After"), time.Now())
 		return e
 	}
 	if over && out != nil {
@@ -316,21 +316,6 @@ func unsent(err error) bool {
 	return errors.As(err, &op) && op.Op == "dial"
 }
 
-// parseRetryAfter reads Retry-After in either form (RFC 9110 §10.2.3): delta-seconds or an
-// HTTP-date, capped at maxRetryAfter; absent, unreadable or past is 0.
-func parseRetryAfter(s string, now time.Time) time.Duration {
-	if s == "" {
-		return 0
-	}
-	var d time.Duration
-	if n, err := strconv.ParseUint(s, 10, 32); err == nil {
-		d = time.Duration(n) * time.Second
-	} else if at, err := http.ParseTime(s); err == nil {
-		d = at.Sub(now)
-	}
-	return min(max(d, 0), maxRetryAfter)
-}
-
 func retryAfter(err error) time.Duration {
 	var ae *apiError
 	if errors.As(err, &ae) {
@@ -385,10 +370,6 @@ func cleanupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 func randomID() string { return strings.ToLower(rand.Text()[:16]) }
 
 func ptr[T any](v T) *T { return &v }
-
-// maxRetryAfter caps a server's Retry-After: a hostile or broken answer must not park a caller
-// for days (ctx may have no deadline); past it the usual backoff and attempt limits apply.
-const maxRetryAfter = 30 * time.Second
 
 // maxAnswer bounds one answer read whole (a sandbox, a page of a listing, a script's output).
 const maxAnswer = 8 << 20

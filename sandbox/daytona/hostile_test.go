@@ -16,6 +16,7 @@ import (
 
 	"github.com/threadbox/threadbox/sandbox"
 	"github.com/threadbox/threadbox/sandbox/daytona/internal/toolbox"
+	"github.com/threadbox/threadbox/sandbox/internal/retryafter"
 	"github.com/threadbox/threadbox/sandbox/internal/shellfs"
 )
 
@@ -55,14 +56,14 @@ func TestListEndlessCursor(t *testing.T) {
 	}
 }
 
-// TestRetryAfterBounded: a Retry-After of days is not obeyed; the wait stays within maxRetryAfter.
+// TestRetryAfterBounded: a Retry-After of days is not obeyed; the wait stays within retryafter.Max.
 func TestRetryAfterBounded(t *testing.T) {
 	resp := &http.Response{StatusCode: http.StatusTooManyRequests, Header: http.Header{"Retry-After": {"999999"}},
 		Body: io.NopCloser(strings.NewReader(`{"message":"slow down"}`))}
 	err := decode("get x", resp, nil)
 	require.Equal(t, http.StatusTooManyRequests, statusOf(err))
-	require.Equal(t, maxRetryAfter, retryAfter(err))
-	require.LessOrEqual(t, maxRetryAfter, 30*time.Second)
+	require.Equal(t, retryafter.Max, retryAfter(err))
+	require.LessOrEqual(t, retryafter.Max, 30*time.Second)
 }
 
 // TestErrorMessageBounded: Daytona's message ends up in errors shown to users and logs; a message

@@ -9,11 +9,11 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/threadbox/threadbox/sandbox"
+	"github.com/threadbox/threadbox/sandbox/internal/retryafter"
 )
 
 // APIError is an answer other than 2xx from the console or the sandbox host: Deno's {code, message}
@@ -23,7 +23,7 @@ type APIError struct {
 	Status  int
 	Code    string
 	Message string
-	// RetryAfter is the answer's Retry-After (capped at maxRetryAfter; 0 when absent).
+	// RetryAfter is the answer's Retry-After (either form, capped at retryafter.Max; 0 when absent).
 	RetryAfter time.Duration
 }
 
@@ -114,19 +114,6 @@ func (p *Provider) do(ctx context.Context, op, method, rawURL string, body, out 
 	}
 }
 
-// maxRetryAfter caps a server's Retry-After: a hostile or broken answer must not park a caller
-// (whose ctx may have no deadline) for days.
-const maxRetryAfter = 30 * time.Second
-
-// parseRetryAfter reads Retry-After in seconds (the HTTP-date form is not used by Deno), capped.
-func parseRetryAfter(s string) time.Duration {
-	n, err := strconv.Atoi(strings.TrimSpace(s))
-	if err != nil || n <= 0 {
-		return 0
-	}
-	return min(time.Duration(n)*time.Second, maxRetryAfter)
-}
-
 func retryAfterOf(err error) time.Duration {
 	var ae *APIError
 	if errors.As(err, &ae) {
@@ -178,7 +165,7 @@ func (p *Provider) once(ctx context.Context, op, method, rawURL string, payload 
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		e := apiErr(op, resp.StatusCode, data)
-		e.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"))
+		e.RetryAfter = retryafter.Parse(resp.Header.Get("Retry-After"), time.Now())
 		return nil, e
 	}
 	if over && out != nil {
