@@ -37,6 +37,8 @@ type ownTurns struct {
 	// intake counts the Submits of each event id between their insert and their enqueue (two
 	// deliveries of one event may race).
 	intake map[string]int
+	// unrecorded are the turn ends posted here that could not be recorded (adopt_orphans.go).
+	unrecorded map[int64]unrecordedEnd
 }
 
 // beginIntake marks a Submit of eventID as under way; endIntake ends the mark.
@@ -105,6 +107,8 @@ type AdoptReport struct {
 	Adopted, Failed int
 	// Reposted turns had a reply that did not reach the chat (ErrNotPosted); it was posted again.
 	Reposted int
+	// Recorded turns had their end posted while it could not be recorded; it is recorded now.
+	Recorded int
 }
 
 // AdoptPass queues this process's own orphaned turns (see above). It runs in every process, not
@@ -113,6 +117,10 @@ func (p *Pool) AdoptPass(ctx context.Context) (AdoptReport, error) {
 	var rep AdoptReport
 	if p.q.isClosed() {
 		return rep, nil
+	}
+	// First: a turn whose end is written here is not taken for an orphan, nor its reply posted again.
+	if err := p.recordEndsPass(ctx, &rep); err != nil {
+		return rep, err
 	}
 	cutoff := p.now().Add(-p.cfg.AdoptAfter)
 	var after int64
@@ -150,7 +158,7 @@ func (p *Pool) repostPass(ctx context.Context, cutoff time.Time, rep *AdoptRepor
 		}
 		for _, t := range page {
 			after = t.ID
-			if t.Owner != p.instance || t.FinishedAt.After(cutoff) {
+			if t.Owner != p.instance || t.FinishedAt.After(cutoff) || p.isUnrecorded(t.ID) {
 				continue
 			}
 			if err := p.repostTurn(ctx, t, rep); err != nil {

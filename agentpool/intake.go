@@ -185,7 +185,7 @@ func (p *Pool) recordedAfterAll(ctx context.Context, req Request, cause error) i
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), afterAllTimeout)
 	defer cancel()
 	var t db.Turn
-	err := retryWrite(ctx, func(ctx context.Context) error {
+	err := p.retryWrite(ctx, func(ctx context.Context) error {
 		var err error
 		t, err = p.store.TurnGetByEvent(ctx, req.EventID)
 		return err

@@ -153,6 +153,8 @@ type Pool struct {
 	held heldIntake
 	// intakeTimeout bounds recording a turn at intake (intake.go; a field so tests can shorten it).
 	intakeTimeout time.Duration
+	// writeRetryFor bounds retryWrite (retryWriteFor; a field so tests can shorten it).
+	writeRetryFor time.Duration
 	restore       func(ctx context.Context, t db.Turn) (Request, error)
 	capa          *capacity
 	ws            Workspace
@@ -203,6 +205,7 @@ func New(cfg Config, deps Deps) (*Pool, error) {
 	}
 	p.held, _ = deps.Store.(heldIntake)
 	p.intakeTimeout = intakeTimeout
+	p.writeRetryFor = retryWriteFor
 	p.q.onPanic = func(v any, stack []byte) {
 		p.log.Error("a job on a thread's queue panicked; the thread goes on with its next one",
 			zap.Any("panic", v), zap.ByteString("stack", stack))
@@ -477,31 +480,35 @@ func (p *Pool) finishQuietly(turnID int64, r db.TurnResult) bool {
 // ended at finished). A reply that did not reach the chat at all (ErrNotPosted) is left
 // undelivered while it is recent, for the adoption pass to post again; anything else is recorded
 // as delivered, failed posts included (logged), so nothing is posted twice.
-func (p *Pool) settleDelivery(ctx context.Context, turnID int64, finished time.Time, err error) {
+// It reports whether the turn is to be recorded as delivered (its mark may have failed).
+func (p *Pool) settleDelivery(ctx context.Context, turnID int64, finished time.Time, err error) bool {
 	if err != nil {
 		p.log.Warn("posting a turn's reply", zap.Int64("turn", turnID), zap.Error(err))
 	}
 	if errors.Is(err, ErrNotPosted) && p.now().Sub(finished) < RepostFor {
 		p.log.Warn("the reply did not reach the chat; posting it again later", zap.Int64("turn", turnID))
-		return
+		return false
 	}
 	p.markDelivered(ctx, turnID)
+	return true
 }
 
 // markDelivered records that a turn's outcome was posted, so recovery never posts it again.
 func (p *Pool) markDelivered(ctx context.Context, turnID int64) {
-	if err := retryWrite(ctx, func(ctx context.Context) error { return p.store.TurnMarkDelivered(ctx, turnID) }); err != nil {
+	if err := p.retryWrite(ctx, func(ctx context.Context) error { return p.store.TurnMarkDelivered(ctx, turnID) }); err != nil {
 		p.log.Warn("recording delivery", zap.Int64("turn", turnID), zap.Error(err))
 	}
 }
 
 // retryWrite runs write, a write recording a turn's end or delivery, again while it fails for a
-// reason other than the turn's state (a lost connection, a failover), for up to retryWriteFor and
-// within ctx. Once a turn is answered, a lost write is a second answer later: recovery would find
-// it running (and say it was interrupted, inviting the user to run it again) or undelivered (and
-// post it again). Writes are idempotent or fenced, so one that committed unseen ends in a conflict.
-func retryWrite(ctx context.Context, write func(ctx context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, retryWriteFor)
+// reason other than the turn's state (a lost connection, a failover), for up to p.writeRetryFor
+// and within ctx. Once a turn is answered, a lost write is a second answer later: recovery would
+// find it running (and say it was interrupted, inviting the user to run it again) or undelivered
+// (and post it again). Writes are idempotent or fenced, so one that committed unseen ends in a
+// conflict. A turn's end that still fails is remembered and written by the adoption pass
+// (adopt_orphans.go).
+func (p *Pool) retryWrite(ctx context.Context, write func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, p.writeRetryFor)
 	defer cancel()
 	wait := 50 * time.Millisecond
 	for {

@@ -258,7 +258,7 @@ func (p *Pool) recoverInterrupted(ctx context.Context, t db.Turn, rep *RecoverRe
 // fails hands the turn back to its dead owner, so the next recovery pass (or the next turn of its
 // thread) takes it over again and answers it as interrupted.
 func (p *Pool) finishInterrupted(ctx context.Context, t db.Turn) error {
-	err := retryWrite(ctx, func(ctx context.Context) error {
+	err := p.retryWrite(ctx, func(ctx context.Context) error {
 		_, err := p.store.TurnFinish(ctx, t.ID, db.TurnResult{Status: db.TurnFailed, Error: InterruptedText, Owner: p.instance})
 		return err
 	})

@@ -479,7 +479,8 @@ func (p *Pool) endTurn(req Request, turnID int64, out Outcome, start time.Time) 
 		result.Usage, _ = json.Marshal(out.Usage)
 	}
 	result.Owner = p.instance
-	switch err := retryWrite(ctx, func(ctx context.Context) error {
+	unrecorded := false
+	switch err := p.retryWrite(ctx, func(ctx context.Context) error {
 		_, err := p.store.TurnFinish(ctx, turnID, result)
 		return err
 	}); {
@@ -491,6 +492,9 @@ func (p *Pool) endTurn(req Request, turnID int64, out Outcome, start time.Time) 
 		return
 	case err != nil && !errors.Is(err, db.ErrConflict):
 		p.log.Warn("recording turn", zap.Int64("turn", turnID), zap.Error(err))
+		// Still recorded running: without this, recovery would answer it a second time, as
+		// interrupted, once this process has gone. The adoption pass writes it (adopt_orphans.go).
+		unrecorded = !errors.Is(err, db.ErrNotFound)
 	}
 	// Ended here: a file the turn did not read (it failed first) is read by no one now.
 	discardFiles(req.Files)
@@ -506,7 +510,12 @@ func (p *Pool) endTurn(req Request, turnID int64, out Outcome, start time.Time) 
 	ids, err := req.Sink.Deliver(ctx, out)
 	// After the posts: a process that dies before this line leaves the turn undelivered, and
 	// recovery posts its recorded outcome again (at least once, never not at all).
-	p.settleDelivery(ctx, turnID, p.now(), err)
+	settled := p.settleDelivery(ctx, turnID, p.now(), err)
+	if unrecorded {
+		// Remembered while this job still holds the turn, so the adoption pass never takes it for
+		// an orphan.
+		p.rememberUnrecorded(turnID, unrecordedEnd{result: result, settled: settled})
+	}
 	if len(out.Artifacts) > 0 {
 		if err := RecordArtifacts(ctx, p.store, turnID, out.Artifacts, ids); err != nil {
 			p.log.Warn("recording artifacts", zap.String("thread", req.ThreadKey), zap.Error(err))
