@@ -27,6 +27,25 @@ import (
 // queued), because the listing it works from may be stale: the turn may have run and finished
 // since. The grace period is a second guard, for whatever records a turn as ours without going
 // through Submit.
+//
+// Running turns are the other half. A turn recorded running, owned by this live process, that no job
+// here holds (not in the own-turn set, no intake mark) is answered by nobody until the process dies:
+//
+//   - its intake's held statement committed it started and then failed, and the lookup
+//     (recordedAfterAll) failed too: the message was refused, and its redelivery is a duplicate of a
+//     running turn, which adoptRedelivered does not take (only a queued turn is known never to have
+//     started);
+//   - its end could not be recorded for the whole retry window (endTurn): its reply was posted, and
+//     recovery would answer it a second time, as interrupted, once the process is gone.
+//
+// For the second, endTurn remembers the end it posted (adopt_orphans.go, bounded: maxUnrecorded) and
+// each pass records it first, silently. Every other such turn started before the grace period is
+// answered as interrupted (never run: it may have reached the agent), as recovery answers a dead
+// process's: reserved (refused while held, being recorded, or remembered), then under the thread's
+// lock (a runner here holds it) claimed from this process by compare-and-set (still ours, still
+// running), finished as interrupted, and told once on its thread's queue; its user can send retry.
+// The listing is the store's (TurnsRunningOwned: this owner's, started before the cutoff), not every
+// pending turn.
 
 // DefaultAdoptAfter is Config.AdoptAfter's default.
 const DefaultAdoptAfter = 30 * time.Second
@@ -109,6 +128,9 @@ type AdoptReport struct {
 	Reposted int
 	// Recorded turns had their end posted while it could not be recorded; it is recorded now.
 	Recorded int
+	// Interrupted turns were running, this process's, and held by nothing here: answered as
+	// interrupted.
+	Interrupted int
 }
 
 // AdoptPass queues this process's own orphaned turns (see above). It runs in every process, not
@@ -143,6 +165,9 @@ func (p *Pool) AdoptPass(ctx context.Context) (AdoptReport, error) {
 		if len(page) < db.DefaultBatch {
 			break
 		}
+	}
+	if err := p.interruptOrphansPass(ctx, cutoff, &rep); err != nil {
+		return rep, err
 	}
 	return rep, p.repostPass(ctx, cutoff, &rep)
 }

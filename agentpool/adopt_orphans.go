@@ -3,6 +3,8 @@ package agentpool
 import (
 	"context"
 	"errors"
+	"fmt"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -112,4 +114,99 @@ func (p *Pool) recordEnd(ctx context.Context, id int64, e unrecordedEnd) error {
 		p.log.Info("recorded the end of a turn whose reply was posted while the store was down", zap.Int64("turn", id))
 	}
 	return nil
+}
+
+// interruptOrphansPass answers as interrupted this process's running turns started before cutoff
+// that nothing here holds (see adopt.go). They are never run: they may have reached the agent.
+func (p *Pool) interruptOrphansPass(ctx context.Context, cutoff time.Time, rep *AdoptReport) error {
+	var after int64
+	for {
+		page, err := p.store.TurnsRunningOwned(ctx, p.instance, cutoff, after, db.DefaultBatch)
+		if err != nil {
+			return fmt.Errorf("adopt: %w", err)
+		}
+		for _, t := range page {
+			after = t.ID
+			if err := p.interruptOrphan(ctx, t, rep); err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				p.log.Warn("answering a running turn of this process that nothing here runs", zap.Int64("turn", t.ID),
+					zap.String("thread", t.ThreadKey), zap.Error(err))
+			}
+		}
+		if len(page) < db.DefaultBatch {
+			return nil
+		}
+	}
+}
+
+// reserveOrphan is reserveTurn (exclusive) that also refuses a turn whose end is remembered here.
+func (p *Pool) reserveOrphan(turnID int64, eventID string) bool {
+	p.ownMu.Lock()
+	defer p.ownMu.Unlock()
+	if _, ok := p.own.unrecorded[turnID]; ok {
+		return false
+	}
+	if _, held := p.own.turns[turnID]; held || p.own.intake[eventID] > 0 {
+		return false
+	}
+	if p.own.turns == nil {
+		p.own.turns = map[int64]struct{}{}
+	}
+	p.own.turns[turnID] = struct{}{}
+	return true
+}
+
+// interruptOrphan answers one of interruptOrphansPass's turns, as recovery answers a dead process's
+// (recoverInterrupted): under the thread's lock (a runner here holds it), claimed with the usual
+// compare-and-set (still ours, still running: the listing may be stale), finished as interrupted,
+// then told on its thread's queue. The reservation is held until the post has ended.
+func (p *Pool) interruptOrphan(ctx context.Context, t db.Turn, rep *AdoptReport) error {
+	if !p.reserveOrphan(t.ID, t.PlatformEventID) {
+		return nil // run, being recorded, or ended here: it is answered
+	}
+	reserved := true
+	defer func() {
+		if reserved {
+			p.releaseTurn(t.ID)
+		}
+	}()
+	lctx, cancel := context.WithTimeout(ctx, recoverLockWait)
+	hold, err := p.store.HoldThread(lctx, t.ThreadKey)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			return nil // the thread is busy: the next pass looks again
+		}
+		return err
+	}
+	defer hold.Release()
+	if _, err := p.store.TurnClaim(ctx, t.ID, p.instance, p.instance, db.TurnRunning); err != nil {
+		if errors.Is(err, db.ErrConflict) {
+			return nil
+		}
+		return err
+	}
+	if err := p.finishInterrupted(ctx, t); err != nil {
+		return err
+	}
+	rep.Interrupted++
+	p.log.Warn("answered as interrupted a running turn of this process that nothing here ran (its intake or start failed after recording it)",
+		zap.Int64("turn", t.ID), zap.String("thread", t.ThreadKey))
+	req, err := p.restoreRequest(ctx, t)
+	if err != nil {
+		rep.Failed++
+		p.markDelivered(ctx, t.ID) // nowhere to post it
+		return err
+	}
+	discardFiles(req.Files)
+	release := func() { p.releaseTurn(t.ID) }
+	err = p.Do(t.ThreadKey, func(context.Context) {
+		defer release()
+		p.postTakenOver(t.ThreadKey, req.Sink, Outcome{TurnID: t.ID, Err: ErrInterrupted}, p.now(), "telling a user their turn was interrupted")
+	}, func(error) { release() })
+	reserved = err != nil // not queued (closing): released here; the row is failed, undelivered, and
+	// the next pass or process posts it (repostPass, recovery)
+	return err
 }

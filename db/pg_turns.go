@@ -200,6 +200,15 @@ func (s *pgStore) TurnsQueuedOwned(ctx context.Context, owner string, cutoff tim
 	return fromPGTurns(rows), nil
 }
 
+func (s *pgStore) TurnsRunningOwned(ctx context.Context, owner string, cutoff time.Time, afterID int64, limit int) ([]Turn, error) {
+	rows, err := s.q.TurnListRunningOwned(ctx, s.dbtx, pgsqlc.TurnListRunningOwnedParams{
+		Owner: owner, Cutoff: pgTime(cutoff), AfterID: afterID, MaxRows: int32(batchLimit(limit))})
+	if err != nil {
+		return nil, pgErr("list running turns of "+owner, err)
+	}
+	return fromPGTurns(rows), nil
+}
+
 func (s *pgStore) TurnsPendingInThread(ctx context.Context, threadKey string, beforeID int64, owner string, limit int) ([]Turn, error) {
 	rows, err := s.q.TurnListPendingInThread(ctx, s.dbtx, pgsqlc.TurnListPendingInThreadParams{
 		ThreadKey: threadKey, BeforeID: beforeID, Owner: owner, MaxRows: int32(batchLimit(limit))})

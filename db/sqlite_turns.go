@@ -219,6 +219,15 @@ func (s *sqliteStore) TurnsQueuedOwned(ctx context.Context, owner string, cutoff
 	return fromSQLiteTurns(rows)
 }
 
+func (s *sqliteStore) TurnsRunningOwned(ctx context.Context, owner string, cutoff time.Time, afterID int64, limit int) ([]Turn, error) {
+	rows, err := s.q.TurnListRunningOwned(ctx, s.dbtx, sqlitesqlc.TurnListRunningOwnedParams{
+		Owner: owner, Cutoff: sqliteNullTime(cutoff), AfterID: afterID, MaxRows: int64(batchLimit(limit))})
+	if err != nil {
+		return nil, sqliteErr("list running turns of "+owner, err)
+	}
+	return fromSQLiteTurns(rows)
+}
+
 func (s *sqliteStore) TurnsPendingInThread(ctx context.Context, threadKey string, beforeID int64, owner string, limit int) ([]Turn, error) {
 	rows, err := s.q.TurnListPendingInThread(ctx, s.dbtx, sqlitesqlc.TurnListPendingInThreadParams{
 		ThreadKey: threadKey, BeforeID: beforeID, Owner: owner, MaxRows: int64(batchLimit(limit))})

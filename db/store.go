@@ -104,6 +104,9 @@ type TurnStore interface {
 	// TurnsQueuedOwned pages through owner's queued turns created at or before cutoff, in id order,
 	// starting after afterID (the adoption pass: a replica's own orphans, filtered in the database).
 	TurnsQueuedOwned(ctx context.Context, owner string, cutoff time.Time, afterID int64, limit int) ([]Turn, error)
+	// TurnsRunningOwned pages through owner's running turns started at or before cutoff, in id order,
+	// starting after afterID (the adoption pass: running turns its process may no longer hold).
+	TurnsRunningOwned(ctx context.Context, owner string, cutoff time.Time, afterID int64, limit int) ([]Turn, error)
 	// TurnsPendingInThread lists the thread's queued and running turns older than beforeID whose
 	// owner is not owner, oldest first.
 	TurnsPendingInThread(ctx context.Context, threadKey string, beforeID int64, owner string, limit int) ([]Turn, error)

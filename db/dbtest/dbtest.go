@@ -51,6 +51,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"TurnDelivery", testTurnDelivery},
 		{"TurnsPendingClaim", testTurnsPendingClaim},
 		{"TurnsQueuedOwned", testTurnsQueuedOwned},
+		{"TurnsRunningOwned", testTurnsRunningOwned},
 		{"TurnStartFirst", testTurnStartFirst},
 		{"TurnInsertHeld", testTurnInsertHeld},
 		{"TurnLastFailedWith", testTurnLastFailedWith},

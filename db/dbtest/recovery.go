@@ -106,6 +106,50 @@ func testTurnsQueuedOwned(t *testing.T, newStore NewStore) {
 	require.Empty(t, got)
 }
 
+// testTurnsRunningOwned: the adoption pass's listing of running turns holds only the owner's running
+// turns started at or before the cutoff, in id order and paged; queued, finished, later-started and
+// other owners' turns are left out by the query.
+func testTurnsRunningOwned(t *testing.T, newStore NewStore) {
+	clock := NewClock(start)
+	s := newStore(t, db.WithClock(clock.Now))
+	ctx := testCtx(t)
+	startTurn := func(thread, event, owner string) db.Turn {
+		tr := insertOwned(ctx, t, s, thread, event, owner)
+		_, err := s.TurnStart(ctx, tr.ID, owner)
+		require.NoError(t, err)
+		return tr
+	}
+	first := startTurn("k1", "r1", "me")
+	insertOwned(ctx, t, s, "k2", "q1", "me")
+	done := startTurn("k3", "d1", "me")
+	_, err := s.TurnFinish(ctx, done.ID, db.TurnResult{Status: db.TurnDone})
+	require.NoError(t, err)
+	startTurn("k4", "o1", "other")
+	queuedLong := insertOwned(ctx, t, s, "k5", "q2", "me")
+	clock.Advance(time.Minute)
+	atCutoff := startTurn("k6", "r2", "me")
+	cutoff := clock.Now()
+	clock.Advance(time.Second)
+	_, err = s.TurnStart(ctx, queuedLong.ID, "me") // created long ago, started after the cutoff
+	require.NoError(t, err)
+
+	got, err := s.TurnsRunningOwned(ctx, "me", cutoff, 0, 10)
+	require.NoError(t, err)
+	require.Equal(t, []int64{first.ID, atCutoff.ID}, turnIDs(got))
+	page, err := s.TurnsRunningOwned(ctx, "me", cutoff, 0, 1)
+	require.NoError(t, err)
+	require.Equal(t, []int64{first.ID}, turnIDs(page))
+	page, err = s.TurnsRunningOwned(ctx, "me", cutoff, first.ID, 1)
+	require.NoError(t, err)
+	require.Equal(t, []int64{atCutoff.ID}, turnIDs(page))
+	got, err = s.TurnsRunningOwned(ctx, "me", start.Add(-time.Second), 0, 10)
+	require.NoError(t, err)
+	require.Empty(t, got, "nothing was started before the cutoff")
+	got, err = s.TurnsRunningOwned(ctx, "nobody", cutoff, 0, 10)
+	require.NoError(t, err)
+	require.Empty(t, got)
+}
+
 // testTurnLastFailedWith finds the newest failed turn with an exact error text (retry's lookup).
 func testTurnLastFailedWith(t *testing.T, newStore NewStore) {
 	s := newStore(t)

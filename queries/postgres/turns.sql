@@ -133,6 +133,16 @@ WHERE status IN ('queued', 'running') AND status = 'queued' AND owner = @owner
 ORDER BY id
 LIMIT @max_rows;
 
+-- TurnListRunningOwned pages through one owner's running turns started at or before cutoff, in id
+-- order: the adoption pass looks among them for turns its process no longer holds. Filtered here,
+-- as TurnListQueuedOwned is. The status IN term matches turns_pending_idx.
+-- name: TurnListRunningOwned :many
+SELECT * FROM turns
+WHERE status IN ('queued', 'running') AND status = 'running' AND owner = @owner
+  AND started_at <= @cutoff::timestamptz AND id > @after_id
+ORDER BY id
+LIMIT @max_rows;
+
 -- TurnListPendingInThread lists a thread's unfinished turns older than before_id that another
 -- owner holds, oldest first: what a process taking over the thread answers first.
 -- name: TurnListPendingInThread :many

@@ -687,6 +687,66 @@ func (q *Queries) TurnListQueuedOwned(ctx context.Context, db DBTX, arg TurnList
 	return items, nil
 }
 
+const turnListRunningOwned = `-- name: TurnListRunningOwned :many
+SELECT id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner, delivered_at FROM turns
+WHERE status IN ('queued', 'running') AND status = 'running' AND owner = $1
+  AND started_at <= $2::timestamptz AND id > $3
+ORDER BY id
+LIMIT $4
+`
+
+type TurnListRunningOwnedParams struct {
+	Owner   string
+	Cutoff  pgtype.Timestamptz
+	AfterID int64
+	MaxRows int32
+}
+
+// TurnListRunningOwned pages through one owner's running turns started at or before cutoff, in id
+// order: the adoption pass looks among them for turns its process no longer holds. Filtered here,
+// as TurnListQueuedOwned is. The status IN term matches turns_pending_idx.
+func (q *Queries) TurnListRunningOwned(ctx context.Context, db DBTX, arg TurnListRunningOwnedParams) ([]Turn, error) {
+	rows, err := db.Query(ctx, turnListRunningOwned,
+		arg.Owner,
+		arg.Cutoff,
+		arg.AfterID,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Turn
+	for rows.Next() {
+		var i Turn
+		if err := rows.Scan(
+			&i.ID,
+			&i.ThreadKey,
+			&i.PlatformEventID,
+			&i.UserID,
+			&i.Prompt,
+			&i.Status,
+			&i.Answer,
+			&i.Error,
+			&i.Usage,
+			&i.CreatedAt,
+			&i.StartedAt,
+			&i.LastEventAt,
+			&i.FinishedAt,
+			&i.Delivery,
+			&i.Owner,
+			&i.DeliveredAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const turnListStuck = `-- name: TurnListStuck :many
 SELECT id, thread_key, platform_event_id, user_id, prompt, status, answer, error, usage, created_at, started_at, last_event_at, finished_at, delivery, owner, delivered_at FROM turns
 WHERE status = 'running' AND last_event_at < $1::timestamptz
