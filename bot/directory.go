@@ -99,10 +99,21 @@ var _ Sessions = (*Directory)(nil)
 // operations view, follow-ups).
 type Directory struct {
 	store DirectoryStore
+	// redact, when set, takes secrets out of each session's last error (see WithRedaction).
+	redact func(string) string
 }
 
 // NewDirectory builds a directory over the store.
 func NewDirectory(store DirectoryStore) *Directory { return &Directory{store: store} }
+
+// WithRedaction makes every session's last error pass through redact, the log's own redaction, and
+// returns d. The last error is the provider's own words (a URL with credentials, a key), and the
+// directory's views leave the process: the web operations view and conversation API show them, as
+// admin inspect does (Admin.WithRedaction).
+func (d *Directory) WithRedaction(redact func(string) string) *Directory {
+	d.redact = redact
+	return d
+}
 
 // Session returns the thread's session; found is false if it has none.
 func (d *Directory) Session(ctx context.Context, thread ThreadKey) (s SessionView, found bool, err error) {
@@ -113,7 +124,7 @@ func (d *Directory) Session(ctx context.Context, thread ThreadKey) (s SessionVie
 	case err != nil:
 		return SessionView{}, false, err
 	}
-	return sessionView(got), true, nil
+	return d.view(got), true, nil
 }
 
 // HasSession reports whether the thread has a session, in any status.
@@ -137,7 +148,7 @@ func (d *Directory) Sessions(ctx context.Context, status SessionStatus) (list []
 	if err != nil {
 		return nil, false, err
 	}
-	list, err = d.withRepos(ctx, views(all))
+	list, err = d.withRepos(ctx, d.views(all))
 	return list, len(all) >= SessionsListMax, err
 }
 
@@ -202,7 +213,7 @@ func (d *Directory) PlatformSessions(ctx context.Context, platform string, max i
 			after = page[len(page)-1].ThreadKey
 		}
 	}
-	return views(out), nil
+	return d.views(out), nil
 }
 
 // History returns the thread's newest finished turns, oldest first, at most maxTurns of them and
@@ -223,10 +234,19 @@ func (d *Directory) History(ctx context.Context, thread ThreadKey, maxTurns, max
 	return out, nil
 }
 
-func views(ss []db.Session) []SessionView {
+func (d *Directory) views(ss []db.Session) []SessionView {
 	out := make([]SessionView, len(ss))
 	for i, s := range ss {
-		out[i] = sessionView(s)
+		out[i] = d.view(s)
 	}
 	return out
+}
+
+// view is the session as the adapters see it, its last error redacted.
+func (d *Directory) view(s db.Session) SessionView {
+	v := sessionView(s)
+	if d.redact != nil && v.LastError != "" {
+		v.LastError = d.redact(v.LastError)
+	}
+	return v
 }

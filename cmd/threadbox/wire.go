@@ -161,7 +161,7 @@ func (m *Main) buildApp(ctx context.Context, storeOpts ...db.Option) (*app, erro
 		SlackTeams: ac.SlackTeams, DiscordGuilds: ac.DiscordGuilds, Channels: ac.Channels, Users: ac.Users,
 		BlockDMs: !ac.DMs, OwnerOnlyControls: ac.OwnerOnlyControls, RefusalWindow: ac.RefusalWindow,
 	}, Metrics: a.metrics, Usage: usage}, a.pool, st, a.admin, m.Logger)
-	a.dir = bot.NewDirectory(st)
+	a.dir = bot.NewDirectory(st).WithRedaction(m.redactor())
 	return a, nil
 }
 
