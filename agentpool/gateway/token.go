@@ -41,7 +41,7 @@ func ParseToken(secret, tok string) (threadKey string, generation int64, err err
 	if len(parts) != 4 || parts[0] != tokenPrefix {
 		return "", 0, ErrBadToken
 	}
-	key, err := base64.RawURLEncoding.DecodeString(parts[1])
+	key, err := decodePart(parts[1])
 	if err != nil || len(key) == 0 {
 		return "", 0, ErrBadToken
 	}
@@ -51,9 +51,20 @@ func ParseToken(secret, tok string) (threadKey string, generation int64, err err
 	if err != nil || gen < 1 || strconv.FormatInt(gen, 10) != parts[2] {
 		return "", 0, ErrBadToken
 	}
-	mac, err := base64.RawURLEncoding.DecodeString(parts[3])
+	mac, err := decodePart(parts[3])
 	if err != nil || !hmac.Equal(mac, tokenMAC(secret, string(key), gen)) {
 		return "", 0, ErrBadToken
 	}
 	return string(key), gen, nil
+}
+
+// decodePart decodes a token part, in its one spelling only: lenient base64 ignores the unused low
+// bits of the last character (and Strict still skips line breaks), which would give one token
+// several spellings.
+func decodePart(part string) ([]byte, error) {
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(part)
+	if err == nil && base64.RawURLEncoding.EncodeToString(raw) != part {
+		err = errors.New("not canonical base64")
+	}
+	return raw, err
 }
