@@ -206,7 +206,7 @@ func (a *Admin) dispatch(ctx context.Context, cmd string, argv []string) (string
 		if len(args) != 1 {
 			return "", badRequest("usage: %s <thread>", cmd)
 		}
-		return args[0], nil
+		return threadArg(args[0])
 	}
 	switch cmd {
 	case "help", "":
@@ -255,7 +255,11 @@ func (a *Admin) dispatch(ctx context.Context, cmd string, argv []string) (string
 		return "Drained: no new turns are taken; running turns have finished.", nil
 	case "stats":
 		if len(args) == 1 {
-			return a.sandboxStats(ctx, args[0])
+			key, err := threadArg(args[0])
+			if err != nil {
+				return "", err
+			}
+			return a.sandboxStats(ctx, key)
 		}
 		if len(args) > 1 {
 			return "", badRequest("usage: stats [<thread>]")
@@ -269,6 +273,10 @@ func (a *Admin) dispatch(ctx context.Context, cmd string, argv []string) (string
 		if len(args) < 1 || len(args) > 2 {
 			return "", badRequest("usage: logs <thread> [n]")
 		}
+		key, err := threadArg(args[0])
+		if err != nil {
+			return "", err
+		}
 		n := agentpool.DefaultLogLines
 		if len(args) == 2 {
 			v, err := strconv.Atoi(args[1])
@@ -277,7 +285,7 @@ func (a *Admin) dispatch(ctx context.Context, cmd string, argv []string) (string
 			}
 			n = v
 		}
-		return a.logs(ctx, args[0], n)
+		return a.logs(ctx, key, n)
 	case "attach":
 		key, err := one()
 		if err != nil {
@@ -286,6 +294,20 @@ func (a *Admin) dispatch(ctx context.Context, cmd string, argv []string) (string
 		return a.attach(ctx, key)
 	}
 	return "", badRequest("unknown admin command %q\n%s", cmd, AdminHelp)
+}
+
+// maxQuotedKey bounds, in runes, how much of a malformed thread key a refusal quotes.
+const maxQuotedKey = 80
+
+// threadArg checks a command's thread key the way the web API does, so a malformed one is refused
+// with the forms a key takes before the store or the pool sees it.
+func threadArg(s string) (string, error) {
+	key, err := ParseThreadKey(s)
+	if err != nil {
+		// The key is the sender's text, of any length: quote enough of it to recognise.
+		return "", badRequest("thread key %q: %s", cutText(s, maxQuotedKey), threadKeyForms)
+	}
+	return key.String(), nil
 }
 
 // SessionStatuses is the order sessions are listed in when no status is given (chat, CLI and web).

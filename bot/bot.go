@@ -72,10 +72,13 @@ func (k ThreadKey) String() string {
 	return strings.Join(append(parts, k.Thread), ":")
 }
 
+// threadKeyForms says what a thread key looks like, for a refusal.
+const threadKeyForms = "want slack:<team>:<channel>:<ts>, slack:<team>:dm:<user>, discord:<guild>:<thread>, discord:dm:<user> or web:<id>"
+
 // ParseThreadKey reads a stored key back. It accepts exactly the forms String produces.
 func ParseThreadKey(s string) (ThreadKey, error) {
 	parts := strings.Split(s, ":")
-	bad := fmt.Errorf("thread key %q: want slack:<team>:<channel>:<ts>, slack:<team>:dm:<user>, discord:<guild>:<thread>, discord:dm:<user> or web:<id>", s)
+	bad := fmt.Errorf("thread key %q: %s", s, threadKeyForms)
 	for _, p := range parts {
 		if p == "" {
 			return ThreadKey{}, bad

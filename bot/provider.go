@@ -184,19 +184,23 @@ func (a *Admin) move(ctx context.Context, args []string) (string, error) {
 	if len(args) != 2 {
 		return "", badRequest("usage: move <thread> <provider>")
 	}
+	key, err := threadArg(args[0])
+	if err != nil {
+		return "", err
+	}
 	mv, ok := a.ops.(ProviderMover)
 	if !ok {
 		return "", badRequest("move: this bot runs one sandbox provider")
 	}
-	ch, err := mv.MoveProvider(ctx, args[0], strings.ToLower(args[1]))
+	ch, err := mv.MoveProvider(ctx, key, strings.ToLower(args[1]))
 	var unknown *agentpool.UnknownProviderError
 	switch {
 	case errors.As(err, &unknown):
 		return "", badRequest("move: no sandbox provider %q here; enabled: %s", unknown.Name, strings.Join(unknown.Enabled, ", "))
 	case errors.Is(err, db.ErrNotFound):
-		return "", badRequest("move: no session for thread %s", args[0])
+		return "", badRequest("move: no session for thread %s", key)
 	case err != nil:
 		return "", err
 	}
-	return args[0] + ": " + ProviderChangeText(ch), nil
+	return key + ": " + ProviderChangeText(ch), nil
 }
