@@ -146,6 +146,9 @@ func (a *Admin) Run(ctx context.Context, actor string, argv []string) (string, e
 	if len(argv) > 1 {
 		target = strings.Join(argv[1:], " ")
 	}
+	// Both are the sender's text, of any length: bounded as the audit bounds them, for the log lines
+	// too (a refusal is anyone's to cause). A command cut short is no command, so dispatch is the same.
+	cmd, target = cutText(cmd, maxAuditText), cutText(target, maxAuditText)
 	if !a.admins[actor] {
 		_ = a.audit(ctx, actor, cmd, target, AuditDenied) // refused either way; a failure is logged
 		platform, _, _ := strings.Cut(actor, ":")
