@@ -118,6 +118,9 @@ const AdminHelp = `admin commands:
 var adminCommands = map[string]bool{"help": true, "sessions": true, "inspect": true, "pause": true, "resume": true,
 	"destroy": true, "move": true, "reap": true, "drain": true, "stats": true, "logs": true, "attach": true}
 
+// KnownAdminCommand reports whether name (lower case) is one of the admin commands.
+func KnownAdminCommand(name string) bool { return adminCommands[name] }
+
 // IsAdmin reports whether actor (platform:user_id) may run admin commands.
 func (a *Admin) IsAdmin(actor string) bool { return a != nil && a.admins[actor] }
 

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os/user"
 	"strconv"
 	"strings"
@@ -63,6 +64,10 @@ func osUser() string {
 func (m *Main) adminOverHTTP(ctx context.Context, args []string, why string) error {
 	body := map[string]any{}
 	cmd, rest := strings.ToLower(args[0]), args[1:]
+	if !bot.KnownAdminCommand(cmd) {
+		// The command becomes the URL's path: anything else could name another path or a query.
+		return fmt.Errorf("unknown admin command %q\n%s", cmd, bot.AdminHelp)
+	}
 	for i := 0; i < len(rest); i++ {
 		switch a := rest[i]; {
 		case a == "--dry-run":
@@ -91,8 +96,8 @@ func (m *Main) adminOverHTTP(ctx context.Context, args []string, why string) err
 	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
 		host = "127.0.0.1" // a wildcard listener is reached on loopback, where we are web:local
 	}
-	url := "http://" + net.JoinHostPort(host, port) + "/api/admin/" + cmd
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(raw))
+	endpoint := "http://" + net.JoinHostPort(host, port) + "/api/admin/" + url.PathEscape(cmd)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, bytes.NewReader(raw))
 	if err != nil {
 		return err
 	}
@@ -102,7 +107,7 @@ func (m *Main) adminOverHTTP(ctx context.Context, args []string, why string) err
 	}
 	resp, err := (&http.Client{Timeout: 2 * time.Minute}).Do(req)
 	if err != nil {
-		return fmt.Errorf("%s, and its admin API at %s does not answer: %w", why, url, err)
+		return fmt.Errorf("%s, and its admin API at %s does not answer: %w", why, endpoint, err)
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
