@@ -53,7 +53,7 @@ func TestNetworkMode(t *testing.T) {
 }
 
 func TestEgressCounter(t *testing.T) {
-	mx := metrics.New(nil)
+	mx := metrics.New(nil, nil)
 	mx.EgressCounter().Egress(egress.ResultRefusedHost)
 	mx.EgressCounter().Egress(egress.ResultRefusedHost) // registered once, the same series
 	n, err := testutil.GatherAndCount(mx.Registry(), "threadbox_egress_requests_total")

@@ -61,7 +61,7 @@ func (m *Main) buildApp(ctx context.Context, storeOpts ...db.Option) (*app, erro
 		return nil, err
 	}
 	a.store = st
-	a.metrics = metrics.New(st)
+	a.metrics = metrics.New(st, m.Logger)
 	if cfg.Database.AutoMigrate {
 		if err := st.Migrate(ctx); err != nil {
 			return nil, fmt.Errorf("migrate on start (set database.auto_migrate: false to skip): %w", err)

@@ -21,7 +21,7 @@ var seriesName = regexp.MustCompile(`threadbox_[a-z_]+`)
 // knownSeries is every series name the registry serves, histograms with their _bucket, _count, _sum.
 func knownSeries(t *testing.T) map[string]bool {
 	t.Helper()
-	m := New(fakeSessions{{ThreadKey: "a", Status: db.SessionActive, Provider: "docker"}})
+	m := New(fakeSessions{{ThreadKey: "a", Status: db.SessionActive, Provider: "docker"}}, nil)
 	exercise(m)
 	mfs, err := m.Registry().Gather()
 	require.NoError(t, err)

@@ -6,6 +6,7 @@ package metrics
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
 
 	"github.com/threadbox/threadbox/agentpool"
 	"github.com/threadbox/threadbox/bot"
@@ -66,7 +68,11 @@ var (
 
 // New builds the instruments on a registry of their own, with the Go runtime and process collectors.
 // store, if not nil, is counted by session status and provider at every scrape.
-func New(store SessionCounter) *Metrics {
+// log, nil for none, has what a scrape could not count (the response only says it could not).
+func New(store SessionCounter, log *zap.Logger) *Metrics {
+	if log == nil {
+		log = zap.NewNop()
+	}
 	reg := prometheus.NewRegistry()
 	f := func(c prometheus.Collector) { reg.MustRegister(c) }
 	m := &Metrics{reg: reg}
@@ -127,7 +133,7 @@ func New(store SessionCounter) *Metrics {
 		f(c)
 	}
 	if store != nil {
-		f(&sessionCollector{store: store})
+		f(&sessionCollector{store: store, log: log})
 	}
 	return m
 }
@@ -252,7 +258,14 @@ var sessionsDesc = prometheus.NewDesc(namespace+"_sessions",
 	[]string{"status", "provider"}, nil)
 
 // sessionCollector counts sessions when scraped: the database is the truth every replica shares.
-type sessionCollector struct{ store SessionCounter }
+type sessionCollector struct {
+	store SessionCounter
+	log   *zap.Logger
+}
+
+// errSessionsUnavailable is what a scrape says when the sessions cannot be counted. The store's error
+// (a host, a user, the driver's words) goes to the log only: the response goes to whoever scrapes.
+var errSessionsUnavailable = errors.New("session counts unavailable (the database could not be read; see the log)")
 
 func (c *sessionCollector) Describe(ch chan<- *prometheus.Desc) { ch <- sessionsDesc }
 
@@ -261,7 +274,8 @@ func (c *sessionCollector) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 	counts, err := CountSessions(ctx, c.store)
 	if err != nil {
-		ch <- prometheus.NewInvalidMetric(sessionsDesc, err)
+		c.log.Warn("counting sessions for /metrics", zap.Error(err))
+		ch <- prometheus.NewInvalidMetric(sessionsDesc, errSessionsUnavailable)
 		return
 	}
 	for k, n := range counts {

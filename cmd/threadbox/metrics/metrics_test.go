@@ -50,7 +50,7 @@ func exercise(m *Metrics) {
 }
 
 func TestMetricNamesPassTheLinter(t *testing.T) {
-	m := New(fakeSessions{{ThreadKey: "a", Status: db.SessionActive, Provider: "docker"}})
+	m := New(fakeSessions{{ThreadKey: "a", Status: db.SessionActive, Provider: "docker"}}, nil)
 	exercise(m)
 	problems, err := testutil.GatherAndLint(m.Registry())
 	require.NoError(t, err)
@@ -58,7 +58,7 @@ func TestMetricNamesPassTheLinter(t *testing.T) {
 }
 
 func TestInstrumentsRecord(t *testing.T) {
-	m := New(nil)
+	m := New(nil, nil)
 	exercise(m)
 	for _, tc := range []struct {
 		name string
@@ -90,7 +90,7 @@ func TestSessionsAreCountedByStatusAndProvider(t *testing.T) {
 		{ThreadKey: "b", Status: db.SessionActive, Provider: "docker"},
 		{ThreadKey: "c", Status: db.SessionPaused, Provider: "docker"},
 		{ThreadKey: "d", Status: db.SessionDestroyed, Provider: "docker"},
-	})
+	}, nil)
 	want := `
 # HELP threadbox_sessions Sessions by status and provider, read from the database at scrape time (destroyed ones not counted; at most 10000 per status).
 # TYPE threadbox_sessions gauge
