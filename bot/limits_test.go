@@ -84,8 +84,26 @@ func TestSpell(t *testing.T) {
 }
 
 func TestLimiterCheck(t *testing.T) {
-	clock := &fakeClock{now: time.Unix(600, 0)}
-	l := bot.NewLimiter(nil, "p:", time.Minute, clock.Now, zaptest.NewLogger(t))
+	for _, impl := range limiterImpls {
+		t.Run(impl.name, func(t *testing.T) {
+			clock := &fakeClock{now: time.Unix(600, 0)}
+			testLimiterCheck(t, bot.NewLimiter(impl.rdb(t), randomPrefix(t), time.Minute, clock.Now, zaptest.NewLogger(t)))
+		})
+	}
+	require.True(t, bot.ExemptFromLimits(" Stop "))
+	require.False(t, bot.ExemptFromLimits("stop the server"))
+}
+
+// limiterImpls are the two limiters: in process (no Redis, or Redis down) and on Redis.
+var limiterImpls = []struct {
+	name string
+	rdb  func(t *testing.T) *redis.Client
+}{
+	{"in process", func(*testing.T) *redis.Client { return nil }},
+	{"redis", func(t *testing.T) *redis.Client { return dbtest.Redis(t) }},
+}
+
+func testLimiterCheck(t *testing.T, l *bot.Limiter) {
 	// A message refused per user is not counted against its channel.
 	rl := bot.RateLimit{UserMessages: 1, ChannelMessages: 1, Window: time.Minute}
 	steps := []struct {
@@ -112,8 +130,37 @@ func TestLimiterCheck(t *testing.T) {
 			require.Contains(t, notice, s.notice, "step %d", i)
 		}
 	}
-	require.True(t, bot.ExemptFromLimits(" Stop "))
-	require.False(t, bot.ExemptFromLimits("stop the server"))
+}
+
+// TestLimiterCheckRefusalCountsAgainstNeither: a message one limit refuses spends no budget of the
+// other. Before, the user was counted first, so a busy channel used up its users' own limits (and a
+// channel refusal in one channel shut the user out of every other). Both the Redis limiter and the
+// in-process one (no Redis, or Redis down) must agree.
+func TestLimiterCheckRefusalCountsAgainstNeither(t *testing.T) {
+	rl := bot.RateLimit{UserMessages: 2, ChannelMessages: 1, Window: time.Minute}
+	steps := []struct {
+		user, channel string
+		ok            bool
+		why           string
+	}{
+		{"u:1", "c:1", true, "the first message: both limits admit it"},
+		{"u:1", "c:1", false, "the channel is full"},
+		{"u:1", "c:1", false, "the channel is still full"},
+		{"u:1", "c:2", true, "the channel's refusals spent none of the user's 2"},
+		{"u:1", "c:3", false, "now the user is over"},
+		{"u:2", "c:3", true, "the user's refusal spent none of c:3's 1"},
+		{"u:3", "c:3", false, "c:3 is full now"},
+	}
+	for _, impl := range limiterImpls {
+		t.Run(impl.name, func(t *testing.T) {
+			clock := &fakeClock{now: time.Unix(600, 0)}
+			l := bot.NewLimiter(impl.rdb(t), randomPrefix(t), time.Minute, clock.Now, zaptest.NewLogger(t))
+			for i, s := range steps {
+				ok, _, _ := l.Check(t.Context(), rl, s.user, s.channel, "<@x>")
+				require.Equal(t, s.ok, ok, "step %d: %s", i, s.why)
+			}
+		})
+	}
 }
 
 func randomPrefix(t testing.TB) string {
@@ -172,6 +219,8 @@ func (h *flakyRedis) answer(cmds ...redis.Cmder) error {
 			c.SetVal(true)
 		case *redis.IntCmd:
 			c.SetVal(1)
+		case *redis.Cmd: // the rate limit's script: every key counted the message
+			c.SetVal([]any{int64(0), int64(0)})
 		}
 	}
 	return nil

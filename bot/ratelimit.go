@@ -26,9 +26,12 @@ type Verdict struct {
 	ResetIn time.Duration
 }
 
-// Limiter counts messages per scope (a user or a channel) in fixed windows. With Redis the counters
-// are shared by every replica (INCR, then EXPIRE on the window's key); without it, or when Redis
-// fails, counters live in process.
+// Limiter counts messages per scope (a user or a channel) in fixed windows. A message is weighed
+// against all its scopes at once: admitted, it counts against each; refused, it counts only against
+// the scope that refused it, which is over its limit already (so the refusal spends no budget, and
+// the count past the limit is what Verdict's Notify and Mark read). With Redis the counters are
+// shared by every replica and moved together by one script; without it, or when Redis fails,
+// counters live in process.
 type Limiter struct {
 	rdb    *redis.Client
 	prefix string
@@ -48,6 +51,12 @@ type localCount struct {
 	n      int64
 }
 
+// scopeLimit is one scope of a message and its limit per window (negative: none, not counted).
+type scopeLimit struct {
+	scope string
+	max   int
+}
+
 func NewLimiter(rdb *redis.Client, prefix string, window time.Duration, now func() time.Time, log *zap.Logger) *Limiter {
 	return &Limiter{rdb: rdb, prefix: prefix + "rl:", window: window, now: now, log: log, local: map[string]localCount{},
 		brk: &redisBreaker{now: now, log: log, what: "rate limit"}}
@@ -55,51 +64,111 @@ func NewLimiter(rdb *redis.Client, prefix string, window time.Duration, now func
 
 // Allow counts one message against scope's limit of max per window. max < 0 means no limit.
 func (l *Limiter) Allow(ctx context.Context, scope string, max int) Verdict {
-	if max < 0 {
-		return Verdict{Allowed: true}
+	_, v := l.take(ctx, []scopeLimit{{scope, max}})
+	return v
+}
+
+// take weighs one message against scopes, in order: the first scope already at its limit refuses it
+// (refused is its index, and only its count goes up); if none is, every limited scope counts it and
+// refused is -1.
+func (l *Limiter) take(ctx context.Context, scopes []scopeLimit) (refused int, v Verdict) {
+	limited := make([]scopeLimit, 0, len(scopes))
+	index := make([]int, 0, len(scopes)) // index[i] is limited[i]'s place in scopes
+	for i, s := range scopes {
+		if s.max >= 0 {
+			limited, index = append(limited, s), append(index, i)
+		}
+	}
+	if len(limited) == 0 {
+		return -1, Verdict{Allowed: true}
 	}
 	now := l.now()
 	w := now.UnixNano() / int64(l.window)
-	resetIn := time.Duration((w+1)*int64(l.window) - now.UnixNano())
-	n, err := l.count(ctx, scope, w)
+	v.ResetIn = time.Duration((w+1)*int64(l.window) - now.UnixNano())
+	i, n, err := l.takeRedis(ctx, limited, w)
 	if err != nil {
-		n = l.countLocal(scope, w)
+		i, n = l.takeLocal(limited, w)
 	}
-	return Verdict{Allowed: n <= int64(max), Notify: n == int64(max)+1, Mark: n <= 2*int64(max)+1, ResetIn: resetIn}
+	if i < 0 {
+		v.Allowed = true
+		return -1, v
+	}
+	max := int64(limited[i].max)
+	v.Notify, v.Mark = n == max+1, n <= 2*max+1
+	return index[i], v
 }
 
-func (l *Limiter) count(ctx context.Context, scope string, w int64) (int64, error) {
+// takeScript is take on Redis, atomic across replicas. KEYS are the scopes' counters in order,
+// ARGV[1] their lifetime in milliseconds, ARGV[i+1] the limit of KEYS[i]. It returns the 1-based
+// index of the refusing key and its count, or {0, 0} when every key counted the message.
+var takeScript = redis.NewScript(`
+for i, key in ipairs(KEYS) do
+  if (tonumber(redis.call('GET', key)) or 0) >= tonumber(ARGV[i + 1]) then
+    local n = redis.call('INCR', key)
+    redis.call('PEXPIRE', key, ARGV[1])
+    return {i, n}
+  end
+end
+for _, key in ipairs(KEYS) do
+  redis.call('INCR', key)
+  redis.call('PEXPIRE', key, ARGV[1])
+end
+return {0, 0}
+`)
+
+func (l *Limiter) takeRedis(ctx context.Context, scopes []scopeLimit, w int64) (refused int, n int64, err error) {
 	if l.rdb == nil {
-		return l.countLocal(scope, w), nil
+		refused, n = l.takeLocal(scopes, w)
+		return refused, n, nil
 	}
 	if !l.brk.try() {
-		return 0, errRedisPaused
+		return 0, 0, errRedisPaused
 	}
 	ctx, cancel := context.WithTimeout(ctx, redisTimeout)
 	defer cancel()
-	key := l.prefix + scope + ":" + strconv.FormatInt(w, 10)
-	pipe := l.rdb.TxPipeline()
-	incr := pipe.Incr(ctx, key)
-	// Two windows of life: long enough for replicas with slightly different clocks, and the key
-	// goes away by itself.
-	pipe.Expire(ctx, key, 2*l.window)
-	_, err := pipe.Exec(ctx)
+	keys := make([]string, len(scopes))
+	// Two windows of life: long enough for replicas with slightly different clocks, and the keys
+	// go away by themselves.
+	args := []any{(2 * l.window).Milliseconds()}
+	for i, s := range scopes {
+		keys[i] = l.prefix + s.scope + ":" + strconv.FormatInt(w, 10)
+		args = append(args, s.max)
+	}
+	res, err := takeScript.Run(ctx, l.rdb, keys, args...).Int64Slice()
+	if err == nil && len(res) != 2 {
+		err = fmt.Errorf("rate limit script answered %v", res)
+	}
 	l.brk.result(err)
 	if err != nil {
-		return 0, err
+		return 0, 0, fmt.Errorf("rate limit: %w", err)
 	}
-	return incr.Val(), nil
+	return int(res[0]) - 1, res[1], nil
 }
 
-func (l *Limiter) countLocal(scope string, w int64) int64 {
+// takeLocal is take in process, with the same rule as takeScript.
+func (l *Limiter) takeLocal(scopes []scopeLimit, w int64) (refused int, n int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	c := l.local[scope]
-	if c.window != w {
-		c = localCount{window: w}
+	count := func(scope string) localCount {
+		if c := l.local[scope]; c.window == w {
+			return c
+		}
+		return localCount{window: w}
 	}
-	c.n++
-	l.local[scope] = c
+	refused = -1
+	for i, s := range scopes {
+		if count(s.scope).n >= int64(s.max) {
+			refused = i
+			break
+		}
+	}
+	for i, s := range scopes {
+		if refused < 0 || i == refused {
+			c := count(s.scope)
+			c.n++
+			l.local[s.scope], n = c, c.n
+		}
+	}
 	if len(l.local) > 100_000 {
 		// Old windows are dead weight: sweep them when the map grows.
 		for k, v := range l.local {
@@ -108,7 +177,10 @@ func (l *Limiter) countLocal(scope string, w int64) int64 {
 			}
 		}
 	}
-	return c.n
+	if refused < 0 {
+		n = 0
+	}
+	return refused, n
 }
 
 // RateLimit bounds how many messages the bot takes per fixed window. A user or channel over the limit
@@ -122,7 +194,8 @@ type RateLimit struct {
 	Window time.Duration
 }
 
-// Check applies the per-user then the per-channel limit to one message. Scopes name the user and
+// Check applies the per-user and the per-channel limit to one message, together: a message either
+// limit refuses spends neither's budget (see Limiter). Scopes name the user and
 // the channel uniquely across platforms and workspaces ("u:T1:U1"); mention is how the notice
 // addresses the user ("<@U1>" on Slack and Discord). It returns whether the message may go on and,
 // for the first refusal of a scope in a window only, the polite notice to post (later refusals in
@@ -130,27 +203,20 @@ type RateLimit struct {
 // ReactSkipped mark: acknowledged means answered, so a refused message is marked as skipped rather
 // than left looking unseen, except in a flood (see Verdict.Mark).
 func (l *Limiter) Check(ctx context.Context, rl RateLimit, userScope, channelScope, mention string) (ok bool, notice string, mark bool) {
-	checks := []struct {
-		scope string
-		max   int
-		say   string
-	}{
-		{userScope, rl.UserMessages, fmt.Sprintf("%s, you have sent me more than %d messages in %s", mention, rl.UserMessages, SpellDuration(rl.Window))},
-		{channelScope, rl.ChannelMessages, fmt.Sprintf("This channel has sent me more than %d messages in %s", rl.ChannelMessages, SpellDuration(rl.Window))},
+	refused, v := l.take(ctx, []scopeLimit{{userScope, rl.UserMessages}, {channelScope, rl.ChannelMessages}})
+	if v.Allowed {
+		return true, "", false
 	}
-	for _, c := range checks {
-		v := l.Allow(ctx, c.scope, c.max)
-		if v.Allowed {
-			continue
-		}
-		l.log.Info("rate limit: message dropped", zap.String("scope", c.scope))
-		if v.Notify {
-			notice = fmt.Sprintf("%s, so I am skipping messages for the next %s. Please send it again after that (I will only say this once).",
-				c.say, SpellDuration(v.ResetIn.Round(time.Second)))
-		}
-		return false, notice, v.Mark
+	scope, say := userScope, fmt.Sprintf("%s, you have sent me more than %d messages in %s", mention, rl.UserMessages, SpellDuration(rl.Window))
+	if refused == 1 {
+		scope, say = channelScope, fmt.Sprintf("This channel has sent me more than %d messages in %s", rl.ChannelMessages, SpellDuration(rl.Window))
 	}
-	return true, "", false
+	l.log.Info("rate limit: message dropped", zap.String("scope", scope))
+	if v.Notify {
+		notice = fmt.Sprintf("%s, so I am skipping messages for the next %s. Please send it again after that (I will only say this once).",
+			say, SpellDuration(v.ResetIn.Round(time.Second)))
+	}
+	return false, notice, v.Mark
 }
 
 // ExemptFromLimits lets in-thread control commands through the rate limit: a user who is over it
