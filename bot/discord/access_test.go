@@ -192,3 +192,40 @@ func TestRefusedStrangersSpendNoRateLimit(t *testing.T) {
 		require.NotContains(t, r.fake.Reactions(th, m.ID), "🚫")
 	}
 }
+
+// TestRefusedStrangersSlashAskSpendsNoRateLimit: /ask in a thread or a DM is weighed against the
+// access policy before the rate limit, as a mention is. It was limited first, so refused strangers'
+// /ask in a shared thread used up its budget, locking out the person the policy admits, and drew
+// "skipping messages" notices for commands that were refused anyway.
+func TestRefusedStrangersSlashAskSpendsNoRateLimit(t *testing.T) {
+	policy := bot.NewHandler(bot.HandlerConfig{Access: bot.AccessPolicy{Users: []string{"discord:UOK"}}}, nil, nil, nil,
+		zaptest.NewLogger(t))
+	rec := &recorder{seen: make(chan bot.Message, 64)}
+	r := newRig(t, func(o *discord.Options) {
+		o.Handler = policed{policy, rec}
+		o.RateLimit = bot.RateLimit{UserMessages: 2, ChannelMessages: 2, Window: time.Hour}
+	})
+	r.fake.GuildChannel("G1", "C1")
+	ok := discordfake.Person("UOK")
+	th := r.fake.UserThread("C1", ok, "shared")
+	stranger := discordfake.Person("U0")
+	ask := func(channel string, u discordfake.User, prompt string) string {
+		t.Helper()
+		res, err := r.fake.PostInteraction(t.Context(), r.http.URL, r.fake.Slash(channel, u, "ask", map[string]string{"prompt": prompt}))
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, res.Status)
+		return string(res.Body)
+	}
+	for i := range 5 {
+		require.NotContains(t, ask(th, discordfake.Person(fmt.Sprint("U", i)), "let me in"), "more than", "stranger %d in the thread", i)
+	}
+	for i := range 3 {
+		require.NotContains(t, ask(r.fake.DMChannel(stranger), stranger, "let me in"), "more than", "stranger's DM %d", i)
+	}
+	require.JSONEq(t, `{"type":5}`, ask(th, ok, "one"))
+	require.JSONEq(t, `{"type":5}`, ask(th, ok, "two"), "the channel's budget is the admitted user's")
+	require.Equal(t, "one", (<-rec.seen).Text)
+	require.Equal(t, "two", (<-rec.seen).Text)
+	require.Contains(t, ask(r.fake.DMChannel(ok), ok, "three"), "more than 2 messages", "the user's own limit still holds")
+	require.Equal(t, map[string]int64{bot.RefusedUser: 8}, policy.Refusals(), "each refusal counted once")
+}

@@ -281,17 +281,19 @@ func (a *Adapter) takeCommand(ctx context.Context, in *discordgo.Interaction, us
 	default:
 		return respond(ctx, ephemeralReply("Use /"+name+" inside a thread I answer in, or in a DM with me."))
 	}
-	if thread == "" {
-		if notice, over := overLimit(); over {
-			return respond(ctx, ephemeralReply(notice))
-		}
-	}
 	msg := bot.Message{Thread: key, ChannelID: r.channel, User: bot.User{ID: user.ID, Name: user.Username},
 		Text: text, EventID: "discord:i:" + in.ID, Reply: r.dest()}
 	if thread != "" {
 		parent = in.ChannelID // the channel allowlist matches the thread by where it started
 	}
 	msg.ParentChannelID = parent
+	// In a thread or a DM, access first (as for a mention): a command the policy refuses goes on to
+	// Handle, which counts it and says why, without spending the rate limit.
+	if thread == "" && bot.Admits(a.handler, msg) {
+		if notice, over := overLimit(); over {
+			return respond(ctx, ephemeralReply(notice))
+		}
+	}
 	if err := a.handler.Handle(ctx, msg, r); err != nil {
 		if errors.Is(err, bot.ErrNotAccepted) && thread != "" {
 			// The thread exists already: it says what it was for and why nothing follows.
