@@ -2,6 +2,7 @@ package discord_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -307,29 +308,71 @@ func TestHTTPInteractionsBounds(t *testing.T) {
 	require.Empty(t, r.h.seen, "nothing ran")
 }
 
+// TestNotAcceptedIsNotDeferred: a command the bot could not take (store down) is not deferred but
+// answered privately, with the log's ref, over the gateway and over HTTP alike. Over HTTP it was
+// answered 503, so the user saw only Discord's "interaction failed", with nothing to quote.
 func TestNotAcceptedIsNotDeferred(t *testing.T) {
-	r := newRig(t, nil)
-	r.h.mu.Lock()
-	r.h.refuse = true
-	r.h.mu.Unlock()
-	u := discordfake.Person("U1")
-	dm := r.fake.DMChannel(u)
-	in := r.fake.Slash(dm, u, "ask", map[string]string{"prompt": "x"})
+	for _, via := range []string{"gateway", "http"} {
+		t.Run(via, func(t *testing.T) {
+			r := newRig(t, nil)
+			r.h.mu.Lock()
+			r.h.refuse = true
+			r.h.mu.Unlock()
+			u := discordfake.Person("U1")
+			dm := r.fake.DMChannel(u)
+			in := r.fake.Slash(dm, u, "ask", map[string]string{"prompt": "x"})
+			got := answerOf(t, r, via, in)
+			require.Equal(t, "x", r.next(t).Text)
+			require.Contains(t, got.Content, "I could not take that message")
+			require.Contains(t, got.Content, "; ref ", "the log has the error under a ref")
+			require.NotContains(t, got.Content, "database is down", "not the raw error")
+			require.Equal(t, int(discordgo.InteractionResponseChannelMessageWithSource), got.Type, "answered, not deferred")
+			require.Equal(t, int(discordgo.MessageFlagsEphemeral), got.Flags)
+		})
+	}
+}
+
+// interactionAnswer is an interaction's initial response as the user sees it.
+type interactionAnswer struct {
+	Type    int
+	Content string
+	Flags   int
+}
+
+// answerOf sends in over via ("gateway" or "http") and returns its one initial response.
+func answerOf(t *testing.T, r *rig, via string, in *discordfake.Interaction) interactionAnswer {
+	t.Helper()
+	if via == "gateway" {
+		r.fake.DispatchInteraction(in)
+		r.wait(t, "the answer", func() bool { rec, _ := r.fake.Interaction(in.ID); return len(rec.Callbacks) > 0 })
+		rec, _ := r.fake.Interaction(in.ID)
+		require.Len(t, rec.Callbacks, 1)
+		return interactionAnswer{rec.Callbacks[0].Type, rec.Callbacks[0].Content, rec.Callbacks[0].Flags}
+	}
 	res, err := r.fake.PostInteraction(t.Context(), r.http.URL, in)
 	require.NoError(t, err)
-	require.Equal(t, http.StatusServiceUnavailable, res.Status, "so Discord shows the user a failure")
-	require.Equal(t, "x", r.next(t).Text)
-	gw := r.fake.Slash(dm, u, "status", nil)
-	r.fake.DispatchInteraction(gw)
-	require.Equal(t, "status", r.next(t).Text)
-	require.NoError(t, r.ad.Close()) // waits for the interaction's handling to end
-	rec, _ := r.fake.Interaction(gw.ID)
-	require.Len(t, rec.Callbacks, 1, "a command not taken is not deferred, but answered")
-	require.Contains(t, rec.Callbacks[0].Content, "I could not take that message")
-	require.Contains(t, rec.Callbacks[0].Content, "; ref ", "the log has the error under a ref")
-	require.NotContains(t, rec.Callbacks[0].Content, "database is down", "not the raw error")
-	require.Equal(t, int(discordgo.InteractionResponseChannelMessageWithSource), rec.Callbacks[0].Type)
-	require.Equal(t, int(discordgo.MessageFlagsEphemeral), rec.Callbacks[0].Flags)
+	require.Equal(t, http.StatusOK, res.Status, "%s", res.Body)
+	var body struct {
+		Type int `json:"type"`
+		Data struct {
+			Content string `json:"content"`
+			Flags   int    `json:"flags"`
+		} `json:"data"`
+	}
+	require.NoError(t, json.Unmarshal(res.Body, &body))
+	return interactionAnswer{body.Type, body.Data.Content, body.Data.Flags}
+}
+
+// TestHTTPInteractionWhileClosingIs503: once the adapter is closing, an HTTP interaction gets 503
+// (not an answer): a proxy in front of several replicas may then hand it to one that is not.
+func TestHTTPInteractionWhileClosingIs503(t *testing.T) {
+	r := newRig(t, nil)
+	require.NoError(t, r.ad.Close())
+	u := discordfake.Person("U1")
+	res, err := r.fake.PostInteraction(t.Context(), r.http.URL, r.fake.Slash(r.fake.DMChannel(u), u, "ask", map[string]string{"prompt": "x"}))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusServiceUnavailable, res.Status)
+	require.Empty(t, r.h.seen, "nothing ran")
 }
 
 // TestChannelAskNotTakenLeavesNoSilentThread: /ask in a channel starts its thread before the bot
@@ -345,13 +388,7 @@ func TestChannelAskNotTakenLeavesNoSilentThread(t *testing.T) {
 			r.h.mu.Unlock()
 			r.fake.GuildChannel("G1", "C1")
 			in := r.fake.Slash("C1", discordfake.Person("U1"), "ask", map[string]string{"prompt": "make a thing"})
-			if via == "gateway" {
-				r.fake.DispatchInteraction(in)
-			} else {
-				res, err := r.fake.PostInteraction(t.Context(), r.http.URL, in)
-				require.NoError(t, err)
-				require.Equal(t, http.StatusServiceUnavailable, res.Status)
-			}
+			got := answerOf(t, r, via, in)
 			r.next(t)
 			require.NoError(t, r.ad.Close()) // waits for the refusal's posts
 			for _, th := range r.fake.Threads("C1") {
@@ -359,12 +396,8 @@ func TestChannelAskNotTakenLeavesNoSilentThread(t *testing.T) {
 				require.Contains(t, said, "<@U1> asked: make a thing", "thread %s", th.ID)
 				require.Contains(t, said, "I could not take that message")
 				require.NotContains(t, said, "database is down", "not the raw error")
-				if via == "gateway" {
-					rec, _ := r.fake.Interaction(in.ID)
-					require.Len(t, rec.Callbacks, 1)
-					ref := said[strings.Index(said, "; ref "):]
-					require.Contains(t, rec.Callbacks[0].Content, ref[:strings.Index(ref, ")")], "one ref for one refusal")
-				}
+				ref := said[strings.Index(said, "; ref "):]
+				require.Contains(t, got.Content, ref[:strings.Index(ref, ")")], "one ref for one refusal")
 			}
 		})
 	}

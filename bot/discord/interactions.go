@@ -80,7 +80,7 @@ func (a *Adapter) onInteraction(_ *discordgo.Session, ic *discordgo.InteractionC
 
 // InteractionsHandler serves POST /discord/interactions: 401 for a bad, missing or stale signature
 // (nothing runs); PING answers {"type":1}; a command is taken and then deferred in the answer's body
-// (type 5), or answered 503 when it could not be taken.
+// (type 5), or, when it could not be taken, answered privately with the log's ref (503 once closing).
 func (a *Adapter) InteractionsHandler() http.Handler {
 	return http.HandlerFunc(a.serveInteractions)
 }
@@ -141,9 +141,17 @@ func (a *Adapter) serveInteractions(w http.ResponseWriter, r *http.Request) {
 	})
 	switch {
 	case responded:
+	case err != nil && a.isClosed():
+		// Closing: this process is going away, and nothing was recorded. A 503 lets a proxy in
+		// front of several replicas hand the interaction to one that is not (an answer would end
+		// it here); without one, Discord shows its own failure, which is true: try again.
+		a.log.Warn("interaction not taken while closing", zap.String("interaction", in.ID), zap.Error(err))
+		http.Error(w, "shutting down", http.StatusServiceUnavailable)
 	case err != nil:
-		a.log.Warn("interaction not taken", zap.String("interaction", in.ID), zap.Error(err))
-		http.Error(w, "not taken; try again", http.StatusServiceUnavailable)
+		// Nothing was deferred, and Discord never sends it again: the answer's body is still free
+		// for saying so privately, with the log's ref, as the gateway path does. A 503 showed only
+		// Discord's "interaction failed", with nothing to quote.
+		writeJSON(w, ephemeralReply(notTakenText(a.explain("interaction not taken", err, zap.String("interaction", in.ID)))))
 	default:
 		writeJSON(w, ephemeralReply("Already received."))
 	}
