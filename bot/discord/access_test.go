@@ -229,3 +229,18 @@ func TestRefusedStrangersSlashAskSpendsNoRateLimit(t *testing.T) {
 	require.Contains(t, ask(r.fake.DMChannel(ok), ok, "three"), "more than 2 messages", "the user's own limit still holds")
 	require.Equal(t, map[string]int64{bot.RefusedUser: 8}, policy.Refusals(), "each refusal counted once")
 }
+
+// TestRefusedMentionOpensNoThread: a mention in a channel from a user the policy refuses starts no
+// thread; the refusal is posted in the channel, where the mention is. The thread, named after their
+// text, was started before the refusal (its first post), so strangers could open threads at will.
+func TestRefusedMentionOpensNoThread(t *testing.T) {
+	h := bot.NewHandler(bot.HandlerConfig{Access: bot.AccessPolicy{Users: []string{"discord:UOK"}}}, nil, nil, nil,
+		zaptest.NewLogger(t))
+	r := newRig(t, func(o *discord.Options) { o.Handler = h })
+	r.fake.Mention("G1", "C1", discordfake.Person("U1"), "spam spam spam")
+	r.wait(t, "the refusal counted", func() bool { return h.Refusals()[bot.RefusedUser] == 1 })
+	require.NoError(t, h.Wait(t.Context())) // the refusal is posted
+	require.NoError(t, r.ad.Close())        // and anything the adapter started is done
+	require.Empty(t, r.fake.Threads("C1"), "no thread was started for a refused user")
+	require.Contains(t, r.said("C1"), "only work for the people")
+}

@@ -140,7 +140,14 @@ func (a *Adapter) acceptMessage(ctx context.Context, m *discordgo.Message) error
 	}
 	// Access first: a message the policy refuses goes on to Handle (which counts it and tells its
 	// sender) without spending the rate limit, so refused strangers cannot use up a channel's budget.
-	if bot.Admits(a.handler, msg) && !bot.ExemptFromLimits(text) {
+	admitted := bot.Admits(a.handler, msg)
+	if !admitted && r.startParent != "" {
+		// Nor may they open threads named by them: the refusal goes to the channel, where they
+		// wrote (Discord has no private message there), and no thread is started.
+		r = &replier{a: a, channel: m.ChannelID, reactChannel: m.ChannelID, reactMsg: m.ID}
+		msg.Reply = r.dest()
+	}
+	if admitted && !bot.ExemptFromLimits(text) {
 		ok, notice, mark := a.limits.Check(ctx, a.opts.RateLimit, "u:"+m.Author.ID, "c:"+m.ChannelID, "<@"+m.Author.ID+">")
 		if mark {
 			a.goBackground(func(ctx context.Context) {
