@@ -518,6 +518,11 @@ func (h *Handler) status(ctx context.Context, msg Message) string {
 // the provider's own words.
 func FormatSession(s db.Session, depth int) string { return formatSession(s, depth, true) }
 
+// LastErrorNote is what a user who is not an admin is told of a session's last error: that there was
+// one, not its text (the provider's own words, internal detail). The in-thread status and the web
+// chat's conversation API say the same.
+const LastErrorNote = "The last sandbox operation failed; the next message tries again (an operator sees why with \"admin inspect\")."
+
 // formatSession renders a session; withError includes the recorded last error, which is internal
 // text, so the in-thread status (read by every user of the thread) only says there was one.
 func formatSession(s db.Session, depth int, withError bool) string {
@@ -534,7 +539,7 @@ func formatSession(s db.Session, depth int, withError bool) string {
 	case s.LastError != "" && withError:
 		fmt.Fprintf(&b, "Last error: %s\n", s.LastError)
 	case s.LastError != "":
-		b.WriteString("The last sandbox operation failed; the next message tries again (an operator sees why with \"admin inspect\").\n")
+		b.WriteString(LastErrorNote + "\n")
 	}
 	return strings.TrimRight(b.String(), "\n")
 }

@@ -146,16 +146,21 @@ func (s *Server) createConversation(w http.ResponseWriter, r *http.Request) {
 	c.mu.Lock()
 	c.title = titleOf(req.Title)
 	c.mu.Unlock()
-	writeJSON(w, http.StatusCreated, s.describe(c, nil))
+	writeJSON(w, http.StatusCreated, s.describe(c, nil, false))
 }
 
-func (s *Server) describe(c *conversation, sess *bot.SessionView) conversationJSON {
+// describe renders a conversation and its session; the session's last error (internal text) only for
+// an admin, as the in-thread status does.
+func (s *Server) describe(c *conversation, sess *bot.SessionView, admin bool) conversationJSON {
 	c.mu.Lock()
 	out := conversationJSON{ID: c.id, ThreadKey: bot.WebThread(c.id).String(), Title: c.title,
 		CreatedAt: timePtr(c.created), LastActivityAt: timePtr(c.last)}
 	c.mu.Unlock()
 	if sess != nil {
 		out.Session = sessionOf(*sess)
+		if !admin && out.Session.LastError != "" {
+			out.Session.LastError = bot.LastErrorNote
+		}
 		if sess.LastActivityAt.After(ptrTime(out.LastActivityAt)) {
 			out.LastActivityAt = timePtr(sess.LastActivityAt)
 		}
@@ -211,8 +216,9 @@ func (s *Server) listConversations(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Unlock()
 	out := make([]conversationJSON, 0, len(convs))
+	admin := s.isAdmin(r)
 	for _, c := range convs {
-		out = append(out, s.describe(c, bySession[c.id]))
+		out = append(out, s.describe(c, bySession[c.id], admin))
 	}
 	slices.SortFunc(out, func(a, b conversationJSON) int {
 		if c := activity(b).Compare(activity(a)); c != 0 {
@@ -284,7 +290,7 @@ func (s *Server) getConversation(w http.ResponseWriter, r *http.Request) {
 			items = append(items, ev)
 		}
 	}
-	out := conversationDetailJSON{conversationJSON: s.describe(c, sess), Items: items, Cursor: s.cursor(seq)}
+	out := conversationDetailJSON{conversationJSON: s.describe(c, sess, s.isAdmin(r)), Items: items, Cursor: s.cursor(seq)}
 	if out.Title == "" && len(turns) > 0 {
 		out.Title = titleOf(turns[len(turns)-1].Prompt)
 	}

@@ -262,8 +262,13 @@ type meJSON struct {
 
 func (s *Server) serveMe(w http.ResponseWriter, r *http.Request) {
 	id := identityFrom(r.Context())
-	writeJSON(w, http.StatusOK, meJSON{Actor: id.actor(), Name: id.user.Name, Admin: s.admin.IsAdmin(id.actor()),
+	writeJSON(w, http.StatusOK, meJSON{Actor: id.actor(), Name: id.user.Name, Admin: s.isAdmin(r),
 		Local: id.local, Warning: s.warning})
+}
+
+// isAdmin reports whether the caller is in admin.users (as web:<id>).
+func (s *Server) isAdmin(r *http.Request) bool {
+	return s.admin.IsAdmin(identityFrom(r.Context()).actor())
 }
 
 // randomID returns n random bytes as URL-safe base64: conversation, event and file ids.

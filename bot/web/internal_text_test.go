@@ -1,0 +1,93 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/threadbox/threadbox/bot"
+	"github.com/threadbox/threadbox/db"
+)
+
+// fixedDirectory is a directory store holding one web session and its turns.
+type fixedDirectory struct {
+	sess  db.Session
+	turns []db.Turn
+}
+
+var _ bot.DirectoryStore = fixedDirectory{}
+
+func (f fixedDirectory) SessionGet(_ context.Context, key string) (db.Session, error) {
+	if key != f.sess.ThreadKey {
+		return db.Session{}, db.ErrNotFound
+	}
+	return f.sess, nil
+}
+
+func (f fixedDirectory) SessionsByStatus(_ context.Context, st db.SessionStatus, after string, _ int) ([]db.Session, error) {
+	if st != f.sess.Status || f.sess.ThreadKey <= after {
+		return nil, nil
+	}
+	return []db.Session{f.sess}, nil
+}
+
+func (f fixedDirectory) TurnTranscript(context.Context, string, db.TranscriptLimit) ([]db.Turn, error) {
+	return f.turns, nil
+}
+
+func (f fixedDirectory) ThreadReposByKeys(context.Context, []string) ([]db.ThreadRepo, error) {
+	return nil, nil
+}
+
+// rawSessionError is a provider's own words, as a session's last error records them.
+const rawSessionError = "docker: Error response from daemon: mounting /var/lib/threadbox/ws-7: permission denied"
+
+func erroredSession() db.Session {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	return db.Session{ThreadKey: "web:c1", Platform: "web", Provider: "docker", Status: db.SessionError,
+		LastError: rawSessionError, CreatedAt: now, UpdatedAt: now, LastActivityAt: now}
+}
+
+// TestConversationSessionErrorOnlyForAdmins: the conversation API served a session's last error (the
+// provider's words) to every web user, though the in-thread "status" only says there was one; now an
+// admin sees it and everyone else gets the status command's note.
+func TestConversationSessionErrorOnlyForAdmins(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		admins []string
+		want   string
+	}{
+		{"a user", nil, bot.LastErrorNote},
+		{"an admin", []string{"web:local"}, rawSessionError},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			admin := bot.NewAdmin(newStore(t), nil, tc.admins, nil)
+			srv, err := New(Options{Handler: nopHandler{}, Admin: admin, TrustLoopback: true,
+				Directory: bot.NewDirectory(fixedDirectory{sess: erroredSession()})})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = srv.Close() })
+
+			rec := serve(srv, loopbackReq("GET", "/api/conversations/c1", nil))
+			require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+			var one conversationDetailJSON
+			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &one))
+			require.NotNil(t, one.Session)
+			require.Equal(t, tc.want, one.Session.LastError)
+
+			rec = serve(srv, loopbackReq("GET", "/api/conversations", nil))
+			require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+			var list struct{ Conversations []conversationJSON }
+			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &list))
+			require.Len(t, list.Conversations, 1)
+			require.NotNil(t, list.Conversations[0].Session)
+			require.Equal(t, tc.want, list.Conversations[0].Session.LastError)
+			if tc.admins == nil {
+				require.NotContains(t, rec.Body.String(), "daemon")
+			}
+		})
+	}
+}
