@@ -78,7 +78,9 @@ const threadKeyForms = "want slack:<team>:<channel>:<ts>, slack:<team>:dm:<user>
 // ParseThreadKey reads a stored key back. It accepts exactly the forms String produces.
 func ParseThreadKey(s string) (ThreadKey, error) {
 	parts := strings.Split(s, ":")
-	bad := fmt.Errorf("thread key %q: %s", s, threadKeyForms)
+	// s is the sender's text, of any length (the web API answers with this error): quote enough of it
+	// to recognise, escaped.
+	bad := fmt.Errorf("thread key %q: %s", cutText(s, maxQuotedKey), threadKeyForms)
 	for _, p := range parts {
 		if p == "" {
 			return ThreadKey{}, bad

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -88,6 +90,33 @@ func TestConversationSessionErrorOnlyForAdmins(t *testing.T) {
 			if tc.admins == nil {
 				require.NotContains(t, rec.Body.String(), "daemon")
 			}
+		})
+	}
+}
+
+// TestBadThreadKeyReplyIsBounded: the admin API's refusal of a malformed thread key quoted all of
+// it (up to the 64 KiB body, to any caller: the key is checked before the admin check); it now quotes
+// at most 80 runes of it, its control characters escaped, as the admin commands do.
+func TestBadThreadKeyReplyIsBounded(t *testing.T) {
+	for _, tc := range []struct{ name, key string }{
+		{"long", "web:" + strings.Repeat("a", 5000) + ":x"},
+		{"control characters", "web:\x1b[2J\r\nforged line\u202e:x"},
+		{"long, in many-byte runes", "slack:" + strings.Repeat("ü", 3000)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := newTestServer(t, "")
+			body, err := json.Marshal(adminJSON{Thread: tc.key})
+			require.NoError(t, err)
+			rec := serve(srv, loopbackReq("POST", "/api/admin/inspect", strings.NewReader(string(body))))
+			require.Equal(t, http.StatusBadRequest, rec.Code, rec.Body.String())
+			var e errorJSON
+			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &e))
+			require.Contains(t, e.Error, "want slack:")
+			quoted, _, _ := strings.Cut(e.Error, ": want")
+			require.LessOrEqual(t, utf8.RuneCountInString(quoted), 100, e.Error)
+			require.NotContains(t, e.Error, "\x1b")
+			require.NotContains(t, e.Error, "\n")
+			require.NotContains(t, e.Error, "\u202e")
 		})
 	}
 }
