@@ -7,6 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"go.uber.org/zap"
+
+	"github.com/threadbox/threadbox/agentpool"
 	"github.com/threadbox/threadbox/db"
 )
 
@@ -77,6 +80,17 @@ type TurnView struct {
 	Error      string
 	CreatedAt  time.Time
 	FinishedAt time.Time
+}
+
+// ExplainFailure is what to tell a user of the failed turn t: its recorded Error is the failure's own
+// text (the runtime's, the provider's, the database's), so, as when recovery posts a recorded failure
+// again, it is told as an internal error (or an interruption), and logged in full under the ref.
+func (t TurnView) ExplainFailure(log *zap.Logger, fields ...zap.Field) Problem {
+	var err error = &agentpool.Error{Code: agentpool.EINTERNAL, Op: "recorded failure", Err: errors.New(t.Error)}
+	if t.Error == agentpool.InterruptedText {
+		err = agentpool.ErrInterrupted
+	}
+	return Explain(log, "a failed turn shown again", err, append(fields, zap.String("event", t.EventID))...)
 }
 
 // DirectoryStore is what the directory reads; db.Store implements it.

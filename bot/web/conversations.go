@@ -281,7 +281,7 @@ func (s *Server) getConversation(w http.ResponseWriter, r *http.Request) {
 	var items []Event
 	for _, t := range turns {
 		if !seen[t.EventID] {
-			items = append(items, turnEvents(t)...)
+			items = append(items, s.turnEvents(key, t)...)
 		}
 	}
 	for _, ev := range live {
@@ -300,8 +300,9 @@ func (s *Server) getConversation(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// turnEvents renders a stored turn as the events the page draws.
-func turnEvents(t bot.TurnView) []Event {
+// turnEvents renders a stored turn of thread key as the events the page draws. A failure is told as
+// the chat tells it, never in its recorded words (internal text).
+func (s *Server) turnEvents(key bot.ThreadKey, t bot.TurnView) []Event {
 	text, cut := clip(t.Prompt, displayTextMax)
 	evs := []Event{{Type: EventMessage, At: t.CreatedAt, EventID: t.EventID, User: "web:" + t.UserID, Text: text, Truncated: cut}}
 	answer := t.Answer
@@ -309,7 +310,7 @@ func turnEvents(t bot.TurnView) []Event {
 	case t.Status == bot.TurnCancelled && answer == "":
 		answer = "Stopped."
 	case t.Status == bot.TurnFailed && answer == "":
-		answer = "Sorry, that failed: " + t.Error
+		answer = "Sorry, that failed: " + t.ExplainFailure(s.log, zap.String("thread", key.String())).String()
 	}
 	if answer != "" {
 		text, cut := clip(answer, displayTextMax)

@@ -4,13 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/threadbox/threadbox/agentpool"
 	"github.com/threadbox/threadbox/bot"
 	"github.com/threadbox/threadbox/db"
 )
@@ -117,6 +122,50 @@ func TestBadThreadKeyReplyIsBounded(t *testing.T) {
 			require.NotContains(t, e.Error, "\x1b")
 			require.NotContains(t, e.Error, "\n")
 			require.NotContains(t, e.Error, "\u202e")
+		})
+	}
+}
+
+// TestHistoryShowsNoRecordedErrorText: a failed turn in the history was drawn as "Sorry, that failed: "
+// and the turn's recorded error, which is the failure's own text (the daemon's, the database's); the
+// history now shows what the bot tells a user (bot.Explain): what happened and a ref, the recorded
+// error in the log under it.
+func TestHistoryShowsNoRecordedErrorText(t *testing.T) {
+	for _, tc := range []struct {
+		name, recorded, want string
+	}{
+		{"raw failure", "runtime: exec in sandbox 3f9a: Error response from daemon: pq: password authentication failed",
+			"Something went wrong on my side"},
+		{"interrupted", agentpool.InterruptedText, "interrupted by a restart"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+			dir := fixedDirectory{turns: []db.Turn{{ThreadKey: "web:c1", PlatformEventID: "e1", UserID: "local",
+				Prompt: "build it", Status: db.TurnFailed, Error: tc.recorded, CreatedAt: at, FinishedAt: at}}}
+			core, logs := observer.New(zapcore.InfoLevel)
+			srv, err := New(Options{Handler: nopHandler{}, Directory: bot.NewDirectory(dir), TrustLoopback: true, Logger: zap.New(core)})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = srv.Close() })
+
+			rec := serve(srv, loopbackReq("GET", "/api/conversations/c1", nil))
+			require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+			var one conversationDetailJSON
+			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &one))
+			require.Len(t, one.Items, 2)
+			post := one.Items[1]
+			require.Equal(t, EventPost, post.Type)
+			require.Contains(t, post.Text, tc.want)
+			if tc.recorded != agentpool.InterruptedText {
+				require.NotContains(t, post.Text, tc.recorded)
+				for _, leak := range []string{"daemon", "pq:", "runtime:", "3f9a"} {
+					require.NotContains(t, post.Text, leak)
+				}
+			}
+			m := regexp.MustCompile(`ref ([0-9a-f]{6})`).FindStringSubmatch(post.Text)
+			require.NotNil(t, m, post.Text)
+			logged := logs.FilterField(zap.String("ref", m[1])).All()
+			require.Len(t, logged, 1)
+			require.Contains(t, logged[0].ContextMap()["error"], tc.recorded)
 		})
 	}
 }
