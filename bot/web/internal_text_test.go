@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -168,4 +169,32 @@ func TestHistoryShowsNoRecordedErrorText(t *testing.T) {
 			require.Contains(t, logged[0].ContextMap()["error"], tc.recorded)
 		})
 	}
+}
+
+// TestSpoolFailureShowsARefNotTheError: an attachment that could not be written to the spool was
+// refused with the file system's error (the temporary directory's path, the disk's state); it is now
+// refused with what happened and a ref, the error in the log under it.
+func TestSpoolFailureShowsARefNotTheError(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	srv, err := New(Options{Handler: nopHandler{}, Directory: bot.NewDirectory(newStore(t)), TrustLoopback: true, Logger: zap.New(core)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+	missing := filepath.Join(t.TempDir(), "spool-dir-gone")
+	t.Setenv("TMPDIR", missing) // after the store: t.TempDir reads it too
+
+	body, ctype := multipartBody(t, 1, nil)
+	r := loopbackReq("POST", "/api/conversations/c1/messages", body)
+	r.Header.Set("Content-Type", ctype)
+	rec := serve(srv, r)
+	require.Equal(t, http.StatusInternalServerError, rec.Code, rec.Body.String())
+	var e errorJSON
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &e))
+	require.Contains(t, e.Error, "could not store the attachment")
+	require.NotContains(t, e.Error, "spool-dir-gone")
+	require.NotContains(t, e.Error, "no such file")
+	m := regexp.MustCompile(`ref ([0-9a-f]{6})`).FindStringSubmatch(e.Error)
+	require.NotNil(t, m, e.Error)
+	logged := logs.FilterField(zap.String("ref", m[1])).All()
+	require.Len(t, logged, 1)
+	require.Contains(t, logged[0].ContextMap()["error"], "spool-dir-gone")
 }

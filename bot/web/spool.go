@@ -32,7 +32,7 @@ func (s *Server) spool(name string, data []byte) (bot.File, error) {
 func (s *Server) spoolPart(name string, part io.Reader, limit int64) (_ bot.File, err error) {
 	f, err := os.CreateTemp("", spoolPrefix+"*")
 	if err != nil {
-		return bot.File{}, errorf(http.StatusInternalServerError, "could not store the attachment: %s", err.Error())
+		return bot.File{}, s.storeFailed(err)
 	}
 	defer func() {
 		if err != nil {
@@ -46,18 +46,26 @@ func (s *Server) spoolPart(name string, part io.Reader, limit int64) (_ bot.File
 	case src.err != nil:
 		return bot.File{}, bodyError(src.err)
 	case err != nil:
-		return bot.File{}, errorf(http.StatusInternalServerError, "could not store the attachment: %s", err.Error())
+		return bot.File{}, s.storeFailed(err)
 	case n > limit:
 		return bot.File{}, errorf(http.StatusRequestEntityTooLarge, "too large: the limit is %s per part", bot.HumanSize(limit))
 	}
 	if err := f.Close(); err != nil {
-		return bot.File{}, errorf(http.StatusInternalServerError, "could not store the attachment: %s", err.Error())
+		return bot.File{}, s.storeFailed(err)
 	}
 	ref := filepath.Base(f.Name())
 	return bot.File{Name: name, Size: n, Ref: ref,
 		Open:    func(ctx context.Context) (io.ReadCloser, error) { return s.OpenFile(ctx, ref) },
 		Discard: func() { s.DiscardFile(ref) },
 	}, nil
+}
+
+// storeFailed refuses an attachment the spool could not take. The error is the file system's (the
+// temporary directory's path, the disk's state): it goes to the log under a ref, the client gets the
+// ref.
+func (s *Server) storeFailed(err error) error {
+	p := bot.Explain(s.log, "spooling an attachment", err)
+	return errorf(p.HTTPStatus(), "could not store the attachment: %s", p.String())
 }
 
 // readErrs remembers a read error, to tell the client's fault (a broken or oversized body) from the
