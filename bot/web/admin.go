@@ -64,10 +64,11 @@ func (s *Server) adminSessions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, out)
 		return
 	}
-	all, truncated, err := s.dir.Sessions(r.Context(), bot.SessionStatus(r.URL.Query().Get("status")))
+	status := r.URL.Query().Get("status")
+	all, truncated, err := s.dir.Sessions(r.Context(), bot.SessionStatus(status))
 	switch {
 	case errors.Is(err, bot.ErrUnknownStatus):
-		writeError(w, http.StatusBadRequest, err.Error())
+		writeError(w, http.StatusBadRequest, "unknown status "+quoted(status))
 		return
 	case err != nil:
 		s.writeErr(w, err)
@@ -105,7 +106,7 @@ func (s *Server) adminCommand(w http.ResponseWriter, r *http.Request) {
 	cmd := r.PathValue("command")
 	needsThread, known := adminCommands[cmd]
 	if !known {
-		writeError(w, http.StatusNotFound, "unknown admin command "+cmd+": use help, sessions, inspect, pause, resume, destroy, move, reap, drain, stats, logs or attach")
+		writeError(w, http.StatusNotFound, "unknown admin command "+quoted(cmd)+": use help, sessions, inspect, pause, resume, destroy, move, reap, drain, stats, logs or attach")
 		return
 	}
 	var req adminJSON
@@ -143,7 +144,7 @@ func (s *Server) adminCommand(w http.ResponseWriter, r *http.Request) {
 			argv = append(argv, strconv.Itoa(req.Lines))
 		}
 	case cmd == "sessions" && req.Status != "" && !bot.SessionStatus(req.Status).Valid():
-		writeError(w, http.StatusBadRequest, "unknown status "+req.Status)
+		writeError(w, http.StatusBadRequest, "unknown status "+quoted(req.Status))
 		return
 	case cmd == "sessions" && req.Status != "":
 		argv = append(argv, "--status", req.Status)

@@ -3,7 +3,9 @@ package web
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -197,4 +199,44 @@ func TestSpoolFailureShowsARefNotTheError(t *testing.T) {
 	logged := logs.FilterField(zap.String("ref", m[1])).All()
 	require.Len(t, logged, 1)
 	require.Contains(t, logged[0].ContextMap()["error"], "spool-dir-gone")
+}
+
+// TestEchoedInputIsBoundedAndEscaped: refusals that name what the client sent (an unknown status, an
+// unknown admin command, an unknown endpoint) quoted all of it raw, control characters included (a
+// terminal running the CLI would act on them); they now quote at most 80 runes of it, escaped.
+func TestEchoedInputIsBoundedAndEscaped(t *testing.T) {
+	long := strings.Repeat("z", 5000)
+	ctl := "x\x1b[2J\r\nforged\u202e"
+	admin := bot.NewAdmin(newStore(t), nil, []string{"web:local"}, nil)
+	srv, err := New(Options{Handler: nopHandler{}, Admin: admin, Directory: bot.NewDirectory(newStore(t)), TrustLoopback: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+	for _, tc := range []struct {
+		name, method, target, body string
+		want                       int
+	}{
+		{"status filter, long", "GET", "/api/admin/sessions?status=" + long, "", http.StatusBadRequest},
+		{"status filter, control", "GET", "/api/admin/sessions?status=" + url.QueryEscape(ctl), "", http.StatusBadRequest},
+		{"sessions status, long", "POST", "/api/admin/sessions", `{"status":"` + long + `"}`, http.StatusBadRequest},
+		{"sessions status, control", "POST", "/api/admin/sessions", `{"status":"x\u001b[2J\r\nforged\u202e"}`, http.StatusBadRequest},
+		{"admin command, long", "POST", "/api/admin/" + long, "", http.StatusNotFound},
+		{"admin command, control", "POST", "/api/admin/" + url.PathEscape(ctl), "", http.StatusNotFound},
+		{"endpoint, long", "GET", "/api/" + long, "", http.StatusNotFound},
+		{"endpoint, control", "GET", "/api/" + url.PathEscape(ctl), "", http.StatusNotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var body io.Reader
+			if tc.body != "" {
+				body = strings.NewReader(tc.body)
+			}
+			rec := serve(srv, loopbackReq(tc.method, tc.target, body))
+			require.Equal(t, tc.want, rec.Code, rec.Body.String())
+			var e errorJSON
+			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &e))
+			require.LessOrEqual(t, utf8.RuneCountInString(e.Error), 250, e.Error)
+			for _, raw := range []string{"\x1b", "\r", "\n", "\u202e"} {
+				require.NotContains(t, e.Error, raw)
+			}
+		})
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -30,6 +31,19 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, errorJSON{Error: msg})
+}
+
+// maxQuoted bounds, in runes, how much of a client's own text a refusal quotes.
+const maxQuoted = 80
+
+// quoted is the client's text s as a refusal names it: at most maxQuoted runes, in Go quotes with
+// control and format characters and invalid UTF-8 escaped, so a long or hostile value neither swells
+// the reply nor acts on the terminal of a CLI that prints it.
+func quoted(s string) string {
+	if utf8.RuneCountInString(s) > maxQuoted {
+		s = string([]rune(s)[:maxQuoted-1]) + "…"
+	}
+	return strconv.Quote(s)
 }
 
 // httpError is an error with the status to answer it with.

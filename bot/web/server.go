@@ -194,7 +194,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /api/admin/sessions", s.adminSessions)
 	m.HandleFunc("POST /api/admin/{command}", s.adminCommand)
 	m.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "no such API endpoint: "+r.Method+" "+r.URL.Path)
+		writeError(w, http.StatusNotFound, "no such API endpoint: "+r.Method+" "+quoted(r.URL.Path))
 	})
 	s.mux = m
 }
