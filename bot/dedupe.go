@@ -3,6 +3,7 @@ package bot
 import (
 	"container/list"
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -41,10 +42,75 @@ const PendingTTL = 30 * time.Second
 // First reports whether key is seen for the first time, and marks it seen.
 func (d *Deduper) First(ctx context.Context, key string) bool { return d.first(ctx, key, d.ttl) }
 
-// FirstPending is First with a mark that lasts PendingTTL until Confirm makes it last the TTL. With
-// no Redis the marks live in this process and die with it, so the pending stage is Redis's only.
-func (d *Deduper) FirstPending(ctx context.Context, key string) bool {
-	return d.first(ctx, key, min(PendingTTL, d.ttl))
+// Seen is what FirstPending found.
+type Seen int
+
+const (
+	// SeenFirst: the key was not marked; it is now, pending.
+	SeenFirst Seen = iota
+	// SeenTaken: the key's event was taken (Confirm, or a mark set by First): a duplicate.
+	SeenTaken
+	// SeenPending: the key is marked but its event is not known to be taken; the delivery that
+	// marked it may still fail (and withdraw it). A redelivery then must not be acknowledged as a
+	// duplicate: nobody might answer it.
+	SeenPending
+)
+
+// Mark values: a pending mark and a taken one (First's marks, and those set before pending marks
+// existed, read as taken).
+const (
+	markPending = "p"
+	markTaken   = "t"
+)
+
+// FirstPending is First with a mark that lasts PendingTTL until Confirm makes it last the TTL, and
+// that says whether its event is taken yet. With no Redis the marks live in this process and die
+// with it, so the pending stage's lifetime is Redis's only.
+func (d *Deduper) FirstPending(ctx context.Context, key string) Seen {
+	if d.rdb != nil && d.brk.try() {
+		rctx, cancel := context.WithTimeout(ctx, redisTimeout)
+		seen, err := d.firstPendingRedis(rctx, key)
+		cancel()
+		d.brk.result(err)
+		if err == nil {
+			// Mirrored locally, so that a Redis outage later does not forget what was seen.
+			d.local.addOrGet(key, seenValue(seen))
+			return seen
+		}
+	}
+	old, added := d.local.addOrGet(key, markPending)
+	switch {
+	case added:
+		return SeenFirst
+	case old == markPending:
+		return SeenPending
+	}
+	return SeenTaken
+}
+
+func (d *Deduper) firstPendingRedis(ctx context.Context, key string) (Seen, error) {
+	ok, err := d.rdb.SetNX(ctx, d.prefix+key, markPending, min(PendingTTL, d.ttl)).Result()
+	if err != nil || ok {
+		return SeenFirst, err
+	}
+	// A second round trip, for duplicates only.
+	v, err := d.rdb.Get(ctx, d.prefix+key).Result()
+	switch {
+	case errors.Is(err, redis.Nil) || (err == nil && v == markPending):
+		// Gone since (withdrawn, lapsed): its delivery was not taken, or not yet; this one is
+		// not taken either, and is redelivered.
+		return SeenPending, nil
+	case err != nil:
+		return SeenFirst, err
+	}
+	return SeenTaken, nil
+}
+
+func seenValue(s Seen) string {
+	if s == SeenTaken {
+		return markTaken
+	}
+	return markPending
 }
 
 func (d *Deduper) first(ctx context.Context, key string, ttl time.Duration) bool {
@@ -66,6 +132,9 @@ func (d *Deduper) first(ctx context.Context, key string, ttl time.Duration) bool
 // trip. A failure leaves them pending: a redelivery after PendingTTL is then taken again, and the
 // store's own dedupe of recorded turns still holds.
 func (d *Deduper) Confirm(ctx context.Context, keys ...string) {
+	for _, k := range keys {
+		d.local.replace(k, markTaken)
+	}
 	if d.rdb == nil || len(keys) == 0 || !d.brk.try() {
 		return
 	}
@@ -73,10 +142,13 @@ func (d *Deduper) Confirm(ctx context.Context, keys ...string) {
 	defer cancel()
 	_, err := d.rdb.Pipelined(rctx, func(p redis.Pipeliner) error {
 		for _, k := range keys {
-			p.Expire(rctx, d.prefix+k, d.ttl)
+			p.SetXX(rctx, d.prefix+k, markTaken, d.ttl)
 		}
 		return nil
 	})
+	if errors.Is(err, redis.Nil) {
+		err = nil // a mark gone already (lapsed): nothing to make last
+	}
 	d.brk.result(err)
 	if err != nil {
 		d.log.Debug("redis dedupe: confirming marks", zap.Error(err))
@@ -149,6 +221,32 @@ func (c *TTLCache) put(key, val string, replace bool) bool {
 		delete(c.items, old.key)
 	}
 	return true
+}
+
+// addOrGet adds key with val if absent (or expired), reporting added; otherwise it returns the
+// live value.
+func (c *TTLCache) addOrGet(key, val string) (old string, added bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.expireLocked(c.now())
+	if e, ok := c.items[key]; ok {
+		return e.Value.(*ttlEntry).val, false
+	}
+	c.items[key] = c.order.PushBack(&ttlEntry{key: key, val: val, added: c.now()})
+	for c.order.Len() > c.max {
+		old := c.order.Remove(c.order.Front()).(*ttlEntry)
+		delete(c.items, old.key)
+	}
+	return "", true
+}
+
+// replace sets a live key's value, leaving an absent one absent.
+func (c *TTLCache) replace(key, val string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.items[key]; ok {
+		e.Value.(*ttlEntry).val = val
+	}
 }
 
 // Remove drops a key.

@@ -67,7 +67,8 @@ func (a *Adapter) serveEvents(w http.ResponseWriter, r *http.Request) {
 // then is it acknowledged. Nothing here waits on Slack's Web API: attachments are fetched when the
 // turn runs. Whatever cannot be used is logged and acknowledged, so Slack does not retry it forever.
 // It reports false only when the event was not taken (the adapter is closing, the bot could not
-// record it, or a follow-up's session could not be looked up): then it must not be acknowledged, and its dedupe marks are withdrawn so that the
+// record it, a follow-up's session could not be looked up, or its first delivery is still being
+// taken): then it must not be acknowledged, and its dedupe marks are withdrawn so that the
 // redelivery (to another replica) is taken.
 func (a *Adapter) accept(ctx context.Context, env envelope) bool {
 	a.opts.Metrics.ChatEvent(platform, bot.ChatReceived)
@@ -110,17 +111,30 @@ func (a *Adapter) accept(ctx context.Context, env envelope) bool {
 		}
 	}
 	// Pending marks (bot.PendingTTL) until the event is taken: a crash in between must not leave
-	// marks that drop Slack's retries of an event nobody took.
-	if !a.seen.FirstPending(ctx, "ev:"+env.EventID) {
+	// marks that drop Slack's retries of an event nobody took. A retry that finds a mark still
+	// pending (its first delivery is being taken, late for its ack) is not acknowledged: that
+	// delivery may yet fail, and an acknowledged retry would then be answered by nobody.
+	switch a.seen.FirstPending(ctx, "ev:"+env.EventID) {
+	case bot.SeenTaken:
 		a.opts.Metrics.ChatEvent(platform, bot.ChatDeduped)
 		log.Debug("duplicate event ignored")
 		return true
+	case bot.SeenPending:
+		a.opts.Metrics.ChatEvent(platform, bot.ChatDeduped)
+		log.Info("redelivery of an event still being taken; asking for it again later")
+		return false
 	}
 	msgKey := messageKey(team, ev)
-	if !a.seen.FirstPending(ctx, "msg:"+msgKey) {
+	switch a.seen.FirstPending(ctx, "msg:"+msgKey) {
+	case bot.SeenTaken:
 		a.opts.Metrics.ChatEvent(platform, bot.ChatDeduped)
 		log.Debug("message already handled under another event id")
 		return true // its event's pending mark lapses: the message's own mark stands
+	case bot.SeenPending:
+		a.opts.Metrics.ChatEvent(platform, bot.ChatDeduped)
+		log.Info("message still being taken under another event id; asking for this one again later")
+		a.seen.Forget(context.WithoutCancel(ctx), "ev:"+env.EventID) // this event is not taken
+		return false
 	}
 	forget := func() {
 		a.seen.Forget(context.WithoutCancel(ctx), "ev:"+env.EventID)

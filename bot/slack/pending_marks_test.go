@@ -2,6 +2,7 @@ package slack
 
 import (
 	"context"
+	"net/http"
 	"testing"
 	"time"
 
@@ -57,5 +58,59 @@ func TestDedupeMarksPendingUntilTaken(t *testing.T) {
 		d, err := rdb.TTL(t.Context(), k).Result()
 		require.NoError(t, err)
 		require.Greater(t, d, bot.PendingTTL, "mark %s lasts the dedupe TTL once the event is taken", k)
+	}
+}
+
+// gateHandler takes messages one at a time: it reports each, then answers with what the test sends.
+type gateHandler struct {
+	got    chan bot.Message
+	answer chan error
+}
+
+func (g gateHandler) Handle(_ context.Context, msg bot.Message, _ bot.Replier) error {
+	g.got <- msg
+	return <-g.answer
+}
+
+// TestRetryWhileFirstDeliveryPending: Slack retries an event whose first delivery is still being
+// taken (its ack is late). That retry must not be acknowledged as a duplicate: the first delivery
+// may yet fail (not taken), and then nobody answers a message Slack was told was received. It is
+// answered "redeliver"; once the first delivery has failed, the next retry is taken.
+func TestRetryWhileFirstDeliveryPending(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		redis bool
+	}{{"redis", true}, {"in process", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			fake := slackfake.New(slackfake.Options{})
+			t.Cleanup(fake.Close)
+			g := gateHandler{got: make(chan bot.Message, 1), answer: make(chan error, 1)}
+			h := newHarness(t, fake, g, func(o *Options) {
+				if tc.redis {
+					o.Redis, o.KeyPrefix = dbtest.Redis(t), randomPrefix(t)
+				}
+			})
+			// Runs before the harness's cleanup: a handler left waiting would hold its server.
+			t.Cleanup(func() { close(g.answer) })
+			ev := fake.Mention("C1", "U1", "hello")
+			first := make(chan slackfake.Result, 1)
+			go func() {
+				res, err := fake.Deliver(context.WithoutCancel(t.Context()), h.events, ev)
+				if err != nil {
+					res.Status = -1
+				}
+				first <- res
+			}()
+			<-g.got // the first delivery is being taken
+			retry, err := fake.Deliver(t.Context(), h.events, ev)
+			require.NoError(t, err)
+			require.NotEqual(t, http.StatusOK, retry.Status, "a retry of an event still being taken is not acknowledged")
+			g.answer <- bot.ErrNotAccepted // the first delivery fails after all
+			require.Equal(t, http.StatusServiceUnavailable, (<-first).Status)
+			g.answer <- nil
+			h.deliver(t, ev) // Slack's next retry is taken
+			require.Equal(t, "hello", (<-g.got).Text)
+			h.drain(t)
+		})
 	}
 }
