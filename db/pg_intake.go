@@ -32,6 +32,27 @@ type pgIntake struct {
 	mu      sync.Mutex // protects the following
 	waiting []*intakeReq
 	running int // flusher goroutines
+	// alone counts the turns being recorded on a connection of their own (TurnInsertHeld).
+	alone int
+}
+
+// takeAlone reports whether a turn may be recorded on its own connection now, and if so counts it
+// until doneAlone: only while nothing else is being recorded. One commit per turn is cheaper for a
+// turn alone (its start shares the commit), dearer in a burst, where one commit serves hundreds.
+func (in *pgIntake) takeAlone() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if len(in.waiting) > 0 || in.running > 0 || in.alone > 0 {
+		return false
+	}
+	in.alone++
+	return true
+}
+
+func (in *pgIntake) doneAlone() {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.alone--
 }
 
 // intakeReq is one caller's turn, waiting for its batch.

@@ -16,7 +16,8 @@ import (
 // the ordinary way (queued, in the group commit), since the caller's ack waits on this.
 const heldIntakeAcquire = 5 * time.Millisecond
 
-// TurnInsertHeld records t as TurnInsert does, and starts it in the same commit when it can: the
+// TurnInsertHeld records t as TurnInsert does, and starts it in the same commit when it can (and when
+// no other turn is being recorded: in a burst the group commit is cheaper): the
 // statement also tries the thread's lock, on a lock connection, and when it got it and no unfinished
 // turn of the thread belongs to another process, the turn is recorded running (owned by t.Owner) and
 // the returned hold keeps the lock. Otherwise the turn is recorded queued and the hold is nil: the
@@ -32,6 +33,12 @@ func (s *pgStore) TurnInsertHeld(ctx context.Context, t NewTurn) (Turn, Hold, er
 		return Turn{}, nil, err
 	}
 	t = t.clean()
+	if !s.intake.takeAlone() {
+		// Others are being recorded (a burst): the group commit serves them all at once.
+		turn, err := s.intake.insert(ctx, t)
+		return turn, nil, err
+	}
+	defer s.intake.doneAlone()
 	conn := s.idleLockConn(ctx)
 	if conn == nil {
 		// Every lock connection is busy (as many turns running): the ordinary way.
