@@ -172,25 +172,11 @@ func (p *Pool) interruptOrphan(ctx context.Context, t db.Turn, rep *AdoptReport)
 			p.releaseTurn(t.ID)
 		}
 	}()
-	lctx, cancel := context.WithTimeout(ctx, recoverLockWait)
-	hold, err := p.store.HoldThread(lctx, t.ThreadKey)
-	cancel()
-	if err != nil {
-		if ctx.Err() == nil {
-			return nil // the thread is busy: the next pass looks again
-		}
+	unlock, done, err := p.interruptRunning(ctx, t, p.instance)
+	if !done {
 		return err
 	}
-	defer hold.Release()
-	if _, err := p.store.TurnClaim(ctx, t.ID, p.instance, p.instance, db.TurnRunning); err != nil {
-		if errors.Is(err, db.ErrConflict) {
-			return nil
-		}
-		return err
-	}
-	if err := p.finishInterrupted(ctx, t); err != nil {
-		return err
-	}
+	defer unlock()
 	rep.Interrupted++
 	p.log.Warn("answered as interrupted a running turn of this process that nothing here ran (its intake or start failed after recording it)",
 		zap.Int64("turn", t.ID), zap.String("thread", t.ThreadKey))

@@ -215,27 +215,42 @@ func (p *Pool) claimAndQueue(ctx context.Context, t db.Turn, from string, live *
 	return claimQueued, ahead, nil
 }
 
-// recoverInterrupted finishes a turn whose runner died, and tells its user, in the thread's order.
-func (p *Pool) recoverInterrupted(ctx context.Context, t db.Turn, rep *RecoverReport) error {
+// interruptRunning answers t, a running turn nothing runs (its owner, from, died; or it is this
+// process's own orphan), as interrupted: under the thread's lock, claimed from from with the usual
+// compare-and-set (the listing may be stale), finished. With done, the caller holds the thread's lock
+// until it calls release (it queues the reply meanwhile). done false, with a nil error, means there
+// was nothing to do: the thread is busy (someone runs it, maybe this very turn) or the turn moved on.
+func (p *Pool) interruptRunning(ctx context.Context, t db.Turn, from string) (release func(), done bool, err error) {
 	lctx, cancel := context.WithTimeout(ctx, recoverLockWait)
 	hold, err := p.store.HoldThread(lctx, t.ThreadKey)
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
-			return nil // someone runs the thread: maybe this very turn, on a live replica
+			return nil, false, nil // the next pass looks again
 		}
-		return err
+		return nil, false, err
 	}
-	defer hold.Release()
-	if _, err := p.store.TurnClaim(ctx, t.ID, t.Owner, p.instance, db.TurnRunning); err != nil {
+	if _, err := p.store.TurnClaim(ctx, t.ID, from, p.instance, db.TurnRunning); err != nil {
+		hold.Release()
 		if errors.Is(err, db.ErrConflict) {
-			return nil
+			return nil, false, nil
 		}
-		return err
+		return nil, false, err
 	}
 	if err := p.finishInterrupted(ctx, t); err != nil {
+		hold.Release()
+		return nil, false, err
+	}
+	return hold.Release, true, nil
+}
+
+// recoverInterrupted finishes a turn whose runner died, and tells its user, in the thread's order.
+func (p *Pool) recoverInterrupted(ctx context.Context, t db.Turn, rep *RecoverReport) error {
+	release, done, err := p.interruptRunning(ctx, t, t.Owner)
+	if !done {
 		return err
 	}
+	defer release()
 	rep.Interrupted++
 	p.log.Info("answered an interrupted turn", zap.Int64("turn", t.ID), zap.String("thread", t.ThreadKey), zap.String("from", t.Owner))
 	req, err := p.restoreRequest(ctx, t)
