@@ -119,6 +119,14 @@ func TestExecCancelledDuringSpawnKills(t *testing.T) {
 	require.ErrorIs(t, <-execErr, context.Canceled)
 
 	// The spawn answer comes after the caller gave up, with output already in flight.
+	expectLateSpawnKilled(t, s, p.lives[h.ID], spawn, marker)
+}
+
+// expectLateSpawnKilled answers spawn (whose caller has left) with output already in flight, and
+// requires what a left-behind spawn gets: its process killed by pid, then by a kill tree that looks
+// for marker, and its output streams claimed and released.
+func expectLateSpawnKilled(t *testing.T, s *stubSock, lv *live, spawn rpcReq, marker string) {
+	t.Helper()
 	for _, id := range []int{1, 2} {
 		s.note("$sandbox.stream.enqueue", map[string]any{"streamId": id, "data": base64.StdEncoding.EncodeToString([]byte("out"))})
 	}
@@ -134,13 +142,12 @@ func TestExecCancelledDuringSpawnKills(t *testing.T) {
 	tree := s.next()
 	require.Equal(t, "spawn", tree.Method)
 	_, args := envOf(t, tree)
-	require.Equal(t, marker, args[len(args)-1], "the kill tree looks for the exec's marker")
+	require.Equal(t, marker, args[len(args)-1], "the kill tree looks for the spawn's marker")
 	s.answer(tree.ID, map[string]any{"pid": 8})
 	wait := s.next()
 	require.Equal(t, "processWait", wait.Method)
 	s.answer(wait.ID, map[string]any{"success": true, "code": 0})
 
-	lv := p.lives[h.ID]
 	require.Eventually(t, func() bool {
 		lv.conn.mu.Lock()
 		defer lv.conn.mu.Unlock()
@@ -216,32 +223,7 @@ func TestScriptCancelledDuringSpawnKills(t *testing.T) {
 			cancel()
 			require.ErrorIs(t, <-runErr, context.Canceled)
 
-			for _, id := range []int{1, 2} {
-				s.note("$sandbox.stream.enqueue", map[string]any{"streamId": id, "data": base64.StdEncoding.EncodeToString([]byte("out"))})
-			}
-			s.answer(spawn.ID, map[string]any{"pid": 7, "stdoutStreamId": 1, "stderrStreamId": 2})
-
-			kill := s.next()
-			require.Equal(t, "processKill", kill.Method, "the script is killed")
-			require.JSONEq(t, `{"pid":7,"signal":"SIGKILL"}`, string(kill.Params))
-			for _, id := range []int{1, 2} {
-				s.note("$sandbox.stream.end", map[string]any{"streamId": id})
-			}
-			s.answer(kill.ID, nil)
-			tree := s.next()
-			require.Equal(t, "spawn", tree.Method)
-			_, args := envOf(t, tree)
-			require.Equal(t, marker, args[len(args)-1], "the kill tree looks for the script's marker")
-			s.answer(tree.ID, map[string]any{"pid": 8})
-			wait := s.next()
-			require.Equal(t, "processWait", wait.Method)
-			s.answer(wait.ID, map[string]any{"success": true, "code": 0})
-
-			require.Eventually(t, func() bool {
-				lv.conn.mu.Lock()
-				defer lv.conn.mu.Unlock()
-				return len(lv.conn.streams) == 0
-			}, 10*time.Second, 5*time.Millisecond, "the script's output streams are claimed and released")
+			expectLateSpawnKilled(t, s, lv, spawn, marker)
 		})
 	}
 }
