@@ -113,6 +113,8 @@ type Provider struct {
 	http  *http.Client
 	clock Clock
 	log   *zap.Logger
+	// cleanups are the clean-ups of spawns whose callers left (spawnOwned); Close waits for them.
+	cleanups sync.WaitGroup
 
 	mu    sync.Mutex // protects the following
 	lives map[string]*live
@@ -189,11 +191,14 @@ func (p *Provider) Capabilities() sandbox.Capabilities {
 // Close drops the open sockets. It never kills sandboxes.
 func (p *Provider) Close() error {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	for id, lv := range p.lives {
 		lv.conn.close()
 		delete(p.lives, id)
 	}
+	p.mu.Unlock()
+	// The sockets are closed: a clean-up still under way ends at once (its calls fail), and none
+	// outlives the provider.
+	p.cleanups.Wait()
 	return nil
 }
 

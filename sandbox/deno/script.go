@@ -50,7 +50,7 @@ func (p *Provider) spawnOwned(ctx context.Context, lv *live, params map[string]a
 	case r := <-got:
 		return r.sp, r.err
 	case <-ctx.Done():
-		go p.abandonSpawn(context.WithoutCancel(ctx), lv, got, marker)
+		p.cleanups.Go(func() { p.abandonSpawn(context.WithoutCancel(ctx), lv, got, marker) })
 		return spawnResult{}, ctx.Err()
 	}
 }

@@ -119,13 +119,13 @@ func TestExecCancelledDuringSpawnKills(t *testing.T) {
 	require.ErrorIs(t, <-execErr, context.Canceled)
 
 	// The spawn answer comes after the caller gave up, with output already in flight.
-	expectLateSpawnKilled(t, s, p.lives[h.ID], spawn, marker)
+	expectLateSpawnKilled(t, p, s, p.lives[h.ID], spawn, marker)
 }
 
 // expectLateSpawnKilled answers spawn (whose caller has left) with output already in flight, and
 // requires what a left-behind spawn gets: its process killed by pid, then by a kill tree that looks
 // for marker, and its output streams claimed and released.
-func expectLateSpawnKilled(t *testing.T, s *stubSock, lv *live, spawn rpcReq, marker string) {
+func expectLateSpawnKilled(t *testing.T, p *Provider, s *stubSock, lv *live, spawn rpcReq, marker string) {
 	t.Helper()
 	for _, id := range []int{1, 2} {
 		s.note("$sandbox.stream.enqueue", map[string]any{"streamId": id, "data": base64.StdEncoding.EncodeToString([]byte("out"))})
@@ -153,6 +153,7 @@ func expectLateSpawnKilled(t *testing.T, s *stubSock, lv *live, spawn rpcReq, ma
 		defer lv.conn.mu.Unlock()
 		return len(lv.conn.streams) == 0
 	}, 10*time.Second, 5*time.Millisecond, "the spawn's output streams are claimed and released")
+	p.cleanups.Wait() // the clean-up has ended (it logs): nothing of it outlives the test
 }
 
 // TestReadFileGrownPastMax: a file that grows past max between the size check and the read gives
@@ -223,7 +224,7 @@ func TestScriptCancelledDuringSpawnKills(t *testing.T) {
 			cancel()
 			require.ErrorIs(t, <-runErr, context.Canceled)
 
-			expectLateSpawnKilled(t, s, lv, spawn, marker)
+			expectLateSpawnKilled(t, p, s, lv, spawn, marker)
 		})
 	}
 }
