@@ -301,7 +301,7 @@ func (m *Maintainer) passes() []maintPass {
 	if m.recover != nil {
 		ps = append(ps, maintPass{passRecover, func(ctx context.Context) (PassReport, error) {
 			r, err := m.recover(ctx)
-			done := r.Requeued + r.Interrupted + r.Redelivered
+			done := r.Requeued + r.Interrupted + r.Redelivered + r.Commands
 			return PassReport{Found: done + r.Failed, Done: done, Failed: r.Failed}, err
 		}})
 	}

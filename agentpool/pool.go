@@ -123,6 +123,10 @@ type Deps struct {
 	// Restore rebuilds a recorded turn's request, sink included, from its Delivery, so that a turn
 	// taken over from a dead process can be answered. Without it such turns fail with a log line.
 	Restore func(ctx context.Context, t db.Turn) (Request, error)
+	// RecoverCommands, when set, answers the recorded chat commands no live process is answering
+	// (the bot's durable command replies); each recovery pass calls it after the turns. isAlive
+	// reports whether a process instance lives. It returns how many it answered.
+	RecoverCommands func(ctx context.Context, isAlive func(owner string) (bool, error)) (int, error)
 	// Workspace, when set, fills each sandbox before the agent works in it (a repository).
 	Workspace Workspace
 	// Metrics receives what the pool does (default NopMetrics).
@@ -156,6 +160,7 @@ type Pool struct {
 	// writeRetryFor bounds retryWrite (retryWriteFor; a field so tests can shorten it).
 	writeRetryFor time.Duration
 	restore       func(ctx context.Context, t db.Turn) (Request, error)
+	recoverCmds   func(ctx context.Context, isAlive func(owner string) (bool, error)) (int, error)
 	capa          *capacity
 	ws            Workspace
 
@@ -198,7 +203,7 @@ func New(cfg Config, deps Deps) (*Pool, error) {
 	p := &Pool{
 		cfg: cfg, store: deps.Store, provs: provs, rts: rts,
 		log: cmp.Or(deps.Logger, zap.NewNop()).Named("agentpool"), now: deps.Now,
-		stop: stop, q: newQueues(base), instance: deps.Instance, restore: deps.Restore, ws: deps.Workspace,
+		stop: stop, q: newQueues(base), instance: deps.Instance, restore: deps.Restore, recoverCmds: deps.RecoverCommands, ws: deps.Workspace,
 	}
 	if p.instance == "" {
 		p.instance = newInstanceID()

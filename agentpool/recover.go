@@ -84,8 +84,9 @@ func (p *Pool) releaseInstance() {
 type RecoverReport struct {
 	// Requeued queued turns now run here; Interrupted running turns were answered as interrupted;
 	// Redelivered finished turns had their recorded outcome posted again; Failed turns could not be
-	// restored (no delivery, or an unknown platform).
-	Requeued, Interrupted, Redelivered, Failed int
+	// restored (no delivery, or an unknown platform); Commands were chat commands answered for a dead
+	// process (its recorded answer, or that the command was interrupted).
+	Requeued, Interrupted, Redelivered, Failed, Commands int
 }
 
 // RecoverPass takes over the unfinished turns of dead processes. It runs at start and then on the
@@ -114,8 +115,17 @@ func (p *Pool) RecoverPass(ctx context.Context) (RecoverReport, error) {
 		return rep, err
 	}
 	// Finished turns whose outcome a dead process never posted.
-	err := p.recoverEach(ctx, p.store.TurnsUndelivered, isAlive, &rep, p.recoverUndelivered, "recovering an undelivered turn")
-	return rep, err
+	if err := p.recoverEach(ctx, p.store.TurnsUndelivered, isAlive, &rep, p.recoverUndelivered, "recovering an undelivered turn"); err != nil {
+		return rep, err
+	}
+	if p.recoverCmds != nil {
+		n, err := p.recoverCmds(ctx, isAlive)
+		rep.Commands += n
+		if err != nil {
+			return rep, fmt.Errorf("recover: %w", err)
+		}
+	}
+	return rep, nil
 }
 
 // recoverEach pages through the turns list gives (in id order) and hands those of dead owners to

@@ -105,17 +105,9 @@ func (h *Handler) Restore(ctx context.Context, t db.Turn) (agentpool.Request, er
 	if len(t.Delivery) == 0 {
 		return agentpool.Request{}, errNoDelivery
 	}
-	var d delivery
-	if err := json.Unmarshal(t.Delivery, &d); err != nil {
-		return agentpool.Request{}, fmt.Errorf("reading the turn's reply address: %w", err)
-	}
-	p, ok := h.platform(d.Platform)
-	if !ok {
-		return agentpool.Request{}, fmt.Errorf("no %q adapter is running here", d.Platform)
-	}
-	r, err := p.Restore(d.Reply)
+	d, p, r, err := h.restoreDelivery(t.Delivery)
 	if err != nil {
-		return agentpool.Request{}, fmt.Errorf("restoring the %s reply address: %w", d.Platform, err)
+		return agentpool.Request{}, err
 	}
 	files := make([]agentpool.InboundFile, len(d.Files))
 	for i, f := range d.Files {
@@ -135,4 +127,21 @@ func (h *Handler) Restore(ctx context.Context, t db.Turn) (agentpool.Request, er
 		EventID: t.PlatformEventID, Text: t.Prompt, Files: files, Sink: sink, Delivery: t.Delivery,
 		Context: restoredContext(p, d.Earlier),
 	}, nil
+}
+
+// restoreDelivery reads a recorded delivery and rebuilds its Replier through its platform's adapter.
+func (h *Handler) restoreDelivery(raw json.RawMessage) (delivery, Platform, Replier, error) {
+	var d delivery
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return d, nil, nil, fmt.Errorf("reading the reply address: %w", err)
+	}
+	p, ok := h.platform(d.Platform)
+	if !ok {
+		return d, nil, nil, fmt.Errorf("no %q adapter is running here", d.Platform)
+	}
+	r, err := p.Restore(d.Reply)
+	if err != nil {
+		return d, nil, nil, fmt.Errorf("restoring the %s reply address: %w", d.Platform, err)
+	}
+	return d, p, r, nil
 }

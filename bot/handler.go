@@ -67,6 +67,8 @@ type Handler struct {
 	access *access
 	// bg tracks replies to commands, which run off the adapter's call.
 	bg sync.WaitGroup
+	// cmds records commands until their reply is posted (nil: the store or pool cannot).
+	cmds *commandRecords
 }
 
 // NewHandler builds a handler. admin may be nil (admin commands are then refused).
@@ -88,6 +90,7 @@ func NewHandler(cfg HandlerConfig, turns Turns, store Store, admin *Admin, log *
 		cfg: cfg, turns: turns, store: store, admin: admin, log: log,
 		access: newAccess(cfg.Access, admin.IsAdmin, cfg.Now, log.Named("access")),
 	}
+	h.cmds = commandRecordsFor(store, turns)
 	if admin != nil {
 		admin.refusals = h.Refusals // admin stats shows them
 	}
@@ -153,10 +156,10 @@ func (h *Handler) handle(ctx context.Context, msg Message, r Replier, submitted 
 	key := msg.Thread.String()
 	switch {
 	case word == CmdHelp:
-		h.reply(ctx, r, func(context.Context) string { return HelpText })
+		h.reply(ctx, msg, r, CmdHelp, func(context.Context) string { return HelpText })
 		return nil
 	case word == CmdStatus:
-		h.reply(ctx, r, func(ctx context.Context) string { return h.withWorkspace(ctx, msg, h.status(ctx, msg)) })
+		h.reply(ctx, msg, r, CmdStatus, func(ctx context.Context) string { return h.withWorkspace(ctx, msg, h.status(ctx, msg)) })
 		return nil
 	case word == CmdStop:
 		stop := func(ctx context.Context) string {
@@ -173,11 +176,11 @@ func (h *Handler) handle(ctx context.Context, msg Message, r Replier, submitted 
 			answer := stop(ctx)
 			stop = func(context.Context) string { return answer }
 		}
-		h.reply(ctx, r, stop)
+		h.reply(ctx, msg, r, CmdStop, stop)
 		return nil
 	case word == CmdReset:
 		// Reset stops the running turn and drops the queued ones itself.
-		h.reply(ctx, r, func(ctx context.Context) string {
+		h.reply(ctx, msg, r, CmdReset, func(ctx context.Context) string {
 			if refusal := h.control(ctx, msg, CmdReset); refusal != "" {
 				return refusal
 			}
@@ -188,10 +191,10 @@ func (h *Handler) handle(ctx context.Context, msg Message, r Replier, submitted 
 		})
 		return nil
 	case isUse(word, h.providerNames()):
-		h.reply(ctx, r, h.use(ctx, msg, text))
+		h.reply(ctx, msg, r, CmdUse, h.use(ctx, msg, text))
 		return nil
 	case isRuntime(word, h.runtimeNames()):
-		h.reply(ctx, r, h.runtime(ctx, msg, text))
+		h.reply(ctx, msg, r, CmdRuntime, h.runtime(ctx, msg, text))
 		return nil
 	case word == CmdRetry:
 		return h.retry(ctx, msg, r)
@@ -202,27 +205,21 @@ func (h *Handler) handle(ctx context.Context, msg Message, r Replier, submitted 
 			return h.repo(ctx, msg, r, choice, force)
 		}
 	case isAdminCommand(word, h.admin.IsAdmin(msg.User.Qualified(msg.Thread.Platform))):
-		actor, argv, user := msg.User.Qualified(msg.Thread.Platform), strings.Fields(text)[1:], msg.User.ID
+		actor, argv := msg.User.Qualified(msg.Thread.Platform), strings.Fields(text)[1:]
+		cr, first := h.beginCommand(ctx, msg, r, adminName(argv), msg.User.ID)
+		if !first {
+			return nil
+		}
 		run := func(ctx context.Context) {
 			out, _ := h.admin.Run(ctx, actor, argv)
-			var err error
-			if pp, ok := r.(PrivatePoster); ok {
-				err = pp.PostPrivate(ctx, user, out) // never falls back to the shared thread
-				if errors.Is(err, ErrNoPrivate) {
-					err = r.Post(ctx, NoPrivateAdminText)
-				}
-			} else {
-				err = r.Post(ctx, out)
-			}
-			if err != nil {
-				h.log.Warn("posting an admin reply", zap.Error(err))
-			}
+			cr.finish(ctx, out)
 		}
 		if h.turns == nil { // a handler with admin commands only (tests, the CLI)
 			h.bg.Go(func() { run(context.WithoutCancel(ctx)) })
 			return nil
 		}
-		if err := h.turns.Do(key, run, func(error) {}); err != nil {
+		if err := h.turns.Do(key, run, func(error) { cr.dropped() }); err != nil {
+			cr.abandon(ctx)
 			return fmt.Errorf("%w: %w", ErrNotAccepted, err)
 		}
 		return nil
@@ -271,16 +268,29 @@ func (h *Handler) ownerOnly(msg Message) bool {
 	return h.cfg.Access.OwnerOnlyControls && !h.admin.IsAdmin(msg.User.Qualified(msg.Thread.Platform))
 }
 
-// reply answers a command off the adapter's call: the answer may need the database or the chat API.
-func (h *Handler) reply(ctx context.Context, r Replier, answer func(ctx context.Context) string) {
+// reply answers msg, the command name, off the adapter's call: the answer may need the database or
+// the chat API. The command is recorded first (durable command replies), so a crash before its reply
+// is posted still gets its sender an answer.
+func (h *Handler) reply(ctx context.Context, msg Message, r Replier, name string, answer func(ctx context.Context) string) {
+	cr, first := h.beginCommand(ctx, msg, r, name, "")
+	if !first {
+		return
+	}
 	ctx = context.WithoutCancel(ctx)
 	h.bg.Go(func() {
 		ctx, cancel := context.WithTimeout(ctx, commandTimeout)
 		defer cancel()
-		if err := r.Post(ctx, answer(ctx)); err != nil {
-			h.log.Warn("posting a command reply", zap.Error(err))
-		}
+		cr.finish(ctx, answer(ctx))
 	})
+}
+
+// adminName is how an admin command is named in its record: "admin" and its subcommand when known,
+// never its arguments (thread keys, user ids).
+func adminName(argv []string) string {
+	if len(argv) > 0 && adminCommands[strings.ToLower(argv[0])] {
+		return CmdAdmin + " " + strings.ToLower(argv[0])
+	}
+	return CmdAdmin
 }
 
 // replyPrivately posts text only userID sees where the platform can (Slack's ephemeral messages),
@@ -329,7 +339,7 @@ func (h *Handler) retry(ctx context.Context, msg Message, r Replier) error {
 	t, err := h.store.TurnLastFailedWith(ctx, msg.Thread.String(), agentpool.InterruptedText)
 	switch {
 	case errors.Is(err, db.ErrNotFound):
-		h.reply(ctx, r, func(context.Context) string { return "Nothing to retry: no message of this thread was interrupted." })
+		h.reply(ctx, msg, r, CmdRetry, func(context.Context) string { return "Nothing to retry: no message of this thread was interrupted." })
 		return nil
 	case err != nil:
 		return fmt.Errorf("%w: %w", ErrNotAccepted, err)
@@ -421,7 +431,7 @@ func (h *Handler) turn(ctx context.Context, msg Message, r Replier, submitted *b
 	// The sink's final mark and the 👀 below are sent from different goroutines.
 	r = withOrderedMarks(r)
 	if strings.TrimSpace(msg.Text) == "" && len(msg.Files) == 0 {
-		h.reply(ctx, r, func(context.Context) string { return "Send me something to do (or \"help\")." })
+		h.reply(ctx, msg, r, "message", func(context.Context) string { return "Send me something to do (or \"help\")." })
 		return nil
 	}
 	if strings.ContainsRune(msg.Text, 0) {
@@ -438,7 +448,7 @@ func (h *Handler) turn(ctx context.Context, msg Message, r Replier, submitted *b
 	dl, err := encodeDelivery(msg)
 	if err != nil {
 		p := Explain(h.log, "message not taken", err, zap.String("thread", key), zap.String("event", msg.EventID))
-		h.reply(ctx, r, func(context.Context) string { return "I could not take that: " + p.String() })
+		h.reply(ctx, msg, r, "message", func(context.Context) string { return "I could not take that: " + p.String() })
 		return nil
 	}
 	sink := newReplySink(context.WithoutCancel(ctx), r, h.cfg.ProgressInterval, h.log.With(zap.String("thread", key)))
@@ -457,7 +467,7 @@ func (h *Handler) turn(ctx context.Context, msg Message, r Replier, submitted *b
 	case errors.Is(err, db.ErrDuplicate):
 		if strings.HasPrefix(msg.EventID, "retry:") {
 			if !h.retriedBy(ctx, msg) {
-				h.reply(ctx, r, func(context.Context) string { return "That message was already retried." })
+				h.reply(ctx, msg, r, CmdRetry, func(context.Context) string { return "That message was already retried." })
 			}
 			return nil
 		}

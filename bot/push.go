@@ -21,7 +21,7 @@ type Pusher interface {
 func (h *Handler) push(ctx context.Context, msg Message, r Replier) error {
 	key := msg.Thread.String()
 	p, ok := h.turns.(Pusher)
-	h.reply(ctx, r, func(ctx context.Context) string {
+	h.reply(ctx, msg, r, CmdPush, func(ctx context.Context) string {
 		if !ok {
 			return "Pushing is not set up on this bot."
 		}

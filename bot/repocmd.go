@@ -52,7 +52,7 @@ func (h *Handler) repo(ctx context.Context, msg Message, r Replier, choice strin
 	key := msg.Thread.String()
 	m, ok := h.turns.(Mover)
 	if choice == "" || !ok {
-		h.reply(ctx, r, func(ctx context.Context) string {
+		h.reply(ctx, msg, r, CmdRepo, func(ctx context.Context) string {
 			if !ok {
 				return "Repositories are not set up on this bot."
 			}
@@ -66,29 +66,31 @@ func (h *Handler) repo(ctx context.Context, msg Message, r Replier, choice strin
 	}
 	// Moving replaces the sandbox: a control command, like reset ("… can move it").
 	if refusal := h.control(ctx, msg, "move"); refusal != "" {
-		h.reply(ctx, r, func(context.Context) string { return refusal })
+		h.reply(ctx, msg, r, CmdRepo, func(context.Context) string { return refusal })
+		return nil
+	}
+	cr, first := h.beginCommand(ctx, msg, r, CmdRepo, "")
+	if !first {
 		return nil
 	}
 	bg := context.WithoutCancel(ctx)
-	done := func(res agentpool.MoveResult, err error) {
+	answer := func(text string) {
 		h.bg.Go(func() {
 			ctx, cancel := context.WithTimeout(bg, commandTimeout)
 			defer cancel()
-			if err := r.Post(ctx, h.moveText(res, err, choice, key)); err != nil {
-				h.log.Warn("posting a repo reply", zap.Error(err))
-			}
+			cr.finish(ctx, text)
 		})
 	}
+	done := func(res agentpool.MoveResult, err error) { answer(h.moveText(res, err, choice, key)) }
 	req := agentpool.MoveRequest{
 		Thread: agentpool.WorkspaceThread{ThreadKey: key, Platform: msg.Thread.Platform, ChannelID: msg.ChannelID, UserID: msg.User.ID, UserName: msg.User.Name},
 		Choice: choice, Force: force,
 	}
 	switch err := m.Move(req, done); {
 	case errors.Is(err, agentpool.ErrNoChooser):
-		h.reply(ctx, r, func(context.Context) string {
-			return "Repositories are not set up on this bot: an operator lists the allowed ones in repos.allow."
-		})
+		answer("Repositories are not set up on this bot: an operator lists the allowed ones in repos.allow.")
 	case err != nil:
+		cr.abandon(ctx)
 		return fmt.Errorf("%w: %w", ErrNotAccepted, err)
 	}
 	return nil

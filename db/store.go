@@ -20,6 +20,7 @@ type Store interface {
 	ArtifactStore
 	AuditStore
 	ThreadRepoStore
+	CommandStore
 	Locker
 
 	// Ping checks that the database answers.

@@ -159,6 +159,34 @@ func TestSIGKILLLosesNoAcknowledgedMessage(t *testing.T) {
 	require.NoError(t, <-s2.done)
 }
 
+// TestSIGKILLLosesNoCommandReply: a command acknowledged to Slack whose reply was on its way when the
+// process was killed is answered by the next process, with the answer the command gave.
+func TestSIGKILLLosesNoCommandReply(t *testing.T) {
+	requireServices(t)
+	bin := buildBinary(t)
+	rig := newCrashRig(t, "sqlite:"+filepath.Join(t.TempDir(), "tb.db"))
+	s := startServer(t, bin, rig.env)
+
+	held, release := rig.fake.Hold("chat.postMessage")
+	defer release()
+	root := rig.fake.Mention("C1", "U1", "status")
+	rig.deliver(t, s, root)
+	select {
+	case <-held:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the status reply was never posted")
+	}
+	kill(t, s)
+	release()
+	require.Empty(t, rig.thread(root), "nothing was posted before the kill")
+
+	s2 := startServer(t, bin, rig.env)
+	rig.waitThread(t, root, "the next process posts the status reply the dead one had", "No sandbox yet")
+
+	require.NoError(t, s2.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, <-s2.done)
+}
+
 // TestSIGKILLReplicaTakeover: two replicas on one PostgreSQL; the one running the thread is killed,
 // and the other answers its turns.
 func TestSIGKILLReplicaTakeover(t *testing.T) {

@@ -107,7 +107,8 @@ func (m *Main) runServe(ctx context.Context) error {
 		log.Warn("recovering turns at start; the maintenance loop will retry", zap.Error(rerr))
 	} else if rep != (agentpool.RecoverReport{}) {
 		log.Info("took over the turns of a dead process", zap.Int("requeued", rep.Requeued),
-			zap.Int("interrupted", rep.Interrupted), zap.Int("redelivered", rep.Redelivered), zap.Int("failed", rep.Failed))
+			zap.Int("interrupted", rep.Interrupted), zap.Int("redelivered", rep.Redelivered), zap.Int("failed", rep.Failed),
+			zap.Int("commands", rep.Commands))
 	}
 	rcancel()
 	servers := []*http.Server{newHTTPServer(mux, m.httpTimeouts)}

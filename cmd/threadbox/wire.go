@@ -127,7 +127,10 @@ func (m *Main) buildApp(ctx context.Context, storeOpts ...db.Option) (*app, erro
 		SystemPrompt:  prompts.System(prompts.SystemData{WorkDir: sandbox.DefaultWorkDir}),
 	}, agentpool.Deps{Store: st, Provider: a.provs[0], Providers: a.provs[1:], Runtime: a.rts[0], Runtimes: a.rts[1:], Logger: m.Logger,
 		// The handler is built below; turns are restored only once serve has registered the adapters.
-		Restore:   func(ctx context.Context, t db.Turn) (agentpool.Request, error) { return a.handler.Restore(ctx, t) },
+		Restore: func(ctx context.Context, t db.Turn) (agentpool.Request, error) { return a.handler.Restore(ctx, t) },
+		RecoverCommands: func(ctx context.Context, isAlive func(string) (bool, error)) (int, error) {
+			return a.handler.RecoverCommands(ctx, isAlive)
+		},
 		Workspace: ws,
 		Metrics:   a.metrics,
 	})

@@ -147,6 +147,7 @@ type Server struct {
 	files      map[string]*File
 	users      map[string]string // id → name
 	faults     map[string][]fault
+	holds      map[string]*hold
 	tickets    map[string]bool
 	conns      []*wsConn
 	opened     int
@@ -227,6 +228,54 @@ func (s *Server) RateLimit(method string, n int, retryAfter time.Duration) {
 // Fail makes the next n calls of method answer HTTP 200 {"ok":false,"error":code}.
 func (s *Server) Fail(method string, n int, code string) {
 	s.addFault(method, n, fault{status: http.StatusOK, err: code})
+}
+
+// hold keeps calls of one method waiting.
+type hold struct {
+	once    sync.Once
+	held    chan struct{} // closed when the first call is held
+	release chan struct{}
+}
+
+// Hold makes calls of method wait, unanswered and unrecorded, until release is called or their
+// caller goes away (a bot killed while it waits for Slack). held is closed once the first call
+// waits.
+func (s *Server) Hold(method string) (held <-chan struct{}, release func()) {
+	h := &hold{held: make(chan struct{}), release: make(chan struct{})}
+	s.mu.Lock()
+	if s.holds == nil {
+		s.holds = map[string]*hold{}
+	}
+	s.holds[method] = h
+	s.mu.Unlock()
+	var once sync.Once
+	return h.held, func() {
+		once.Do(func() {
+			s.mu.Lock()
+			if s.holds[method] == h {
+				delete(s.holds, method)
+			}
+			s.mu.Unlock()
+			close(h.release)
+		})
+	}
+}
+
+// held waits while method is held; it reports false when the caller went away meanwhile.
+func (s *Server) held(r *http.Request, method string) bool {
+	s.mu.Lock()
+	h := s.holds[method]
+	s.mu.Unlock()
+	if h == nil {
+		return true
+	}
+	h.once.Do(func() { close(h.held) })
+	select {
+	case <-h.release:
+		return true
+	case <-r.Context().Done():
+		return false
+	}
 }
 
 func (s *Server) addFault(method string, n int, f fault) {

@@ -255,3 +255,31 @@ func TestPostEphemeralWithSlackGo(t *testing.T) {
 	require.Equal(t, "U1", calls[0].Params["user"], "the wire format: user is a parameter")
 	require.Equal(t, root.TS, calls[0].Params["thread_ts"])
 }
+
+// TestHold: a held method's calls wait, unanswered and unrecorded, until released; a caller that goes
+// away meanwhile leaves no call behind.
+func TestHold(t *testing.T) {
+	f, api := newFake(t, slackfake.Options{})
+	held, release := f.Hold("chat.postMessage")
+
+	gone, cancel := context.WithCancel(t.Context())
+	errc := make(chan error, 1)
+	go func() {
+		_, _, err := api.PostMessageContext(gone, "C1", slack.MsgOptionText("never", false))
+		errc <- err
+	}()
+	<-held
+	cancel()
+	require.Error(t, <-errc, "the caller went away")
+
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := api.PostMessageContext(t.Context(), "C1", slack.MsgOptionText("later", false))
+		done <- err
+	}()
+	release()
+	require.NoError(t, <-done)
+	calls := f.Calls("chat.postMessage")
+	require.Len(t, calls, 1, "only the released call is recorded")
+	require.Equal(t, "later", calls[0].Params["text"])
+}

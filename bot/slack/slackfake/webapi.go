@@ -51,6 +51,9 @@ var methods = map[string]apiFunc{
 func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	method := r.PathValue("method")
 	params, err := readParams(r)
+	if !s.held(r, method) {
+		return
+	}
 	call := Call{Method: method, Params: params, Token: params["token"], At: time.Now()}
 	if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") {
 		call.Token = strings.TrimPrefix(h, "Bearer ")

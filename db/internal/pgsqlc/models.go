@@ -28,6 +28,20 @@ type AuditLog struct {
 	Result string
 }
 
+type CommandReply struct {
+	ID              int64
+	PlatformEventID string
+	ThreadKey       string
+	UserID          string
+	Command         string
+	Private         bool
+	Delivery        []byte
+	Owner           string
+	Answer          pgtype.Text
+	Attempts        int32
+	CreatedAt       pgtype.Timestamptz
+}
+
 type Session struct {
 	ThreadKey       string
 	Platform        string

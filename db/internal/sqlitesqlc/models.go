@@ -28,6 +28,20 @@ type AuditLog struct {
 	Result string
 }
 
+type CommandReply struct {
+	ID              int64
+	PlatformEventID string
+	ThreadKey       string
+	UserID          string
+	Command         string
+	Private         bool
+	Delivery        string
+	Owner           string
+	Answer          sql.NullString
+	Attempts        int64
+	CreatedAt       string
+}
+
 type Session struct {
 	ThreadKey       string
 	Platform        string
