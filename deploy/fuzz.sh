@@ -18,9 +18,19 @@ FUZZMINIMIZETIME=${FUZZMINIMIZETIME:-2s}
 # crashers counts the inputs saved for a target (its directory may not exist yet).
 crashers() { if [ -d "$1" ]; then find "$1" -type f | wc -l; else echo 0; fi; }
 
+# The module's own packages only (go list): a plain grep of the tree would also find testdata and
+# data/ (make run's local sandboxes, where a thread may have checked out any Go repository), which
+# go test refuses, failing the run.
+files=()
+while IFS= read -r dir; do
+	for f in "$dir"/*_test.go; do
+		if [ -f "$f" ] && grep -q '^func Fuzz' "$f"; then files+=("${f#"$PWD"/}"); fi
+	done
+done < <("$GO" list -f '{{.Dir}}' ./...)
+
 failed=0
-for file in $(grep -rl --include='*_test.go' '^func Fuzz' . | sort); do
-	pkg=./$(dirname "${file#./}")
+for file in "${files[@]}"; do
+	pkg=./$(dirname "$file")
 	for fn in $(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' "$file"); do
 		echo "== $pkg $fn ($FUZZTIME)"
 		corpus=$pkg/testdata/fuzz/$fn

@@ -1,0 +1,55 @@
+// Package deploy holds tests of the operator scripts in this directory.
+package deploy
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestFuzzScriptRunsOnlyTheModulesTargets runs fuzz.sh (make fuzz) in a scratch module whose tree also
+// holds Go test files that are not the module's packages: a testdata directory, and data/ (where
+// make run keeps the local provider's sandboxes and so any checkout a thread made). Only the
+// module's own target may be fuzzed; go test on the others fails ("main module does not contain
+// package") and failed the whole run. A fake go records what would be fuzzed.
+func TestFuzzScriptRunsOnlyTheModulesTargets(t *testing.T) {
+	realGo, err := exec.LookPath("go")
+	require.NoError(t, err)
+	root := t.TempDir()
+	fuzzTarget := func(name string) string {
+		return "package p\n\nimport \"testing\"\n\nfunc " + name + "(f *testing.F) {}\n"
+	}
+	files := map[string]string{
+		"go.mod":                           "module example.com/m\n\ngo 1.21\n",
+		"p/p.go":                           "package p\n",
+		"p/p_test.go":                      fuzzTarget("FuzzOwn"),
+		"p/testdata/x_test.go":             fuzzTarget("FuzzTestdata"),
+		"data/sandboxes/s1/work/x_test.go": fuzzTarget("FuzzSandbox"),
+		"data/sandboxes/s1/work/go.mod":    "module example.com/checkout\n\ngo 1.21\n",
+	}
+	script, err := os.ReadFile("fuzz.sh")
+	require.NoError(t, err)
+	files["deploy/fuzz.sh"] = string(script)
+	log := filepath.Join(t.TempDir(), "fuzzed")
+	files["fakego"] = "#!/usr/bin/env bash\nif [ \"$1\" = test ]; then echo \"$*\" >>" + log + "; exit 0; fi\nexec " + realGo + " \"$@\"\n"
+	for name, body := range files {
+		p := filepath.Join(root, name)
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, []byte(body), 0o755))
+	}
+
+	cmd := exec.Command("bash", filepath.Join(root, "deploy", "fuzz.sh"))
+	cmd.Env = append(os.Environ(), "GO="+filepath.Join(root, "fakego"), "FUZZTIME=1s", "GOWORK=off", "GOFLAGS=")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	got, err := os.ReadFile(log)
+	require.NoError(t, err, "%s", out)
+	lines := strings.Split(strings.TrimSpace(string(got)), "\n")
+	require.Len(t, lines, 1, "fuzzed: %s", got)
+	require.Contains(t, lines[0], "^FuzzOwn$")
+	require.Contains(t, lines[0], "./p")
+}
