@@ -75,6 +75,7 @@ type execConn struct {
 	hdr       [8]byte
 	hdrN      int // bytes of hdr read so far: a deadline can interrupt a header half-way
 	frameLeft int // stdout bytes left in the current frame
+	errLeft   int // stderr bytes left in the current frame (a deadline can interrupt one too)
 	gotData   bool
 	stderr    []byte
 }
@@ -85,6 +86,12 @@ func (c *execConn) Read(b []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for c.frameLeft == 0 {
+		if c.errLeft > 0 {
+			if err := c.readStderr(); err != nil {
+				return 0, err
+			}
+			continue
+		}
 		for c.hdrN < len(c.hdr) {
 			n, err := c.r.Read(c.hdr[c.hdrN:])
 			c.hdrN += n
@@ -102,14 +109,7 @@ func (c *execConn) Read(b []byte) (int, error) {
 			c.frameLeft = size
 			continue
 		}
-		// stderr (or anything else): keep the start of it for the error message.
-		buf := make([]byte, size)
-		if _, err := io.ReadFull(c.r, buf); err != nil {
-			return 0, err
-		}
-		if room := 1024 - len(c.stderr); room > 0 {
-			c.stderr = append(c.stderr, buf[:min(room, len(buf))]...)
-		}
+		c.errLeft = size // stderr (or anything else): read on the next turn of the loop
 	}
 	n, err := c.r.Read(b[:min(len(b), c.frameLeft)])
 	c.frameLeft -= n
@@ -119,6 +119,32 @@ func (c *execConn) Read(b []byte) (int, error) {
 	}
 	return n, err
 }
+
+// readStderr consumes the rest of the current stderr frame, keeping its first maxTunnelStderr bytes
+// to explain a failed connection. It counts what it consumed, so that after a deadline the next Read
+// resumes the frame rather than taking its remaining bytes for a header. c.mu is held.
+func (c *execConn) readStderr() error {
+	var buf [512]byte
+	for c.errLeft > 0 {
+		n, err := c.r.Read(buf[:min(len(buf), c.errLeft)])
+		c.errLeft -= n
+		if room := maxTunnelStderr - len(c.stderr); room > 0 {
+			c.stderr = append(c.stderr, buf[:min(room, n)]...)
+		}
+		switch {
+		case err == io.EOF && c.errLeft == 0:
+			return nil // the frame is whole: the next header read reports the end
+		case err == io.EOF:
+			return io.ErrUnexpectedEOF
+		case err != nil:
+			return err
+		}
+	}
+	return nil
+}
+
+// maxTunnelStderr bounds the tunnel's stderr kept for an error message.
+const maxTunnelStderr = 1024
 
 func (c *execConn) Write(b []byte) (int, error) { return c.conn.Write(b) }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -196,6 +197,41 @@ func TestExecConnDemux(t *testing.T) {
 			require.NoError(t, c.Close(), "Close is idempotent")
 		})
 	}
+}
+
+// A read deadline that fires in the middle of a stderr frame must leave the stream in step: the
+// next Read resumes that frame instead of taking its remaining bytes for a header.
+func TestExecConnDeadlineInStderrFrame(t *testing.T) {
+	client, server := net.Pipe()
+	rest := make(chan struct{})
+	go func() {
+		// One write, so one buffered read takes it all: the stdout frame, then a stderr frame cut
+		// after "war".
+		first := append(frame(1, "hel"), frame(2, "warning")[:8+3]...)
+		if _, err := server.Write(first); err != nil {
+			return
+		}
+		<-rest
+		_, _ = server.Write(append([]byte("ning"), frame(1, "lo")...))
+		_ = server.Close()
+	}()
+	c := &execConn{conn: client, r: bufio.NewReader(client), kill: func() {}, addr: "c:1"}
+	buf := make([]byte, 64)
+	n, err := c.Read(buf)
+	require.NoError(t, err)
+	require.Equal(t, "hel", string(buf[:n]))
+
+	require.NoError(t, c.SetReadDeadline(time.Unix(1, 0)))
+	_, err = c.Read(buf)
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+	require.NoError(t, c.SetReadDeadline(time.Time{}))
+	close(rest)
+
+	got, err := io.ReadAll(c)
+	require.NoError(t, err)
+	require.Equal(t, "lo", string(got))
+	require.Equal(t, "warning", string(c.stderr))
+	require.NoError(t, c.Close())
 }
 
 func TestResolve(t *testing.T) {
