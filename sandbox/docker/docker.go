@@ -232,12 +232,6 @@ func isBeingRemoved(err error) bool {
 	return strings.Contains(msg, "already in progress") || strings.Contains(msg, "marked for removal")
 }
 
-// isNoSuchContainer tells a missing container from a missing path: the archive endpoints answer 404
-// for both, and only the message differs.
-func isNoSuchContainer(err error) bool {
-	return cerrdefs.IsNotFound(err) && strings.Contains(err.Error(), "No such container")
-}
-
 // cleanupCtx is for best-effort cleanup that must run even when the caller's ctx has ended (the
 // "kill the task" context, apart from the caller's "we are giving up" one).
 func cleanupCtx(ctx context.Context) (context.Context, context.CancelFunc) {

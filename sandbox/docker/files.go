@@ -79,7 +79,7 @@ func (p *Provider) WriteFile(ctx context.Context, h sandbox.Handle, name string,
 	pr.CloseWithError(errors.New("copy finished")) // unblocks the writer if the daemon stopped reading
 	<-done
 	if err != nil {
-		return wrapPathErr("write", abs, err)
+		return p.wrapPathErr(ctx, h.ID, "write", abs, err)
 	}
 	return nil
 }
@@ -107,7 +107,7 @@ func (p *Provider) ReadFile(ctx context.Context, h sandbox.Handle, name string, 
 func (p *Provider) readFile(ctx context.Context, id, abs string, max int64) ([]byte, error) {
 	rc, stat, err := p.cli.CopyFromContainer(ctx, id, abs)
 	if err != nil {
-		return nil, wrapPathErr("read", abs, err)
+		return nil, p.wrapPathErr(ctx, id, "read", abs, err)
 	}
 	defer rc.Close()
 	if err := regular(abs, stat.Mode, stat.LinkTarget); err != nil {
@@ -151,7 +151,7 @@ func (p *Provider) ListFiles(ctx context.Context, h sandbox.Handle, dir string) 
 	}
 	rc, stat, err := p.cli.CopyFromContainer(ctx, h.ID, abs)
 	if err != nil {
-		return nil, wrapPathErr("list", abs, err)
+		return nil, p.wrapPathErr(ctx, h.ID, "list", abs, err)
 	}
 	defer rc.Close()
 	if !stat.Mode.IsDir() {
@@ -227,14 +227,12 @@ func (p *Provider) walkParents(ctx context.Context, id string, st handleState, d
 	for i, part := range parts {
 		next := path.Join(base, part)
 		stat, err := p.cli.ContainerStatPath(ctx, id, next)
-		if err != nil && cerrdefs.IsNotFound(err) && !isNoSuchContainer(err) {
-			if !create {
-				return "", nil, fmt.Errorf("%s: %w", next, fs.ErrNotExist)
-			}
-			return base, parts[i:], nil
-		}
 		if err != nil {
-			return "", nil, wrapPathErr("stat", next, err)
+			err = p.wrapPathErr(ctx, id, "stat", next, err)
+			if errors.Is(err, fs.ErrNotExist) && create {
+				return base, parts[i:], nil
+			}
+			return "", nil, err
 		}
 		if !stat.Mode.IsDir() {
 			return "", nil, fmt.Errorf("%s: mode %s, not a directory (symlinks are never followed): %w",
@@ -257,9 +255,22 @@ func regular(abs string, mode os.FileMode, link string) error {
 
 // wrapPathErr tells a missing path (fs.ErrNotExist) from a missing container (ErrNotFound: recreate)
 // and from a write refused by a read-only root.
-func wrapPathErr(op, abs string, err error) error {
-	if cerrdefs.IsNotFound(err) && !isNoSuchContainer(err) {
-		return fmt.Errorf("%s %s: %w", op, abs, fs.ErrNotExist)
+//
+// The archive endpoints answer 404 for both a missing path and a missing container, and the message
+// cannot tell them apart: a HEAD stat's answer has none, and the message for a missing path quotes
+// the path, which the agent names (a directory called "No such container"). So a 404 is settled by
+// asking for the container itself.
+func (p *Provider) wrapPathErr(ctx context.Context, id, op, abs string, err error) error {
+	if cerrdefs.IsNotFound(err) {
+		_, ierr := p.cli.ContainerInspect(ctx, id)
+		switch {
+		case ierr == nil:
+			return fmt.Errorf("%s %s: %w", op, abs, fs.ErrNotExist)
+		case cerrdefs.IsNotFound(ierr):
+			return wrapErr(op+" "+abs, ierr)
+		default:
+			return wrapErr(op+" "+abs+": inspect "+id, ierr)
+		}
 	}
 	if strings.Contains(err.Error(), "read-only") {
 		return fmt.Errorf("%s %s: only the work directory is writable on a read-only root: %w: %s",
