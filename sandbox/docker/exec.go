@@ -246,8 +246,15 @@ func (p *Provider) execInternal(ctx context.Context, id, user string, cmd []stri
 		return "", 0, wrapErr("exec", err)
 	}
 	defer resp.Close()
+	// The client stops watching ctx once the stream is hijacked: a stream that stays open without
+	// data (a remote engine cut off, a hung daemon) would hold the kill, and so Exec, for ever.
+	stop := context.AfterFunc(ctx, resp.Close)
+	defer stop()
 	var out strings.Builder
 	if _, err := stdcopy.StdCopy(&boundedWriter{w: &out, left: 1 << 20}, io.Discard, resp.Reader); err != nil {
+		if ctx.Err() != nil {
+			return "", 0, fmt.Errorf("exec: reading output: %w", context.Cause(ctx))
+		}
 		return "", 0, fmt.Errorf("exec: reading output: %w", err)
 	}
 	code, err := p.exitCode(ctx, created.ID, nil)
