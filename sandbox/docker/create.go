@@ -42,7 +42,7 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Handl
 
 	name := containerName(spec.Labels.Deployment)
 	labels := spec.Labels.Map()
-	st := handleState{Volume: name + "-work", User: spec.User, WorkDir: spec.WorkDir, ReadOnlyRoot: spec.ReadOnlyRoot}
+	st := handleState{Volume: name + workVolumeSuffix, User: spec.User, WorkDir: spec.WorkDir, ReadOnlyRoot: spec.ReadOnlyRoot}
 
 	// The work directory lives in a named volume, not the container's layer, so that it survives
 	// stop/start (it would anyway) and stays writable under a read-only root. It carries the same labels.

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/client"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
@@ -328,4 +330,15 @@ func TestMapping(t *testing.T) {
 	_, _, ok = numericUser("agent:1000")
 	require.False(t, ok)
 	require.Len(t, etcEntries([]byte("# c\nroot:x:0:0::/:/bin/sh\n\nagent:x:1000:1000::/w:/bin/sh\nbroken\n"), 4), 2)
+}
+
+// An image's VOLUMEs give the container anonymous volumes beside the work volume, listed in no fixed
+// order: the work volume is found by its name, whatever the order.
+func TestWorkVolume(t *testing.T) {
+	work := container.MountPoint{Type: mount.TypeVolume, Name: "threadbox-d-abc-work", Destination: "/workspace"}
+	anon := container.MountPoint{Type: mount.TypeVolume, Name: "0f3c9a7e5b", Destination: "/data"}
+	bind := container.MountPoint{Type: mount.TypeBind, Source: "/run/gw", Destination: "/run/gw"}
+	require.Equal(t, work.Name, workVolume([]container.MountPoint{anon, bind, work}))
+	require.Equal(t, work.Name, workVolume([]container.MountPoint{work, anon}))
+	require.Empty(t, workVolume([]container.MountPoint{anon, bind}), "no work volume: nothing of ours to remove")
 }

@@ -135,14 +135,8 @@ func (p *Provider) List(ctx context.Context, labels map[string]string) ([]sandbo
 	}
 	out := make([]sandbox.Info, 0, len(cs))
 	for _, c := range cs {
-		var vol string
-		for _, m := range c.Mounts {
-			if m.Type == mount.TypeVolume && m.Name != "" {
-				vol = m.Name
-			}
-		}
 		out = append(out, sandbox.Info{
-			Handle:    newHandle(c.ID, handleState{Volume: vol, Network: fullNetwork(c.HostConfig.NetworkMode)}),
+			Handle:    newHandle(c.ID, handleState{Volume: workVolume(c.Mounts), Network: fullNetwork(c.HostConfig.NetworkMode)}),
 			State:     mapState(c.State),
 			Labels:    c.Labels,
 			Image:     c.Image,
@@ -232,14 +226,21 @@ func numericUser(u string) (uid, gid int, ok bool) {
 	return uid, gid, has && ok1 && ok2
 }
 
+// workVolume finds the work volume among a container's mounts: the volume Create named
+// <container name>-work. An image that declares VOLUMEs gives the container anonymous volumes too,
+// and the daemon lists mounts in no fixed order, so "the first volume" would be one of those half the
+// time (Destroy would then leave the work volume behind).
 func workVolume(ms []container.MountPoint) string {
 	for _, m := range ms {
-		if m.Type == mount.TypeVolume && m.Name != "" {
+		if m.Type == mount.TypeVolume && strings.HasPrefix(m.Name, "threadbox-") && strings.HasSuffix(m.Name, workVolumeSuffix) {
 			return m.Name
 		}
 	}
 	return ""
 }
+
+// workVolumeSuffix ends the name of every work volume (its container's name, then this).
+const workVolumeSuffix = "-work"
 
 func mapState(s string) sandbox.State {
 	switch s {
