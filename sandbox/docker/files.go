@@ -105,6 +105,10 @@ func (p *Provider) ReadFile(ctx context.Context, h sandbox.Handle, name string, 
 
 // readFile reads one regular file without the parent checks (also used for /etc/passwd).
 func (p *Provider) readFile(ctx context.Context, id, abs string, max int64) ([]byte, error) {
+	return retryShort(ctx, func() ([]byte, error) { return p.readFileOnce(ctx, id, abs, max) })
+}
+
+func (p *Provider) readFileOnce(ctx context.Context, id, abs string, max int64) ([]byte, error) {
 	rc, stat, err := p.cli.CopyFromContainer(ctx, id, abs)
 	if err != nil {
 		return nil, p.wrapPathErr(ctx, id, "read", abs, err)
@@ -149,9 +153,13 @@ func (p *Provider) ListFiles(ctx context.Context, h sandbox.Handle, dir string) 
 	if _, _, err := p.walkParents(ctx, h.ID, st, path.Dir(abs), false); err != nil {
 		return nil, err
 	}
-	rc, stat, err := p.cli.CopyFromContainer(ctx, h.ID, abs)
+	return retryShort(ctx, func() ([]sandbox.FileInfo, error) { return p.listOnce(ctx, h.ID, abs) })
+}
+
+func (p *Provider) listOnce(ctx context.Context, id, abs string) ([]sandbox.FileInfo, error) {
+	rc, stat, err := p.cli.CopyFromContainer(ctx, id, abs)
 	if err != nil {
-		return nil, p.wrapPathErr(ctx, h.ID, "list", abs, err)
+		return nil, p.wrapPathErr(ctx, id, "list", abs, err)
 	}
 	defer rc.Close()
 	if !stat.Mode.IsDir() {
@@ -190,6 +198,29 @@ func (p *Provider) ListFiles(ctx context.Context, h sandbox.Handle, dir string) 
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out, nil
+}
+
+// archiveAttempts bounds the reads of an archive that ended short. The daemon writes a file's size
+// in the file's header, then copies its bytes; when the sandbox rewrote the file in between
+// (truncated it, then wrote it again) there are fewer, and the daemon ends the archive there. That
+// is a race with the agent, not a broken sandbox: the read is tried again.
+const archiveAttempts = 3
+
+// retryShort runs read until it succeeds, fails otherwise than with an archive that ended short, or
+// has run archiveAttempts times. (Request failures are never io.ErrUnexpectedEOF here: wrapErr keeps
+// their text only.)
+func retryShort[T any](ctx context.Context, read func() (T, error)) (T, error) {
+	var (
+		v   T
+		err error
+	)
+	for range archiveAttempts {
+		v, err = read()
+		if err == nil || !errors.Is(err, io.ErrUnexpectedEOF) || ctx.Err() != nil {
+			break
+		}
+	}
+	return v, err
 }
 
 // resolve makes name absolute (relative names are from the work directory) and refuses what the
