@@ -308,3 +308,18 @@ func TestListFilesHardlinks(t *testing.T) {
 	}
 	require.Equal(t, map[string]int64{"a": 5000, "sub/b": 5000, "z": 5000}, got)
 }
+
+// Hardening is not optional (containerConfig): every exec runs without capabilities, even in its
+// bounding set, and cannot gain privileges through setuid binaries. Nothing else checks that it is
+// really applied.
+func TestHardeningApplied(t *testing.T) {
+	p := dockertest.New(t, docker.Options{})
+	h := create(t, p, testSpec(t))
+	status := sh(t, p, h, `grep -E '^(Uid|Cap(Prm|Eff|Bnd|Amb)|NoNewPrivs):' /proc/self/status /proc/1/status | tr -s ' \t' ' '`)
+	for _, who := range []string{"/proc/self/status", "/proc/1/status"} {
+		for _, want := range []string{"Uid: 1000 1000 1000 1000", "CapPrm: 0000000000000000", "CapEff: 0000000000000000",
+			"CapBnd: 0000000000000000", "CapAmb: 0000000000000000", "NoNewPrivs: 1"} {
+			require.Contains(t, status, who+":"+want, "%s of the exec (self) and the main process (1)", want)
+		}
+	}
+}
