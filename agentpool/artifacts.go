@@ -117,7 +117,8 @@ const (
 	SkipReplyTooLarge SkipReason = "reply_too_large"
 	// SkipUnchecked: output/display holds more than Limit files; Count more were not looked at.
 	SkipUnchecked SkipReason = "unchecked"
-	// SkipUnreadable: output/display could not be read (the error is logged, not shown).
+	// SkipUnreadable: output/display (the error is logged, not shown), or one file under it, could
+	// not be read.
 	SkipUnreadable SkipReason = "unreadable"
 	// SkipMore: Count more files were not uploaded, for the reasons above, past the Limit listed.
 	SkipMore SkipReason = "more"
@@ -130,7 +131,8 @@ const (
 // Symlinks, devices and other non-regular entries are skipped unread: they could point anywhere in
 // the sandbox (output/display/passwd -> /etc/passwd), and the provider never follows them. A file
 // over MaxFileBytes is skipped on its listed size, without reading it. A missing output/display means
-// nothing to upload.
+// nothing to upload. A file that cannot be read is skipped (SkipUnreadable); only a failure of the
+// sandbox as a whole (gone, stopped, its service out, ctx ended) is an error.
 //
 // Uploads are not recorded here: call RecordArtifacts once the platform confirmed them.
 func CollectArtifacts(ctx context.Context, sb sandbox.Sandbox, store db.ArtifactStore, threadKey string, lim ArtifactLimits) (found []Artifact, skipped []SkippedArtifact, err error) {
@@ -200,8 +202,13 @@ func CollectArtifacts(ctx context.Context, sb sandbox.Sandbox, store db.Artifact
 			// It grew since the listing.
 			skip(name, max(e.Size, lim.MaxFileBytes+1), SkipFileTooLarge, lim.MaxFileBytes)
 			continue
-		case err != nil:
+		case err != nil && sandboxWide(ctx, err):
 			return nil, nil, fmt.Errorf("agentpool: read %s/%s: %w", ArtifactDir, e.Path, err)
+		case err != nil:
+			// The file's own failure (the agent named it so deep that the daemon cannot open it,
+			// say): it costs this file, not the others.
+			skip(name, e.Size, SkipUnreadable, 0)
+			continue
 		}
 		sum := sha256.Sum256(data)
 		a := Artifact{Path: e.Path, Data: data, Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:])}
@@ -225,6 +232,13 @@ func CollectArtifacts(ctx context.Context, sb sandbox.Sandbox, store db.Artifact
 		found = append(found, a)
 	}
 	return found, skipped, nil
+}
+
+// sandboxWide reports whether a failed read says nothing more can be read this time: the sandbox
+// is gone or stopped, its service is out, or ctx ended.
+func sandboxWide(ctx context.Context, err error) bool {
+	return ctx.Err() != nil || errors.Is(err, sandbox.ErrNotFound) || errors.Is(err, sandbox.ErrNotRunning) ||
+		errors.Is(err, sandbox.ErrUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 func countRegular(es []sandbox.FileInfo) int {

@@ -208,6 +208,7 @@ func names(as []Artifact) []string {
 
 func TestCollectArtifactsCapsAndKinds(t *testing.T) {
 	boom := errors.New("daemon went away")
+	outage := fmt.Errorf("docker read: %w: daemon went away", sandbox.ErrUnavailable)
 	tests := []struct {
 		name        string
 		box         *artBox
@@ -313,10 +314,23 @@ func TestCollectArtifactsCapsAndKinds(t *testing.T) {
 			}(),
 		},
 		{
-			name:      "read fails",
-			box:       func() *artBox { b := newArtBox().put("a", "1"); b.readErr["a"] = boom; return b }(),
-			wantErr:   boom,
+			name:      "read fails: the sandbox service is out",
+			box:       func() *artBox { b := newArtBox().put("a", "1"); b.readErr["a"] = outage; return b }(),
+			wantErr:   outage,
 			wantReads: []string{"a"},
+		},
+		{
+			// A path the daemon cannot open (too long for it: a 500), or any other failure that is
+			// the file's own, costs that file, not the turn's other files.
+			name: "read of one file fails",
+			box: func() *artBox {
+				b := newArtBox().put("a", "1").put("deep", "2").put("z", "3")
+				b.readErr["deep"] = errors.New("docker stat: request returned 500 Internal Server Error")
+				return b
+			}(),
+			wantFound:   []string{"a=a", "z=z"},
+			wantSkipped: []SkippedArtifact{{Name: "deep", Size: 1, Reason: SkipUnreadable}},
+			wantReads:   []string{"a", "deep", "z"},
 		},
 	}
 	for _, tt := range tests {
