@@ -200,6 +200,9 @@ func (p *Provider) killTagged(ctx context.Context, id, user, marker string) erro
 	for range 60 {
 		cmd := append([]string{"/bin/sh", "-c", killRound, "sh", markerEnv + "=" + marker}, pids...)
 		out, code, err := p.execInternal(ctx, id, user, cmd)
+		if nothingToKill(err) {
+			return nil
+		}
 		// grep exits 0 (found some), 1 (none left) or 2 (another user's environ was unreadable): its
 		// list is good. Anything else is the exec failing to start, which runc does for a while when
 		// the pids limit is exhausted: try again, keeping the pids to kill.
@@ -228,6 +231,14 @@ func (p *Provider) killTagged(ctx context.Context, id, user, marker string) erro
 	}
 	p.log.Warn("exec kill did not finish", zap.String("container", id), zap.Strings("pids", pids))
 	return fmt.Errorf("exec kill in %s: processes still alive after 60 rounds: %v", id, pids)
+}
+
+// nothingToKill reports an exec refused because the container is gone or stopped: it has no
+// process left, and asking again cannot change that. (A paused container's processes are only frozen:
+// that is not this.)
+func nothingToKill(err error) bool {
+	return errors.Is(err, sandbox.ErrNotFound) ||
+		errors.Is(err, sandbox.ErrNotRunning) && !strings.Contains(err.Error(), "is paused")
 }
 
 // killRound is one round: builtins and exec only (zombies have an empty environ and do not match).

@@ -81,3 +81,39 @@ func TestExecInternalEndsWithCtxOnAHungStream(t *testing.T) {
 		t.Fatal("execInternal still reading a hung stream after its ctx ended")
 	}
 }
+
+// A container that is gone or stopped has no process left to kill: the kill stops at the first
+// answer saying so, instead of retrying it ten times with backoff (seconds added to the Exec that
+// timed out, or to the Close of a Dial conn, when the sandbox was stopped or removed meanwhile).
+func TestKillStopsWhenTheContainerIsGone(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status int
+		msg    string
+	}{
+		{"removed", http.StatusNotFound, "No such container: c1"},
+		{"stopped", http.StatusConflict, "container c1 is not running"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			calls := 0
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				calls++
+				mu.Unlock()
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(tc.status)
+				_ = json.NewEncoder(w).Encode(map[string]string{"message": tc.msg})
+			}))
+			t.Cleanup(srv.Close)
+			cli, err := client.NewClientWithOpts(client.WithHost("tcp://"+srv.Listener.Addr().String()), client.WithVersion("1.45"))
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = cli.Close() })
+			p := &Provider{cli: cli, log: zap.NewNop(), stopTimeout: time.Second, cpu: cpuSamples{last: map[string]cpuSample{}}}
+			require.NoError(t, p.killTagged(t.Context(), "c1", "1000:1000", "marker"))
+			mu.Lock()
+			defer mu.Unlock()
+			require.Equal(t, 1, calls, "one exec create, answered for good")
+		})
+	}
+}
