@@ -79,7 +79,8 @@ func Parse(text, defaultHost string) (Spec, error) {
 			break
 		}
 	}
-	text = strings.TrimSuffix(text, ".git")
+	// ".git" is trimmed from the name below, never from the whole text: in owner/name@feature.git
+	// it ends the branch, and trimming it would check out a branch the user did not name.
 	ref, branch, hasBranch := strings.Cut(text, "@")
 	parts := strings.Split(ref, "/")
 	var s Spec

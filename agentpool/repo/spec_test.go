@@ -40,6 +40,9 @@ func TestParse(t *testing.T) {
 		{".github.com/acme/app", Spec{}, false},
 		{strings.Repeat("a", 254) + "/acme/app", Spec{}, false},
 		{"github.com:99999999/acme/app", Spec{}, false},
+		// ".git" ends the repository's name, never its branch: feature.git is a branch of its own.
+		{"acme/app@feature.git", Spec{Host: "github.com", Owner: "acme", Name: "app", Branch: "feature.git"}, true},
+		{"acme/app.git@feature.git", Spec{Host: "github.com", Owner: "acme", Name: "app", Branch: "feature.git"}, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.in, func(t *testing.T) {
