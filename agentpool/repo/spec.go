@@ -70,7 +70,8 @@ var (
 
 // Parse reads owner/name[@branch] or host/owner/name[@branch]; defaultHost fills a missing host.
 // A pasted web address (https://host/owner/name, which chat platforms make of host/owner/name) is
-// read as host/owner/name.
+// read as host/owner/name. Errors never quote the text: a pasted clone URL may carry credentials
+// (https://user:token@host/…), and a message may be huge; the bot logs the error.
 func Parse(text, defaultHost string) (Spec, error) {
 	text = strings.TrimSpace(text)
 	for _, scheme := range []string{"https://", "http://"} {
@@ -90,15 +91,15 @@ func Parse(text, defaultHost string) (Spec, error) {
 	case 3:
 		s = Spec{Host: strings.ToLower(parts[0]), Owner: parts[1], Name: parts[2]}
 	default:
-		return Spec{}, fmt.Errorf("%q: %w", text, ErrInvalidSpec)
+		return Spec{}, fmt.Errorf("%d parts: %w", len(parts), ErrInvalidSpec)
 	}
 	s.Name = strings.TrimSuffix(s.Name, ".git")
 	if len(s.Host) > 253 || !hostPart.MatchString(s.Host) || !namePart.MatchString(s.Owner) || !namePart.MatchString(s.Name) {
-		return Spec{}, fmt.Errorf("%q: %w", text, ErrInvalidSpec)
+		return Spec{}, fmt.Errorf("host, owner or name: %w", ErrInvalidSpec)
 	}
 	if hasBranch {
 		if !ValidBranch(branch) {
-			return Spec{}, fmt.Errorf("%q: branch %q: %w", text, branch, ErrInvalidSpec)
+			return Spec{}, fmt.Errorf("branch: %w", ErrInvalidSpec)
 		}
 		s.Branch = branch
 	}

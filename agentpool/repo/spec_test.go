@@ -90,3 +90,19 @@ func TestThreadBranch(t *testing.T) {
 	require.True(t, ValidBranch(a))
 	require.Len(t, a, len(BranchPrefix)+10)
 }
+
+// A pasted clone URL may carry credentials, and a message may be huge: the error (which the bot
+// logs) must carry neither.
+func TestParseErrorDoesNotEchoTheInput(t *testing.T) {
+	for _, in := range []string{
+		"https://x-access-token:ghp_SECRET123@github.com/acme/app",
+		"https://ghp_SECRET123@github.com/acme/app",
+		"acme/app@ghp_SECRET123 x",
+		strings.Repeat("acme/app", 100_000),
+	} {
+		_, err := Parse(in, "github.com")
+		require.ErrorIs(t, err, ErrInvalidSpec)
+		require.NotContains(t, err.Error(), "SECRET")
+		require.Less(t, len(err.Error()), 300)
+	}
+}
