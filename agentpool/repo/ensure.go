@@ -88,6 +88,8 @@ func UserText(err error, spec Spec) string {
 		return "There is nothing new to push: commit the change on the thread's branch first."
 	case errors.Is(err, ErrPushRejected):
 		return fmt.Sprintf("%s refused the push (a protected branch, or the branch moved on the forge). Nothing was overwritten.", name)
+	case errors.Is(err, ErrOtherCheckout):
+		return fmt.Sprintf("This sandbox still holds the checkout of the thread's previous repository, not %s, so nothing was pushed: the thread moved, and its new sandbox is not up yet.", name)
 	case errors.Is(err, ErrBadBundle):
 		return "I could not take the thread's branch out of the sandbox intact, so nothing was pushed."
 	case errors.Is(err, ErrForge):
@@ -114,6 +116,11 @@ func (r *Repos) Deliver(ctx context.Context, sb sandbox.Sandbox, spec Spec, thre
 	var m marker
 	if err := json.Unmarshal(raw, &m); err != nil || m.BaseBranch == "" {
 		return "", fmt.Errorf("%w: unreadable %s", ErrNothingToPush, markerPath)
+	}
+	// The thread may have moved to another repository while this sandbox, with the first one's
+	// checkout, is still there: its branch is not the new repository's to receive.
+	if got, _, _ := strings.Cut(m.Repo, "@"); !strings.EqualFold(got, spec.Host+"/"+spec.FullName()) {
+		return "", fmt.Errorf("%w: the thread names %s", ErrOtherCheckout, spec)
 	}
 	branch := ThreadBranch(threadKey)
 	pushed, err := r.Push(ctx, sb, spec, branch)

@@ -33,6 +33,9 @@ var (
 	ErrNothingToPush = errors.New("nothing new to push")
 	// ErrPushRejected: the forge refused the push (protected branch, the branch moved, hooks).
 	ErrPushRejected = errors.New("the forge rejected the push")
+	// ErrOtherCheckout: the sandbox holds a checkout of another repository than the thread's (the
+	// thread moved and its old sandbox is still there).
+	ErrOtherCheckout = errors.New("the sandbox holds another repository's checkout")
 	// ErrBadBundle: what came out of the sandbox is not a usable bundle of the branch.
 	ErrBadBundle = errors.New("the sandbox's branch could not be taken out")
 )

@@ -1,0 +1,100 @@
+package repo
+
+import (
+	"context"
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/threadbox/threadbox/sandbox"
+	"github.com/threadbox/threadbox/sandbox/sandboxfake"
+)
+
+// localSandbox is a fake sandbox whose commands run on this machine in a directory of their own
+// (its working directory), so git and tar in it are real; files written through the provider's API
+// (the marker) stay in the fake's map.
+func localSandbox(t *testing.T) (sandbox.Sandbox, string) {
+	t.Helper()
+	dir := t.TempDir()
+	prov := sandboxfake.New()
+	prov.Exec_ = func(ctx context.Context, _ *sandboxfake.Box, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
+		cmd := exec.CommandContext(ctx, req.Cmd[0], req.Cmd[1:]...)
+		cmd.Dir, cmd.Env = dir, git{}.env()
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = req.Stdin, req.Stdout, req.Stderr
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return sandbox.ExecResult{ExitCode: ee.ExitCode()}, nil
+		}
+		return sandbox.ExecResult{}, err
+	}
+	h, err := prov.Create(t.Context(), sandbox.Spec{Image: "x", WorkDir: "/work", Labels: sandbox.Labels{Deployment: "d", Thread: "t", Generation: 1}})
+	require.NoError(t, err)
+	return sandbox.Bind(prov, h), dir
+}
+
+// inDir runs git in dir (the test's side) and returns its trimmed output.
+func inDir(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	out, err := git{}.run(t.Context(), dir, args...)
+	require.NoError(t, err)
+	return strings.TrimSpace(string(out))
+}
+
+type fakeForge struct{ got []PRRequest }
+
+func (f *fakeForge) EnsurePullRequest(_ context.Context, req PRRequest) (PullRequest, error) {
+	f.got = append(f.got, req)
+	return PullRequest{Number: 1, URL: "https://forge.example/pr/1", Created: true}, nil
+}
+
+func localRepos(t *testing.T, base string) *Repos {
+	t.Helper()
+	r, err := New(Config{CacheDir: t.TempDir(), Hosts: map[string]string{"github.com": base}, Allow: Allowlist{"github.com/acme"}})
+	require.NoError(t, err)
+	return r
+}
+
+var who = Identity{Name: "u", Email: "u@x"}
+
+// The harness itself: a checkout, a commit, a push and its pull request, end to end without Docker.
+func TestDeliverLocal(t *testing.T) {
+	base := localForge(t)
+	r := localRepos(t, base)
+	sb, dir := localSandbox(t)
+	spec := Spec{Host: "github.com", Owner: "acme", Name: "app"}
+	_, err := r.Ensure(t.Context(), sb, spec, "thread-1", who)
+	require.NoError(t, err)
+	inDir(t, dir, "commit", "--quiet", "--allow-empty", "-m", "the change")
+	f := &fakeForge{}
+	note, err := r.Deliver(t.Context(), sb, spec, "thread-1", f)
+	require.NoError(t, err)
+	require.Contains(t, note, "Opened pull request #1")
+	require.Equal(t, inDir(t, dir, "rev-parse", "HEAD"), inDir(t, filepath.Join(base, "acme", "app.git"), "rev-parse", "refs/heads/"+ThreadBranch("thread-1")))
+}
+
+// The thread moved to another repository (the repo command records the choice, then replaces the
+// sandbox), but the sandbox still holds the first one's checkout (its destroy failed, or has not
+// run yet): push must not send that branch to the repository the thread now names, a fork with the
+// same history that would take it.
+func TestDeliverRefusesACheckoutOfAnotherRepository(t *testing.T) {
+	base := localForge(t)
+	inDir(t, "", "clone", "--quiet", "--bare", filepath.Join(base, "acme", "app.git"), filepath.Join(base, "acme", "fork.git"))
+	r := localRepos(t, base)
+	sb, dir := localSandbox(t)
+	_, err := r.Ensure(t.Context(), sb, Spec{Host: "github.com", Owner: "acme", Name: "app"}, "thread-1", who)
+	require.NoError(t, err)
+	inDir(t, dir, "commit", "--quiet", "--allow-empty", "-m", "work on app")
+
+	f := &fakeForge{}
+	_, err = r.Deliver(t.Context(), sb, Spec{Host: "github.com", Owner: "acme", Name: "fork"}, "thread-1", f)
+	require.ErrorIs(t, err, ErrOtherCheckout)
+	require.NotEmpty(t, UserText(err, Spec{}))
+	require.Empty(t, f.got)
+	_, err = git{}.run(t.Context(), filepath.Join(base, "acme", "fork.git"), "rev-parse", "--verify", "--quiet", "refs/heads/"+ThreadBranch("thread-1"))
+	require.Error(t, err, "the fork got the other repository's branch")
+}
