@@ -53,27 +53,34 @@ func (r *Repos) Push(ctx context.Context, sb sandbox.Sandbox, s Spec, branch str
 		return Pushed{}, err
 	}
 	defer os.Remove(bundle)
-	if _, err := r.git.run(ctx, cache, "bundle", "verify", "--quiet", bundle); err != nil {
+	// The bundle goes into a quarantine repository that borrows the cache's objects, never into the
+	// cache itself: every checkout copies all of the cache's objects into its sandbox, so a push the
+	// forge refuses would otherwise hand this sandbox's commits to every other thread's.
+	q, err := r.quarantine(ctx, cache)
+	if err != nil {
+		return Pushed{}, err
+	}
+	defer os.RemoveAll(q)
+	if _, err := r.git.run(ctx, q, "bundle", "verify", "--quiet", bundle); err != nil {
 		return Pushed{}, fmt.Errorf("%w: verify: %w", ErrBadBundle, err)
 	}
-	heads, err := r.git.run(ctx, cache, "bundle", "list-heads", bundle)
+	heads, err := r.git.run(ctx, q, "bundle", "list-heads", bundle)
 	if err != nil {
 		return Pushed{}, fmt.Errorf("%w: %w", ErrBadBundle, err)
 	}
 	if got := strings.TrimSpace(string(heads)); got != head+" "+ref {
 		return Pushed{}, fmt.Errorf("%w: it holds %q, want %s at %s", ErrBadBundle, got, ref, short(head))
 	}
-	// Into the cache under a namespace of its own, then out to the forge from there.
-	local := "refs/threadbox/push/" + branch
-	if _, err := r.git.run(ctx, cache, "fetch", "--quiet", "--no-write-fetch-head", bundle, "+"+ref+":"+local); err != nil {
+	if _, err := r.git.run(ctx, q, "fetch", "--quiet", "--no-write-fetch-head", bundle, "+"+ref+":"+ref); err != nil {
 		return Pushed{}, fmt.Errorf("%w: %w", ErrBadBundle, err)
 	}
 	lease := "--force-with-lease=" + ref + ":" + lastPushed
-	if _, err := r.git.run(ctx, cache, "push", "--quiet", "--no-verify", lease, r.URL(s), local+":"+ref); err != nil {
+	if _, err := r.git.run(ctx, q, "push", "--quiet", "--no-verify", lease, r.URL(s), ref+":"+ref); err != nil {
 		return Pushed{}, fmt.Errorf("%s %s: %w: %w", s, branch, ErrPushRejected, err)
 	}
-	// The cache mirrors the forge: it has the branch where the push left it (status reads it).
-	if _, err := r.git.run(ctx, cache, "update-ref", ref, head); err != nil {
+	// The forge has it now, so the cache may too: it mirrors the forge, with the branch where the
+	// push left it (status reads it).
+	if _, err := r.git.run(ctx, cache, "fetch", "--quiet", "--no-write-fetch-head", q, "+"+ref+":"+ref); err != nil {
 		return Pushed{Branch: branch, Commit: head}, fmt.Errorf("repo: recording the push in the cache: %w", err)
 	}
 	if _, err := sandboxGit(ctx, sb, "update-ref", pushedRef, head); err != nil {
@@ -179,4 +186,25 @@ func (r *Repos) Unsaved(ctx context.Context, sb sandbox.Sandbox, threadKey strin
 		return "", nil
 	}
 	return fmt.Sprintf("The sandbox's checkout has %s (branch %s).", strings.Join(parts, " and "), branch), nil
+}
+
+// quarantine makes an empty bare repository beside the cache that reads the cache's objects
+// (alternates) and keeps what is fetched into it to itself; the caller removes it.
+func (r *Repos) quarantine(ctx context.Context, cache string) (string, error) {
+	q, err := os.MkdirTemp(r.cfg.CacheDir, ".push-*")
+	if err != nil {
+		return "", fmt.Errorf("repo: %w", err)
+	}
+	objects, err := filepath.Abs(filepath.Join(cache, "objects"))
+	if err == nil {
+		_, err = r.git.run(ctx, "", "init", "--quiet", "--bare", q)
+	}
+	if err == nil {
+		err = os.WriteFile(filepath.Join(q, "objects", "info", "alternates"), []byte(objects+"\n"), 0o600)
+	}
+	if err != nil {
+		_ = os.RemoveAll(q)
+		return "", fmt.Errorf("repo: quarantine: %w", err)
+	}
+	return q, nil
 }

@@ -98,3 +98,32 @@ func TestDeliverRefusesACheckoutOfAnotherRepository(t *testing.T) {
 	_, err = git{}.run(t.Context(), filepath.Join(base, "acme", "fork.git"), "rev-parse", "--verify", "--quiet", "refs/heads/"+ThreadBranch("thread-1"))
 	require.Error(t, err, "the fork got the other repository's branch")
 }
+
+// A push the forge refuses must leave nothing of the sandbox's in the shared cache: every later
+// checkout of the repository, for any thread, copies the cache's objects into its sandbox, so a
+// refused push's commits (one thread's unpushed work, or up to MaxBundle of whatever a hostile
+// sandbox bundled) would reach every other thread's sandbox.
+func TestRefusedPushLeavesNothingInTheCache(t *testing.T) {
+	base := localForge(t)
+	forgeDir := filepath.Join(base, "acme", "app.git")
+	r := localRepos(t, base)
+	spec := Spec{Host: "github.com", Owner: "acme", Name: "app"}
+	sbA, dirA := localSandbox(t)
+	_, err := r.Ensure(t.Context(), sbA, spec, "thread-a", who)
+	require.NoError(t, err)
+	inDir(t, dirA, "commit", "--quiet", "--allow-empty", "-m", "thread a's private work")
+	secret := inDir(t, dirA, "rev-parse", "HEAD")
+	// Someone else created the thread's branch on the forge meanwhile: the lease refuses the push.
+	inDir(t, forgeDir, "update-ref", "refs/heads/"+ThreadBranch("thread-a"), "refs/heads/main")
+
+	_, err = r.Push(t.Context(), sbA, spec, ThreadBranch("thread-a"))
+	require.ErrorIs(t, err, ErrPushRejected)
+
+	sbB, dirB := localSandbox(t)
+	_, err = r.Ensure(t.Context(), sbB, spec, "thread-b", who)
+	require.NoError(t, err)
+	_, err = git{}.run(t.Context(), dirB, "cat-file", "-e", secret)
+	require.Error(t, err, "thread b's sandbox holds thread a's refused commit")
+	_, err = git{}.run(t.Context(), r.cachePath(spec), "cat-file", "-e", secret)
+	require.Error(t, err, "the cache holds the refused commit")
+}
