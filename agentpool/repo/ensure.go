@@ -128,7 +128,7 @@ func (r *Repos) Deliver(ctx context.Context, sb sandbox.Sandbox, spec Spec, thre
 		return "", err
 	}
 	subject, _ := sandboxGit(ctx, sb, "log", "-1", "--format=%s", pushed.Commit)
-	subject = strings.TrimSpace(subject)
+	subject = shortSubject(subject)
 	pr, err := forge.EnsurePullRequest(ctx, PRRequest{
 		Spec: spec, Head: branch, Base: m.BaseBranch,
 		Title: "Threadbox: " + cmpOr(subject, branch),
@@ -142,6 +142,19 @@ func (r *Repos) Deliver(ctx context.Context, sb sandbox.Sandbox, spec Spec, thre
 		verb = "Opened"
 	}
 	return fmt.Sprintf("Pushed %s to %s (%s). %s pull request #%d: %s", short(pushed.Commit), branch, subject, verb, pr.Number, pr.URL), nil
+}
+
+// maxSubject bounds the commit subject quoted in the pull request's title (GitHub refuses titles
+// over 256 characters) and in the reply: it is the agent's text, of any length.
+const maxSubject = 200
+
+// shortSubject is the subject as one line of valid UTF-8, cut to maxSubject characters.
+func shortSubject(s string) string {
+	s = strings.Join(strings.Fields(strings.ToValidUTF8(s, "\uFFFD")), " ")
+	if r := []rune(s); len(r) > maxSubject {
+		s = string(r[:maxSubject-1]) + "…"
+	}
+	return s
 }
 
 func cmpOr(a, b string) string {

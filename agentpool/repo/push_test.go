@@ -127,3 +127,23 @@ func TestRefusedPushLeavesNothingInTheCache(t *testing.T) {
 	_, err = git{}.run(t.Context(), r.cachePath(spec), "cat-file", "-e", secret)
 	require.Error(t, err, "the cache holds the refused commit")
 }
+
+// The commit's subject is the agent's (or a hostile sandbox's) text: a subject of thousands of
+// characters made a pull request title GitHub refuses (it allows 256), so every push failed to open
+// one, and went whole into the chat reply.
+func TestDeliverBoundsTheCommitSubject(t *testing.T) {
+	r := localRepos(t, localForge(t))
+	sb, dir := localSandbox(t)
+	spec := Spec{Host: "github.com", Owner: "acme", Name: "app"}
+	_, err := r.Ensure(t.Context(), sb, spec, "thread-1", who)
+	require.NoError(t, err)
+	inDir(t, dir, "commit", "--quiet", "--allow-empty", "-m", strings.Repeat("long subject ", 2000))
+	f := &fakeForge{}
+	note, err := r.Deliver(t.Context(), sb, spec, "thread-1", f)
+	require.NoError(t, err)
+	require.Len(t, f.got, 1)
+	require.LessOrEqual(t, len([]rune(f.got[0].Title)), 256)
+	require.True(t, strings.HasPrefix(f.got[0].Title, "Threadbox: long subject long subject"))
+	require.Less(t, len(f.got[0].Body), 1000)
+	require.Less(t, len(note), 1000)
+}
