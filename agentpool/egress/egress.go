@@ -439,7 +439,7 @@ func (x *Proxy) dial(ctx context.Context, _, target string) (net.Conn, error) {
 	if a, ok := parseAddr(host); ok {
 		addrs = []netip.Addr{a}
 	} else {
-		got, err := x.cfg.Resolver.LookupNetIP(ctx, "ip", host)
+		got, err := x.cfg.Resolver.LookupNetIP(ctx, "ip", x.lookupName(host, port))
 		if err != nil {
 			return nil, fmt.Errorf("threadbox egress: resolving %s: %w", host, err)
 		}
@@ -476,6 +476,19 @@ func (x *Proxy) dial(ctx context.Context, _, target string) (net.Conn, error) {
 		errs = append(errs, err)
 	}
 	return nil, fmt.Errorf("threadbox egress: connecting to %s: %w", target, errors.Join(errs...))
+}
+
+// lookupName is the name dial resolves for host. A name a wildcard entry admitted is the sandbox's
+// choice, so it is rooted (a final dot): otherwise a name that does not exist would be tried under
+// the bot host's DNS search domains (resolv.conf's search and ndots) and find a host the allowlist
+// never named (nx.example.com becoming nx.example.com.corp.internal). A name an entry spells out is
+// the operator's, resolved as the host resolves it (a short name completed by a search domain, one
+// from /etc/hosts).
+func (x *Proxy) lookupName(host string, port uint16) string {
+	if x.policy.spells(host, port) {
+		return host
+	}
+	return host + "."
 }
 
 // refuse answers a request the proxy could not serve: 403 for a policy refusal (429 over the

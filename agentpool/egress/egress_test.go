@@ -21,11 +21,17 @@ import (
 	"github.com/threadbox/threadbox/agentpool/egress"
 )
 
-// fakeResolver answers from a table and fails for any other name: the tests send no DNS query.
+// fakeResolver answers from a table and fails for any other name: the tests send no DNS query. Like
+// a stub resolver with "search corp.test" in resolv.conf, it tries a name that is not rooted (no
+// final dot) under that search domain too.
 type fakeResolver map[string][]netip.Addr
 
 func (f fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
-	if a, ok := f[host]; ok {
+	name, rooted := strings.CutSuffix(host, ".")
+	if a, ok := f[name]; ok {
+		return a, nil
+	}
+	if a, ok := f[name+".corp.test"]; ok && !rooted {
 		return a, nil
 	}
 	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
@@ -411,4 +417,41 @@ func TestProxyCloseEndsUpgradedRequests(t *testing.T) {
 	require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second))) // a bound on failure, not a wait
 	_, err = br.ReadByte()
 	require.ErrorIs(t, err, io.EOF, "the upgraded connection ends with the proxy")
+}
+
+// A name a wildcard entry admits that does not exist must not resolve under the host's DNS search
+// domains: with "search corp.test", nx.wild.test would become nx.wild.test.corp.test, a host the
+// allowlist never named (here an address entry stands for the company service it finds). A name an
+// entry spells out is the operator's and still resolves as the host resolves it.
+func TestProxyLooksUpOnlyTheNameItChecked(t *testing.T) {
+	var port string
+	r := newRig(t, func(c *egress.Config) {
+		c.Resolver = fakeResolver{
+			"nx.wild.test.corp.test": {netip.MustParseAddr("127.0.0.1")},
+			"registry.corp.test":     {netip.MustParseAddr("127.0.0.1")},
+		}
+		_, port, _ = net.SplitHostPort(c.Allow[1]) // 127.0.0.1:<the mirror's port>
+		c.Allow = append(c.Allow, "*.wild.test:"+port, "registry:"+port)
+	})
+	for _, tc := range []struct {
+		host, body string
+		status     int
+	}{
+		{"nx.wild.test", "resolving nx.wild.test", http.StatusBadGateway},
+		{"registry", "mirror says hello", http.StatusOK},
+	} {
+		for _, via := range []string{"http", "connect"} {
+			t.Run(via+"/"+tc.host, func(t *testing.T) {
+				var status int
+				var body string
+				if via == "http" {
+					status, body = r.get(t, "http://"+tc.host+":"+port+"/")
+				} else {
+					status, body = r.connect(t, tc.host+":"+port)
+				}
+				require.Equal(t, tc.status, status, body)
+				require.Contains(t, body, tc.body)
+			})
+		}
+	}
 }

@@ -139,6 +139,16 @@ func (p *Policy) allowsTarget(host string, port uint16) bool {
 	return false
 }
 
+// spells reports whether an entry names host (a name, lower case) itself on port, not by a wildcard.
+func (p *Policy) spells(host string, port uint16) bool {
+	for _, r := range p.rules {
+		if r.name != "" && r.name == host && slices.Contains(r.ports, port) {
+			return true
+		}
+	}
+	return false
+}
+
 // names reports whether an address entry covers a on port: an address the operator wrote down may
 // be reached even when it is not public, but only on that entry's ports (10.0.0.5:8080 opens 8080,
 // not whatever port a name on the allowlist that resolves to 10.0.0.5 asks for).
