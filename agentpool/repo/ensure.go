@@ -127,10 +127,18 @@ func (r *Repos) Deliver(ctx context.Context, sb sandbox.Sandbox, spec Spec, thre
 	if err != nil {
 		return "", err
 	}
+	// Into the branch the thread started from as the bot knows it, not as the marker (a file the
+	// agent can rewrite) says.
+	into := spec.Branch
+	if into == "" {
+		if into, err = r.defaultBranch(ctx, r.cachePath(spec)); err != nil {
+			return "", fmt.Errorf("pushed %s at %s, then: %w", branch, short(pushed.Commit), err)
+		}
+	}
 	subject, _ := sandboxGit(ctx, sb, "log", "-1", "--format=%s", pushed.Commit)
 	subject = shortSubject(subject)
 	pr, err := forge.EnsurePullRequest(ctx, PRRequest{
-		Spec: spec, Head: branch, Base: m.BaseBranch,
+		Spec: spec, Head: branch, Base: into,
 		Title: "Threadbox: " + cmpOr(subject, branch),
 		Body:  fmt.Sprintf("Pushed from a Threadbox thread.\n\nLatest commit: %s %s", short(pushed.Commit), subject),
 	})

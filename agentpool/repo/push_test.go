@@ -147,3 +147,35 @@ func TestDeliverBoundsTheCommitSubject(t *testing.T) {
 	require.Less(t, len(f.got[0].Body), 1000)
 	require.Less(t, len(note), 1000)
 }
+
+// The pull request goes into the branch the thread started from, which the bot knows (the
+// thread's repository names it, or it is the forge's default branch): the checkout marker is a file
+// in the sandbox, so an agent could rewrite it to aim the pull request at any branch.
+func TestDeliverOpensThePullRequestIntoTheThreadsBase(t *testing.T) {
+	base := localForge(t)
+	inDir(t, filepath.Join(base, "acme", "app.git"), "branch", "release", "main")
+	for _, tc := range []struct {
+		name string
+		spec Spec
+		want string
+	}{
+		{"the default branch", Spec{Host: "github.com", Owner: "acme", Name: "app"}, "main"},
+		{"a named branch", Spec{Host: "github.com", Owner: "acme", Name: "app", Branch: "main"}, "main"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := localRepos(t, base)
+			sb, dir := localSandbox(t)
+			_, err := r.Ensure(t.Context(), sb, tc.spec, "thread-"+tc.name, who)
+			require.NoError(t, err)
+			inDir(t, dir, "commit", "--quiet", "--allow-empty", "-m", "work")
+			raw, err := sb.ReadFile(t.Context(), markerPath, 1<<20)
+			require.NoError(t, err)
+			require.NoError(t, sb.WriteFile(t.Context(), markerPath, []byte(strings.Replace(string(raw), `"base_branch":"main"`, `"base_branch":"release"`, 1)), 0o644))
+			f := &fakeForge{}
+			_, err = r.Deliver(t.Context(), sb, tc.spec, "thread-"+tc.name, f)
+			require.NoError(t, err)
+			require.Len(t, f.got, 1)
+			require.Equal(t, tc.want, f.got[0].Base)
+		})
+	}
+}

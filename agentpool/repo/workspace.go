@@ -103,11 +103,9 @@ func (r *Repos) Prepare(ctx context.Context, sb sandbox.Sandbox, s Spec, branch 
 	co.Base = strings.TrimSpace(string(out))
 	co.BaseBranch = s.Branch
 	if co.BaseBranch == "" {
-		out, err := r.git.run(ctx, cache, "symbolic-ref", "--short", "HEAD")
-		if err != nil {
-			return Checkout{}, fmt.Errorf("repo: default branch of %s: %w", s, err)
+		if co.BaseBranch, err = r.defaultBranch(ctx, cache); err != nil {
+			return Checkout{}, fmt.Errorf("repo: %s: %w", s, err)
 		}
-		co.BaseBranch = strings.TrimSpace(string(out))
 	}
 	exclude := filepath.Join(work, ".git", "info", "exclude")
 	if err := os.MkdirAll(filepath.Dir(exclude), 0o755); err != nil {
@@ -120,6 +118,15 @@ func (r *Repos) Prepare(ctx context.Context, sb sandbox.Sandbox, s Spec, branch 
 		return Checkout{}, fmt.Errorf("repo: copying %s into the sandbox: %w", s, err)
 	}
 	return co, nil
+}
+
+// defaultBranch is the forge's default branch as the cache recorded it when it cloned.
+func (r *Repos) defaultBranch(ctx context.Context, cache string) (string, error) {
+	out, err := r.git.run(ctx, cache, "symbolic-ref", "--short", "HEAD")
+	if err != nil {
+		return "", fmt.Errorf("default branch: %w", err)
+	}
+	return strings.TrimSpace(string(out)), nil
 }
 
 func appendFile(path, text string) error {
