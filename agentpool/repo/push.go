@@ -104,8 +104,9 @@ func (r *Repos) takeBundle(ctx context.Context, sb sandbox.Sandbox, ref, base, l
 			args = append(args, "^"+not)
 		}
 	}
-	var stderr bytes.Buffer
-	res, err := sb.Exec(ctx, sandbox.ExecRequest{Cmd: args, Stdout: f, Stderr: &stderr, MaxOutput: r.cfg.MaxBundle})
+	// The sandbox's words, for the error: the provider bounds each stream only at MaxBundle.
+	stderr := &tailWriter{max: maxStderr}
+	res, err := sb.Exec(ctx, sandbox.ExecRequest{Cmd: args, Stdout: f, Stderr: stderr, MaxOutput: r.cfg.MaxBundle})
 	cerr := f.Close()
 	switch {
 	case err != nil:
@@ -113,7 +114,7 @@ func (r *Repos) takeBundle(ctx context.Context, sb sandbox.Sandbox, ref, base, l
 	case res.Truncated:
 		err = fmt.Errorf("%w: the bundle is over %d bytes", ErrBadBundle, r.cfg.MaxBundle)
 	case res.ExitCode != 0:
-		err = fmt.Errorf("%w: git bundle exited %d: %s", ErrBadBundle, res.ExitCode, strings.TrimSpace(stderr.String()))
+		err = fmt.Errorf("%w: git bundle exited %d: %s", ErrBadBundle, res.ExitCode, strings.ToValidUTF8(strings.TrimSpace(stderr.String()), "\uFFFD"))
 	case cerr != nil:
 		err = fmt.Errorf("repo: %w", cerr)
 	}
@@ -127,8 +128,9 @@ func (r *Repos) takeBundle(ctx context.Context, sb sandbox.Sandbox, ref, base, l
 
 // sandboxGit runs git in the sandbox's working directory and returns its output.
 func sandboxGit(ctx context.Context, sb sandbox.Sandbox, args ...string) (string, error) {
-	var out, stderr bytes.Buffer
-	res, err := sb.Exec(ctx, sandbox.ExecRequest{Cmd: append([]string{"git"}, args...), Stdout: &out, Stderr: &stderr, MaxOutput: 1 << 20})
+	var out bytes.Buffer
+	stderr := &tailWriter{max: maxStderr}
+	res, err := sb.Exec(ctx, sandbox.ExecRequest{Cmd: append([]string{"git"}, args...), Stdout: &out, Stderr: stderr, MaxOutput: 1 << 20})
 	if err != nil {
 		return "", err
 	}

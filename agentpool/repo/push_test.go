@@ -3,6 +3,7 @@ package repo
 import (
 	"context"
 	"errors"
+	"io"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -178,4 +179,31 @@ func TestDeliverOpensThePullRequestIntoTheThreadsBase(t *testing.T) {
 			require.Equal(t, tc.want, f.got[0].Base)
 		})
 	}
+}
+
+// What a sandbox writes to git bundle's standard error goes into the push's error (and the log):
+// it is bounded like git's own stderr on the bot's side, not kept whole (the provider bounds each
+// stream only at MaxBundle, 512 MiB by default).
+func TestPushBoundsTheSandboxsBundleStderr(t *testing.T) {
+	r := localRepos(t, localForge(t))
+	prov := sandboxfake.New()
+	prov.Exec_ = func(_ context.Context, _ *sandboxfake.Box, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
+		switch {
+		case req.Cmd[1] == "rev-parse" && strings.HasPrefix(req.Cmd[len(req.Cmd)-1], "refs/heads/"):
+			_, _ = io.WriteString(req.Stdout, strings.Repeat("a", 40)+"\n")
+			return sandbox.ExecResult{}, nil
+		case req.Cmd[1] == "bundle":
+			line := strings.Repeat("x", 1023) + "\n"
+			for range 8 << 10 {
+				_, _ = io.WriteString(req.Stderr, line)
+			}
+			return sandbox.ExecResult{ExitCode: 128}, nil
+		}
+		return sandbox.ExecResult{ExitCode: 1}, nil
+	}
+	h, err := prov.Create(t.Context(), sandbox.Spec{Image: "x", WorkDir: "/work", Labels: sandbox.Labels{Deployment: "d", Thread: "t", Generation: 1}})
+	require.NoError(t, err)
+	_, err = r.Push(t.Context(), sandbox.Bind(prov, h), Spec{Host: "github.com", Owner: "acme", Name: "app"}, ThreadBranch("t"))
+	require.ErrorIs(t, err, ErrBadBundle)
+	require.Less(t, len(err.Error()), 2*maxStderr)
 }
