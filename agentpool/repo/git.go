@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/threadbox/threadbox/sandbox"
 )
 
 // git runs git on the bot's side. The token travels in the environment as an http.extraHeader
@@ -35,14 +37,25 @@ func (g git) run(ctx context.Context, dir string, args ...string) ([]byte, error
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
 	var stdout bytes.Buffer
+	capped := sandbox.NewCappedWriter(&stdout, maxStdout)
 	stderr := &tailWriter{max: maxStderr}
-	cmd.Stdout, cmd.Stderr = &stdout, stderr
-	if err := cmd.Run(); err != nil {
+	cmd.Stdout, cmd.Stderr = capped, stderr
+	err := cmd.Run()
+	if err == nil && capped.Truncated() {
+		err = errStdoutTooLarge
+	}
+	if err != nil {
 		text := strings.ToValidUTF8(strings.TrimSpace(stderr.String()), "\uFFFD")
 		return stdout.Bytes(), &gitError{args: args, stderr: g.scrub(text), err: err}
 	}
 	return stdout.Bytes(), nil
 }
+
+// maxStdout bounds what is kept of git's stdout: the bot's commands print a few lines, but one
+// reads a bundle the sandbox wrote (list-heads), whose header may list any number of refs.
+const maxStdout = 1 << 20
+
+var errStdoutTooLarge = fmt.Errorf("output over %d bytes", maxStdout)
 
 // maxStderr bounds what is kept of git's stderr: a forge writes into it (remote: lines), and it
 // ends up in errors and logs.

@@ -69,7 +69,7 @@ func (r *Repos) Push(ctx context.Context, sb sandbox.Sandbox, s Spec, branch str
 		return Pushed{}, fmt.Errorf("%w: %w", ErrBadBundle, err)
 	}
 	if got := strings.TrimSpace(string(heads)); got != head+" "+ref {
-		return Pushed{}, fmt.Errorf("%w: it holds %q, want %s at %s", ErrBadBundle, got, ref, short(head))
+		return Pushed{}, fmt.Errorf("%w: it holds %.200q, want %s at %s", ErrBadBundle, got, ref, short(head))
 	}
 	if _, err := r.git.run(ctx, q, "fetch", "--quiet", "--no-write-fetch-head", bundle, "+"+ref+":"+ref); err != nil {
 		return Pushed{}, fmt.Errorf("%w: %w", ErrBadBundle, err)

@@ -1,8 +1,11 @@
 package repo
 
 import (
+	"bufio"
 	"context"
+	"crypto/sha1"
 	"errors"
+	"fmt"
 	"io"
 	"os/exec"
 	"path/filepath"
@@ -206,4 +209,38 @@ func TestPushBoundsTheSandboxsBundleStderr(t *testing.T) {
 	_, err = r.Push(t.Context(), sandbox.Bind(prov, h), Spec{Host: "github.com", Owner: "acme", Name: "app"}, ThreadBranch("t"))
 	require.ErrorIs(t, err, ErrBadBundle)
 	require.Less(t, len(err.Error()), 2*maxStderr)
+}
+
+// The "bundle" is whatever the sandbox writes: a header listing a million refs costs it nothing.
+// What git then lists on the bot's side is bounded, and the push's error quotes little of it.
+func TestPushBoundsAHostileBundlesHeads(t *testing.T) {
+	r := localRepos(t, localForge(t))
+	prov := sandboxfake.New()
+	head := strings.Repeat("a", 40)
+	prov.Exec_ = func(_ context.Context, _ *sandboxfake.Box, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
+		switch {
+		case req.Cmd[1] == "rev-parse" && strings.HasPrefix(req.Cmd[len(req.Cmd)-1], "refs/heads/"):
+			_, _ = io.WriteString(req.Stdout, head+"\n")
+			return sandbox.ExecResult{}, nil
+		case req.Cmd[1] == "bundle":
+			w := bufio.NewWriter(req.Stdout)
+			_, _ = w.WriteString("# v2 git bundle\n")
+			for i := range 20_000 { // 1.5 MB of heads
+				fmt.Fprintf(w, "%s refs/heads/threadbox/%030d\n", head, i)
+			}
+			_, _ = w.WriteString("\n")
+			// An empty pack: "PACK", version 2, no objects, and its SHA-1.
+			pack := []byte("PACK\x00\x00\x00\x02\x00\x00\x00\x00")
+			sum := sha1.Sum(pack)
+			_, _ = w.Write(append(pack, sum[:]...))
+			_ = w.Flush()
+			return sandbox.ExecResult{}, nil
+		}
+		return sandbox.ExecResult{ExitCode: 1}, nil
+	}
+	h, err := prov.Create(t.Context(), sandbox.Spec{Image: "x", WorkDir: "/work", Labels: sandbox.Labels{Deployment: "d", Thread: "t", Generation: 1}})
+	require.NoError(t, err)
+	_, err = r.Push(t.Context(), sandbox.Bind(prov, h), Spec{Host: "github.com", Owner: "acme", Name: "app"}, ThreadBranch("t"))
+	require.ErrorIs(t, err, ErrBadBundle)
+	require.Less(t, len(err.Error()), 2*maxStderr, "%.300s", err)
 }
