@@ -78,15 +78,15 @@ func (r *Repos) Push(ctx context.Context, sb sandbox.Sandbox, s Spec, branch str
 	if _, err := r.git.run(ctx, q, "push", "--quiet", "--no-verify", lease, r.URL(s), ref+":"+ref); err != nil {
 		return Pushed{}, fmt.Errorf("%s %s: %w: %w", s, branch, ErrPushRejected, err)
 	}
-	// The forge has it now, so the cache may too: it mirrors the forge, with the branch where the
-	// push left it (status reads it).
-	if _, err := r.git.run(ctx, cache, "fetch", "--quiet", "--no-write-fetch-head", q, "+"+ref+":"+ref); err != nil {
-		return Pushed{Branch: branch, Commit: head}, fmt.Errorf("repo: recording the push in the cache: %w", err)
-	}
+	// The sandbox's record first: the next push's lease expects the forge's branch there.
 	if _, err := sandboxGit(ctx, sb, "update-ref", pushedRef, head); err != nil {
 		// Pushed all the same; the next push's lease is then stale and refused, which is safe.
 		return Pushed{Branch: branch, Commit: head}, fmt.Errorf("repo: recording the push in the sandbox: %w", err)
 	}
+	// The forge has it now, so the cache may too: it mirrors the forge, with the branch where the
+	// push left it (status reads it). Only a convenience, so a failure (another replica sharing
+	// the cache holds the ref's lock) does not fail the push: the next fetch brings the branch.
+	_, _ = r.git.run(ctx, cache, "fetch", "--quiet", "--no-write-fetch-head", q, "+"+ref+":"+ref)
 	return Pushed{Branch: branch, Commit: head}, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -243,4 +244,29 @@ func TestPushBoundsAHostileBundlesHeads(t *testing.T) {
 	_, err = r.Push(t.Context(), sandbox.Bind(prov, h), Spec{Host: "github.com", Owner: "acme", Name: "app"}, ThreadBranch("t"))
 	require.ErrorIs(t, err, ErrBadBundle)
 	require.Less(t, len(err.Error()), 2*maxStderr, "%.300s", err)
+}
+
+// Once the forge has the push, the bot's cache failing to record it (another replica sharing the
+// cache holds the ref's lock) must neither report the push as failed nor leave the sandbox's
+// record of it behind: the next push's lease would then expect the old commit and be refused for
+// good.
+func TestPushThatTheCacheCannotRecordStillCounts(t *testing.T) {
+	r := localRepos(t, localForge(t))
+	sb, dir := localSandbox(t)
+	spec := Spec{Host: "github.com", Owner: "acme", Name: "app"}
+	_, err := r.Ensure(t.Context(), sb, spec, "thread-1", who)
+	require.NoError(t, err)
+	branch := ThreadBranch("thread-1")
+	lock := filepath.Join(r.cachePath(spec), "refs", "heads", branch+".lock")
+	require.NoError(t, os.MkdirAll(filepath.Dir(lock), 0o755))
+	require.NoError(t, os.WriteFile(lock, nil, 0o644))
+
+	inDir(t, dir, "commit", "--quiet", "--allow-empty", "-m", "first")
+	_, err = r.Deliver(t.Context(), sb, spec, "thread-1", &fakeForge{})
+	require.NoError(t, err, "the forge has the push")
+
+	require.NoError(t, os.Remove(lock))
+	inDir(t, dir, "commit", "--quiet", "--allow-empty", "-m", "second")
+	_, err = r.Deliver(t.Context(), sb, spec, "thread-1", &fakeForge{})
+	require.NoError(t, err, "the next push was refused")
 }
