@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Config is the bot side of repositories.
@@ -42,13 +43,15 @@ type Repos struct {
 	locks map[string]*sync.Mutex
 }
 
-// New builds Repos; the cache directory is created on first use.
+// New builds Repos; the cache directory is created on first use. It removes what a process killed
+// mid-operation left in it (sweep).
 func New(cfg Config) (*Repos, error) {
 	if cfg.CacheDir == "" {
 		return nil, errors.New("repo: CacheDir is required")
 	}
 	cfg.MaxBundle = cmp.Or(cfg.MaxBundle, DefaultMaxBundle)
 	cfg.TokenHost = cmp.Or(cfg.TokenHost, "github.com")
+	sweep(cfg.CacheDir, time.Now())
 	r := &Repos{cfg: cfg, locks: map[string]*sync.Mutex{}}
 	r.git = git{token: cfg.Token, tokenURL: r.baseURL(cfg.TokenHost)}
 	return r, nil
