@@ -42,7 +42,10 @@ func (r *Repos) Push(ctx context.Context, sb sandbox.Sandbox, s Spec, branch str
 	if head == lastPushed || head == base {
 		return Pushed{}, fmt.Errorf("%s at %s: %w", branch, short(head), ErrNothingToPush)
 	}
-	unlock := r.lock(s)
+	unlock, err := r.lock(s)
+	if err != nil {
+		return Pushed{}, err
+	}
 	defer unlock()
 	cache, _, err := r.sync(ctx, s)
 	if err != nil {

@@ -13,9 +13,9 @@ import (
 	"github.com/threadbox/threadbox/agentpool/repo/gitserver"
 )
 
-// Two replicas (or two processes) sharing the cache directory both clone a repository the cache
-// does not have yet: the one that finishes second finds the other's clone in place and uses it,
-// instead of failing the user's repo command on the rename.
+// Two replicas (or two processes) sharing the cache directory both want a repository the cache
+// does not have yet: the second waits for the first's clone and then uses it, instead of cloning
+// too and failing the user's repo command on the rename.
 func TestColdCloneRaceWithAnotherReplica(t *testing.T) {
 	srv := gitserver.New(t, "tok")
 	srv.CreateRepo(t, "acme", "app", map[string][]byte{"README.md": []byte("hi\n")})
@@ -38,11 +38,46 @@ func TestColdCloneRaceWithAnotherReplica(t *testing.T) {
 	}
 	a, b := replica(slow.URL), replica(srv.URL())
 	spec := Spec{Host: "github.com", Owner: "acme", Name: "app"}
+	waited := make(chan struct{})
+	b.onWait = func() { close(waited) }
 	done := make(chan error, 1)
 	go func() { done <- a.Fetch(t.Context(), spec) }()
 	<-reached
-	require.NoError(t, b.Fetch(t.Context(), spec))
+	bDone := make(chan error, 1)
+	go func() { bDone <- b.Fetch(t.Context(), spec) }()
+	<-waited
 	close(release)
-	require.NoError(t, <-done, "the second clone to finish failed on the first one's cache")
+	require.NoError(t, <-done)
+	require.NoError(t, <-bDone, "the second replica failed on the first one's clone")
 	require.NoError(t, a.Fetch(t.Context(), spec), "and the cache serves both afterwards")
+}
+
+// Two replicas sharing the cache directory take turns on a repository's cache, as two operations
+// in one process do: git's own ref locks make a fetch that meets another's fail ("cannot lock
+// ref"), which the user would read as the forge failing.
+func TestReplicasSharingTheCacheTakeTurns(t *testing.T) {
+	srv := gitserver.New(t, "tok")
+	srv.CreateRepo(t, "acme", "app", map[string][]byte{"README.md": []byte("hi\n")})
+	cache := t.TempDir()
+	replica := func() *Repos {
+		r, err := New(Config{CacheDir: cache, Token: "tok", Hosts: map[string]string{"github.com": srv.URL()}, Allow: Allowlist{"github.com/acme"}})
+		require.NoError(t, err)
+		return r
+	}
+	a, b := replica(), replica()
+	spec := Spec{Host: "github.com", Owner: "acme", Name: "app"}
+	waited := make(chan struct{})
+	b.onWait = func() { close(waited) }
+
+	unlock, err := a.lock(spec)
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- b.Fetch(t.Context(), spec) }()
+	select {
+	case <-waited:
+	case err := <-done:
+		t.Fatalf("the second replica used the cache while the first held it (err %v)", err)
+	}
+	unlock()
+	require.NoError(t, <-done)
 }

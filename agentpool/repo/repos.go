@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -41,6 +42,9 @@ type Repos struct {
 
 	mu    sync.Mutex // protects locks
 	locks map[string]*sync.Mutex
+
+	// onWait, for tests, runs when lock finds another process holding a repository's cache.
+	onWait func()
 }
 
 // New builds Repos; the cache directory is created on first use. It removes what a process killed
@@ -74,8 +78,10 @@ func (r *Repos) baseURL(host string) string {
 	return strings.TrimRight(base, "/")
 }
 
-// lock serializes the operations on one repository's cache.
-func (r *Repos) lock(s Spec) func() {
+// lock serializes the operations on one repository's cache: in this process (a mutex), and with
+// other processes sharing the cache directory, another replica (an flock on a file beside the
+// repository). git's own ref locks do not wait: a fetch that meets another's fails.
+func (r *Repos) lock(s Spec) (func(), error) {
 	key := strings.ToLower(s.Host + "/" + s.FullName())
 	r.mu.Lock()
 	l, ok := r.locks[key]
@@ -85,7 +91,47 @@ func (r *Repos) lock(s Spec) func() {
 	}
 	r.mu.Unlock()
 	l.Lock()
-	return l.Unlock
+	f, err := r.lockFile(s)
+	if err != nil {
+		l.Unlock()
+		return nil, err
+	}
+	return func() { _ = f.Close(); l.Unlock() }, nil // closing the file releases the flock
+}
+
+// lockFile opens and flocks the repository's lock file, waiting for another process to release it.
+func (r *Repos) lockFile(s Spec) (*os.File, error) {
+	name := strings.TrimSuffix(r.cachePath(s), ".git") + ".lock"
+	if err := os.MkdirAll(filepath.Dir(name), 0o700); err != nil {
+		return nil, fmt.Errorf("repo: cache: %w", err)
+	}
+	f, err := os.OpenFile(name, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("repo: cache lock: %w", err)
+	}
+	fd := int(f.Fd())
+	err = syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB)
+	if errors.Is(err, syscall.EWOULDBLOCK) {
+		if r.onWait != nil {
+			r.onWait()
+		}
+		err = flockWait(fd)
+	}
+	if err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("repo: cache lock: %w", err)
+	}
+	return f, nil
+}
+
+// flockWait takes the lock, waiting; a signal interrupting the wait is not a failure.
+func flockWait(fd int) error {
+	for {
+		err := syscall.Flock(fd, syscall.LOCK_EX)
+		if !errors.Is(err, syscall.EINTR) {
+			return err
+		}
+	}
 }
 
 func (r *Repos) cachePath(s Spec) string {
@@ -142,8 +188,11 @@ func fetchErr(s Spec, err error) error {
 // Fetch brings the repository into the bot's cache (checking the allowlist, that the forge has it,
 // and its branch when s names one), so a thread's choice is checked before anything is recorded.
 func (r *Repos) Fetch(ctx context.Context, s Spec) error {
-	unlock := r.lock(s)
+	unlock, err := r.lock(s)
+	if err != nil {
+		return err
+	}
 	defer unlock()
-	_, _, err := r.sync(ctx, s)
+	_, _, err = r.sync(ctx, s)
 	return err
 }
