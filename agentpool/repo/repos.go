@@ -54,7 +54,14 @@ func New(cfg Config) (*Repos, error) {
 		return nil, errors.New("repo: CacheDir is required")
 	}
 	cfg.MaxBundle = cmp.Or(cfg.MaxBundle, DefaultMaxBundle)
-	cfg.TokenHost = cmp.Or(cfg.TokenHost, "github.com")
+	// Host names are compared in lower case, as Parse writes them: git.host as the operator
+	// spelled it names the same forge.
+	cfg.TokenHost = strings.ToLower(cmp.Or(cfg.TokenHost, "github.com"))
+	hosts := make(map[string]string, len(cfg.Hosts))
+	for h, u := range cfg.Hosts {
+		hosts[strings.ToLower(h)] = u
+	}
+	cfg.Hosts = hosts
 	sweep(cfg.CacheDir, time.Now())
 	r := &Repos{cfg: cfg, locks: map[string]*sync.Mutex{}}
 	r.git = git{token: cfg.Token, tokenURL: r.baseURL(cfg.TokenHost)}

@@ -90,7 +90,7 @@ func Parse(text, defaultHost string) (Spec, error) {
 	var s Spec
 	switch len(parts) {
 	case 2:
-		s = Spec{Host: defaultHost, Owner: parts[0], Name: parts[1]}
+		s = Spec{Host: strings.ToLower(defaultHost), Owner: parts[0], Name: parts[1]}
 	case 3:
 		s = Spec{Host: strings.ToLower(parts[0]), Owner: parts[1], Name: parts[2]}
 	default:

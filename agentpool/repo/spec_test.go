@@ -106,3 +106,18 @@ func TestParseErrorDoesNotEchoTheInput(t *testing.T) {
 		require.Less(t, len(err.Error()), 300)
 	}
 }
+
+// git.host as the operator wrote it (GHE.Example.com) names the same forge as the host a user
+// types or Parse lowers: its git.url and its token apply to both spellings.
+func TestHostCaseDoesNotChangeTheForge(t *testing.T) {
+	r, err := New(Config{CacheDir: t.TempDir(), Token: "tok", TokenHost: "GHE.Example.com",
+		Hosts: map[string]string{"GHE.Example.com": "https://ghe.internal:8443/git"}})
+	require.NoError(t, err)
+	for _, in := range []string{"ghe.example.com/acme/app", "acme/app"} {
+		s, err := Parse(in, "GHE.Example.com")
+		require.NoError(t, err)
+		require.Equal(t, "ghe.example.com", s.Host, in)
+		require.Equal(t, "https://ghe.internal:8443/git/acme/app.git", r.URL(s), in)
+	}
+	require.Equal(t, "https://ghe.internal:8443/git", r.git.tokenURL)
+}
