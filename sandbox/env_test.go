@@ -167,3 +167,21 @@ func TestSpecMountsMustBeAbsolute(t *testing.T) {
 		})
 	}
 }
+
+// TestDefaultBlockedModelCredentials: the credentials of the model providers and agent CLIs the
+// runtimes use never enter a sandbox, even when an operator passes them through by mistake.
+func TestDefaultBlockedModelCredentials(t *testing.T) {
+	names := []string{
+		"CLAUDE_CODE_OAUTH_TOKEN", "AWS_BEARER_TOKEN_BEDROCK", "AZURE_OPENAI_API_KEY", "MISTRAL_API_KEY",
+		"GROQ_API_KEY", "XAI_API_KEY", "DEEPSEEK_API_KEY", "COHERE_API_KEY", "TOGETHER_API_KEY",
+		"FIREWORKS_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "GOOGLE_GENERATIVE_AI_API_KEY",
+	}
+	host := map[string]string{}
+	for _, n := range names {
+		host[n] = "secret"
+	}
+	got, blocked, err := EnvPolicy{Passthrough: names}.Resolve(lookupFrom(host))
+	require.NoError(t, err)
+	require.Empty(t, got)
+	require.ElementsMatch(t, names, blocked)
+}
