@@ -42,7 +42,7 @@ func (r *Repos) Push(ctx context.Context, sb sandbox.Sandbox, s Spec, branch str
 	if head == lastPushed || head == base {
 		return Pushed{}, fmt.Errorf("%s at %s: %w", branch, short(head), ErrNothingToPush)
 	}
-	unlock, err := r.lock(s)
+	unlock, err := r.lock(ctx, s)
 	if err != nil {
 		return Pushed{}, err
 	}

@@ -1,6 +1,7 @@
 package repo
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -69,7 +70,7 @@ func TestReplicasSharingTheCacheTakeTurns(t *testing.T) {
 	waited := make(chan struct{})
 	b.onWait = func() { close(waited) }
 
-	unlock, err := a.lock(spec)
+	unlock, err := a.lock(t.Context(), spec)
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- b.Fetch(t.Context(), spec) }()
@@ -80,4 +81,31 @@ func TestReplicasSharingTheCacheTakeTurns(t *testing.T) {
 	}
 	unlock()
 	require.NoError(t, <-done)
+}
+
+// A replica that holds a repository's cache and hangs must not hang the other's turns for good: the
+// wait for its lock ends with the waiter's context.
+func TestCacheLockWaitEndsWithContext(t *testing.T) {
+	cache := t.TempDir()
+	replica := func() *Repos {
+		r, err := New(Config{CacheDir: cache, Token: "tok", Allow: Allowlist{"github.com/acme"}})
+		require.NoError(t, err)
+		return r
+	}
+	a, b := replica(), replica()
+	spec := Spec{Host: "github.com", Owner: "acme", Name: "app"}
+	unlock, err := a.lock(t.Context(), spec)
+	require.NoError(t, err)
+	defer unlock()
+
+	ctx, cancel := context.WithCancel(t.Context())
+	b.onWait = cancel // the other process holds it: give up
+	_, err = b.lock(ctx, spec)
+	require.ErrorIs(t, err, context.Canceled)
+
+	// In one process too: the second operation's wait ends with its context.
+	ctx2, cancel2 := context.WithCancel(t.Context())
+	cancel2()
+	_, err = a.lock(ctx2, spec)
+	require.ErrorIs(t, err, context.Canceled)
 }

@@ -41,7 +41,7 @@ type Repos struct {
 	git git
 
 	mu    sync.Mutex // protects locks
-	locks map[string]*sync.Mutex
+	locks map[string]chan struct{} // one slot per repository
 
 	// onWait, for tests, runs when lock finds another process holding a repository's cache.
 	onWait func()
@@ -63,7 +63,7 @@ func New(cfg Config) (*Repos, error) {
 	}
 	cfg.Hosts = hosts
 	sweep(cfg.CacheDir, time.Now())
-	r := &Repos{cfg: cfg, locks: map[string]*sync.Mutex{}}
+	r := &Repos{cfg: cfg, locks: map[string]chan struct{}{}}
 	r.git = git{token: cfg.Token, tokenURL: r.baseURL(cfg.TokenHost)}
 	return r, nil
 }
@@ -85,29 +85,35 @@ func (r *Repos) baseURL(host string) string {
 	return strings.TrimRight(base, "/")
 }
 
-// lock serializes the operations on one repository's cache: in this process (a mutex), and with
-// other processes sharing the cache directory, another replica (an flock on a file beside the
-// repository). git's own ref locks do not wait: a fetch that meets another's fails.
-func (r *Repos) lock(s Spec) (func(), error) {
+// lock serializes the operations on one repository's cache: in this process, and with other
+// processes sharing the cache directory, another replica (an flock on a file beside the
+// repository). git's own ref locks do not wait: a fetch that meets another's fails. The wait ends
+// with ctx: a replica that hangs while it holds the lock must not hang this one's turns for good.
+func (r *Repos) lock(ctx context.Context, s Spec) (func(), error) {
 	key := strings.ToLower(s.Host + "/" + s.FullName())
 	r.mu.Lock()
 	l, ok := r.locks[key]
 	if !ok {
-		l = &sync.Mutex{}
+		l = make(chan struct{}, 1)
 		r.locks[key] = l
 	}
 	r.mu.Unlock()
-	l.Lock()
-	f, err := r.lockFile(s)
+	select {
+	case l <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("repo: waiting for the cache of %s: %w", s.FullName(), ctx.Err())
+	}
+	f, err := r.lockFile(ctx, s)
 	if err != nil {
-		l.Unlock()
+		<-l
 		return nil, err
 	}
-	return func() { _ = f.Close(); l.Unlock() }, nil // closing the file releases the flock
+	return func() { _ = f.Close(); <-l }, nil // closing the file releases the flock
 }
 
-// lockFile opens and flocks the repository's lock file, waiting for another process to release it.
-func (r *Repos) lockFile(s Spec) (*os.File, error) {
+// lockFile opens and flocks the repository's lock file, waiting for another process to release it
+// or ctx to end.
+func (r *Repos) lockFile(ctx context.Context, s Spec) (*os.File, error) {
 	name := strings.TrimSuffix(r.cachePath(s), ".git") + ".lock"
 	if err := os.MkdirAll(filepath.Dir(name), 0o700); err != nil {
 		return nil, fmt.Errorf("repo: cache: %w", err)
@@ -117,12 +123,12 @@ func (r *Repos) lockFile(s Spec) (*os.File, error) {
 		return nil, fmt.Errorf("repo: cache lock: %w", err)
 	}
 	fd := int(f.Fd())
-	err = syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB)
+	err = tryFlock(fd)
 	if errors.Is(err, syscall.EWOULDBLOCK) {
 		if r.onWait != nil {
 			r.onWait()
 		}
-		err = flockWait(fd)
+		err = flockWait(ctx, fd)
 	}
 	if err != nil {
 		_ = f.Close()
@@ -131,11 +137,32 @@ func (r *Repos) lockFile(s Spec) (*os.File, error) {
 	return f, nil
 }
 
-// flockWait takes the lock, waiting; a signal interrupting the wait is not a failure.
-func flockWait(fd int) error {
+// tryFlock takes the lock if it is free; EWOULDBLOCK if another holds it. A signal interrupting the
+// call is not a failure.
+func tryFlock(fd int) error {
 	for {
-		err := syscall.Flock(fd, syscall.LOCK_EX)
+		err := syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB)
 		if !errors.Is(err, syscall.EINTR) {
+			return err
+		}
+	}
+}
+
+// flockPoll is how often a wait for another process's lock looks again: flock cannot wait on a
+// context, and a blocking flock would outlive it.
+const flockPoll = 50 * time.Millisecond
+
+// flockWait takes the lock, looking every flockPoll until it is free or ctx ends.
+func flockWait(ctx context.Context, fd int) error {
+	tick := time.NewTicker(flockPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for another process: %w", ctx.Err())
+		case <-tick.C:
+		}
+		if err := tryFlock(fd); !errors.Is(err, syscall.EWOULDBLOCK) {
 			return err
 		}
 	}
@@ -195,7 +222,7 @@ func fetchErr(s Spec, err error) error {
 // Fetch brings the repository into the bot's cache (checking the allowlist, that the forge has it,
 // and its branch when s names one), so a thread's choice is checked before anything is recorded.
 func (r *Repos) Fetch(ctx context.Context, s Spec) error {
-	unlock, err := r.lock(s)
+	unlock, err := r.lock(ctx, s)
 	if err != nil {
 		return err
 	}

@@ -50,7 +50,7 @@ func (r *Repos) Prepare(ctx context.Context, sb sandbox.Sandbox, s Spec, branch 
 	if !strings.HasPrefix(branch, BranchPrefix) || !ValidBranch(branch) {
 		return Checkout{}, fmt.Errorf("%s: %w", branch, ErrBranchRefused)
 	}
-	unlock, err := r.lock(s)
+	unlock, err := r.lock(ctx, s)
 	if err != nil {
 		return Checkout{}, err
 	}
