@@ -148,12 +148,18 @@ func (p *Provider) script(ctx context.Context, lv *live, stdout, stderr io.Write
 	}
 	var wr waitResult
 	if err := lv.conn.call(ctx, "processWait", map[string]int{"pid": sp.PID}, &wr, nil); err != nil {
+		if ctx.Err() != nil {
+			// The caller left while the script ran: nothing of it runs on in the box (as for an Exec).
+			p.killExec(context.WithoutCancel(ctx), lv, sp.PID, marker)
+		}
 		return 0, err
 	}
 	for _, s := range streams {
 		select {
 		case <-s.done:
 		case <-ctx.Done():
+			// Exited, but something it started holds its output open.
+			p.killExec(context.WithoutCancel(ctx), lv, 0, marker)
 			return 0, ctx.Err()
 		}
 	}

@@ -228,3 +228,53 @@ func TestScriptCancelledDuringSpawnKills(t *testing.T) {
 		})
 	}
 }
+
+// TestScriptCancelledWhileRunningKills: one of the provider's own scripts whose caller leaves while
+// it runs (after its spawn answered) is killed, with everything it started, as an Exec is: it used to
+// run on in the box, holding its output streams, for as long as it liked.
+func TestScriptCancelledWhileRunningKills(t *testing.T) {
+	for name, run := range map[string]func(context.Context, *Provider, *live) error{
+		"run": func(ctx context.Context, p *Provider, lv *live) error {
+			_, err := p.run(ctx, lv, "sleep 600")
+			return err
+		},
+		"runOut": func(ctx context.Context, p *Provider, lv *live) error {
+			_, _, _, err := p.runOut(ctx, lv, 1<<10, "sleep 600")
+			return err
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p, h, s := stubProvider(t)
+			lv := p.lives[h.ID]
+			ctx, cancel := context.WithCancel(t.Context())
+			runErr := make(chan error, 1)
+			go func() { runErr <- run(ctx, p, lv) }()
+			spawn := s.next()
+			require.Equal(t, "spawn", spawn.Method)
+			env, _ := envOf(t, spawn)
+			marker := markerEnv + "=" + env[markerEnv]
+			s.answer(spawn.ID, map[string]any{"pid": 7, "stdoutStreamId": 1, "stderrStreamId": 2})
+			wait := s.next()
+			require.Equal(t, "processWait", wait.Method)
+			cancel()
+
+			kill := s.next()
+			require.Equal(t, "processKill", kill.Method, "the running script is killed")
+			require.JSONEq(t, `{"pid":7,"signal":"SIGKILL"}`, string(kill.Params))
+			s.answer(kill.ID, nil)
+			s.answer(wait.ID, map[string]any{"success": false, "code": 137})
+			for _, id := range []int{1, 2} {
+				s.note("$sandbox.stream.end", map[string]any{"streamId": id})
+			}
+			tree := s.next()
+			require.Equal(t, "spawn", tree.Method)
+			_, args := envOf(t, tree)
+			require.Equal(t, marker, args[len(args)-1], "the kill tree looks for the script's marker")
+			s.answer(tree.ID, map[string]any{"pid": 8})
+			treeWait := s.next()
+			require.Equal(t, "processWait", treeWait.Method)
+			s.answer(treeWait.ID, map[string]any{"success": true, "code": 0})
+			require.ErrorIs(t, <-runErr, context.Canceled)
+		})
+	}
+}
