@@ -42,6 +42,24 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if and (has "docker" (include "threadbox.providers" . | fromJsonArray)) .Values.sandbox.docker.socketPath }}true{{ end }}
 {{- end }}
 
+{{/*
+The model gateway's socket dir with the Docker provider on the node's engine: a node directory of the
+release's own, mounted at the same path, since the engine finds a bind mount's source on the node.
+Kept under ~70 bytes: sockets below it need ~37 more, and a unix socket path at most 107.
+*/}}
+{{- define "threadbox.gatewayDir" -}}
+{{- if include "threadbox.dockerSocket" . }}
+{{- $dir := printf "%s/%s/%s" (trimSuffix "/" .Values.gateway.hostDir) .Release.Namespace (include "threadbox.fullname" .) }}
+{{- if not (hasPrefix "/" $dir) }}
+{{- fail (printf "gateway.hostDir %q must be an absolute path" .Values.gateway.hostDir) }}
+{{- end }}
+{{- if gt (len $dir) 70 }}
+{{- fail (printf "the gateway's node directory %q is longer than 70 bytes (unix socket paths below it would not fit): shorten gateway.hostDir or the release name" $dir) }}
+{{- end }}
+{{- $dir }}
+{{- end }}
+{{- end }}
+
 {{/* The enabled sandbox providers, as JSON: sandbox.providers, or just sandbox.provider. */}}
 {{- define "threadbox.providers" -}}
 {{- .Values.sandbox.providers | default (list .Values.sandbox.provider) | toJson }}
