@@ -39,6 +39,11 @@ if [[ -z "${THREADBOX_SANDBOX_IMAGE:-}" ]] && docker info >/dev/null 2>&1; then
 	fi
 fi
 export THREADBOX_SANDBOX_LOCAL_I_UNDERSTAND_NO_ISOLATION=true
+# data/ (the database, the gateway's sockets, the local provider's sandboxes, where agents write what
+# they like) is inside this Go module: a go.mod of its own keeps any Go file there out of the module's
+# packages (go test ./..., go vet ./..., make fuzz).
+mkdir -p data
+[[ -f data/go.mod ]] || printf '// The data of make run (deploy/run.sh): a module of its own, not part of threadbox.\nmodule threadbox.local/data\n' >data/go.mod
 # The person at this machine administers the local web chat: trust loopback clients (never do this
 # behind a reverse proxy or tunnel on this machine), and print a one-time login link for the browser.
 export THREADBOX_ADMIN_USERS="${THREADBOX_ADMIN_USERS:-web:local}"

@@ -53,3 +53,58 @@ func TestFuzzScriptRunsOnlyTheModulesTargets(t *testing.T) {
 	require.Contains(t, lines[0], "^FuzzOwn$")
 	require.Contains(t, lines[0], "./p")
 }
+
+// runScratch runs run.sh (make run) in a scratch module, with no Docker and a go that only "builds"
+// bin/threadbox as a script that exits at once; it returns the module root. env adds to the
+// environment.
+func runScratch(t *testing.T, env ...string) string {
+	t.Helper()
+	root := t.TempDir()
+	bin := t.TempDir()
+	script, err := os.ReadFile("run.sh")
+	require.NoError(t, err)
+	fakeGo := "#!/usr/bin/env bash\nout=\nwhile [ $# -gt 0 ]; do [ \"$1\" = -o ] && out=$2; shift; done\n" +
+		"mkdir -p \"$(dirname \"$out\")\"; printf '#!/bin/sh\\nexit 0\\n' >\"$out\"; chmod +x \"$out\"\n"
+	files := map[string]string{
+		"go.mod":        "module example.com/m\n\ngo 1.21\n",
+		"p/p.go":        "package p\n",
+		"deploy/run.sh": string(script),
+		bin + "/go":     fakeGo,
+		bin + "/docker": "#!/bin/sh\nexit 1\n",
+	}
+	for name, body := range files {
+		p := name
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(root, name)
+		}
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, []byte(body), 0o755))
+	}
+	cmd := exec.Command("bash", filepath.Join(root, "deploy", "run.sh"))
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"), "THREADBOX_SANDBOX_IMAGE=", "GO=")
+	cmd.Env = append(cmd.Env, env...)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	return root
+}
+
+// TestRunKeepsDataOutOfTheModule: make run keeps the local provider's sandboxes under data/, where
+// an agent writes whatever it likes; Go files there without a go.mod of their own would be packages
+// of this module, in go test ./..., go vet ./... and make fuzz. run.sh makes data/ a module of its own.
+func TestRunKeepsDataOutOfTheModule(t *testing.T) {
+	realGo, err := exec.LookPath("go")
+	require.NoError(t, err)
+	root := runScratch(t)
+	// What an agent on the local provider might leave in its sandbox.
+	p := filepath.Join(root, "data", "sandboxes", "s1", "work", "x.go")
+	require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+	require.NoError(t, os.WriteFile(p, []byte("package x\n\nfunc broken( {\n"), 0o644))
+
+	cmd := exec.Command(realGo, "list", "./...")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Equal(t, "example.com/m/p", strings.TrimSpace(string(out)))
+}
