@@ -38,7 +38,7 @@ build: ## build bin/threadbox
 
 .PHONY: run
 run: ## start the bot on embedded defaults (SQLite, web chat on 127.0.0.1:8080, Docker if present; with a model key, the AI runtimes image and the gateway)
-	VERSION=$(VERSION) deploy/run.sh
+	GO=$(GO) VERSION=$(VERSION) deploy/run.sh
 
 .PHONY: services
 services: ## install (if missing) and start Docker, PostgreSQL and Redis; build the test image

@@ -8,6 +8,7 @@
 #     that cannot be built here, the busybox test image; the shell runtime works in both) and use it.
 #   - No Docker: the local provider, which runs agent commands on this host with no isolation. Running
 #     `make run` is the acknowledgement; the bot warns loudly on the console and on the page.
+# GO picks the go that builds the bot (make run GO=go1.26.1).
 # Anything set in the environment or a config file still wins (THREADBOX_SANDBOX_IMAGE skips all of
 # the above; THREADBOX_RUNTIME_NAME=shell ignores the model keys).
 set -euo pipefail
@@ -51,5 +52,5 @@ export THREADBOX_HTTP_TRUST_LOOPBACK="${THREADBOX_HTTP_TRUST_LOOPBACK:-true}"
 # Static (no cgo): the model gateway mounts this binary into Docker sandboxes as their forwarder.
 # Built, then exec'd (not `go run`), so that Ctrl-C and SIGTERM reach the bot itself and it shuts down
 # cleanly.
-CGO_ENABLED=0 go build -ldflags "-X main.version=${VERSION:-dev}" -o bin/threadbox ./cmd/threadbox
+CGO_ENABLED=0 "${GO:-go}" build -ldflags "-X main.version=${VERSION:-dev}" -o bin/threadbox ./cmd/threadbox
 exec bin/threadbox serve --login-link "$@"

@@ -63,13 +63,11 @@ func runScratch(t *testing.T, env ...string) string {
 	bin := t.TempDir()
 	script, err := os.ReadFile("run.sh")
 	require.NoError(t, err)
-	fakeGo := "#!/usr/bin/env bash\nout=\nwhile [ $# -gt 0 ]; do [ \"$1\" = -o ] && out=$2; shift; done\n" +
-		"mkdir -p \"$(dirname \"$out\")\"; printf '#!/bin/sh\\nexit 0\\n' >\"$out\"; chmod +x \"$out\"\n"
 	files := map[string]string{
 		"go.mod":        "module example.com/m\n\ngo 1.21\n",
 		"p/p.go":        "package p\n",
 		"deploy/run.sh": string(script),
-		bin + "/go":     fakeGo,
+		bin + "/go":     fakeGoBuild,
 		bin + "/docker": "#!/bin/sh\nexit 1\n",
 	}
 	for name, body := range files {
@@ -107,4 +105,19 @@ func TestRunKeepsDataOutOfTheModule(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	require.Equal(t, "example.com/m/p", strings.TrimSpace(string(out)))
+}
+
+// fakeGoBuild is a go that only "builds": it makes its -o a script that exits at once.
+const fakeGoBuild = "#!/usr/bin/env bash\nout=\nwhile [ $# -gt 0 ]; do [ \"$1\" = -o ] && out=$2; shift; done\n" +
+	"mkdir -p \"$(dirname \"$out\")\"; printf '#!/bin/sh\\nexit 0\\n' >\"$out\"; chmod +x \"$out\"\n"
+
+// TestRunBuildsWithGO: make run GO=… (like make build and make fuzz) builds the bot with that go,
+// not whichever go is first on PATH.
+func TestRunBuildsWithGO(t *testing.T) {
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "used")
+	mine := filepath.Join(dir, "mygo")
+	require.NoError(t, os.WriteFile(mine, []byte(fakeGoBuild+"touch "+marker+"\n"), 0o755))
+	runScratch(t, "GO="+mine)
+	require.FileExists(t, marker, "run.sh did not build with $GO")
 }
