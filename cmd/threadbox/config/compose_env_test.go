@@ -2,9 +2,14 @@ package config
 
 import (
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
 )
 
 // TestComposeEnvFileIsIgnored: deploy/compose.yaml's instructions copy compose.env.example to
@@ -26,5 +31,34 @@ func TestComposeEnvFileIsIgnored(t *testing.T) {
 	}
 	if err != nil {
 		t.Fatalf("git check-ignore: %v", err)
+	}
+}
+
+// TestComposeDefaultsAreTheEmbeddedOnes: compose.yaml passes some keys as ${VAR:-default}; its
+// defaults must be the code's, or a compose deployment quietly runs otherwise than the README says
+// (sandbox.network none instead of auto kept AI runtimes on Docker from restricted egress).
+func TestComposeDefaultsAreTheEmbeddedOnes(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "..", "deploy", "compose.yaml"))
+	require.NoError(t, err)
+	var doc struct {
+		Services map[string]struct {
+			Environment map[string]string `yaml:"environment"`
+		} `yaml:"services"`
+	}
+	require.NoError(t, yaml.Unmarshal(raw, &doc))
+	env := doc.Services["bot"].Environment
+	def := Default()
+	defaultOf := regexp.MustCompile(`^\$\{[A-Z_]+:-([^}]*)\}$`)
+	for _, tc := range []struct{ env, want string }{
+		{"THREADBOX_DEPLOYMENT", def.Deployment},
+		{"THREADBOX_RUNTIME_NAME", def.Runtime.Name},
+		{"THREADBOX_SANDBOX_IMAGE", def.Sandbox.Image},
+		{"THREADBOX_SANDBOX_NETWORK", def.Sandbox.Network},
+	} {
+		t.Run(tc.env, func(t *testing.T) {
+			m := defaultOf.FindStringSubmatch(env[tc.env])
+			require.NotNil(t, m, "compose.yaml's bot sets %s to %q, not ${VAR:-default}", tc.env, env[tc.env])
+			require.Equal(t, tc.want, m[1], "compose.yaml's default for %s", tc.env)
+		})
 	}
 }
