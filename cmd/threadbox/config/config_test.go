@@ -138,6 +138,11 @@ func TestBadConfigNamesTheKey(t *testing.T) {
 		{name: "deno volume capacity in bytes too small", env: []string{"THREADBOX_SANDBOX_DENO_VOLUME_CAPACITY=1024"}, wantKey: "sandbox.deno.volume_capacity", wantMsg: "between"},
 		{name: "negative token budget", env: []string{"THREADBOX_GATEWAY_BUDGET_USER_DAILY_TOKENS=-1"}, wantKey: "gateway.budget.user_daily_tokens = -1", wantMsg: "0 (no cap)"},
 		{name: "negative money budget", file: "gateway:\n  budget:\n    daily_money: -2.5\n", wantKey: "gateway.budget.daily_money = -2.5", wantMsg: "0 (no cap)"},
+		// YAML reads a bare number as an integer, and a duration decoded from it counts nanoseconds:
+		// "shutdown_grace: 30" meant 30s and gave running turns 30ns.
+		{name: "duration without a unit", file: "lifecycle:\n  shutdown_grace: 30\n", wantKey: "lifecycle.shutdown_grace", wantMsg: "no unit"},
+		{name: "fractional duration without a unit", file: "lifecycle:\n  shutdown_grace: 1.5\n", wantKey: "lifecycle.shutdown_grace", wantMsg: "no unit"},
+		{name: "resource duration without a unit", file: "sandbox:\n  resources:\n    exec_timeout: 3600\n", wantKey: "sandbox.resources.exec_timeout", wantMsg: "no unit"},
 		{name: "negative price", file: "gateway:\n  prices:\n    m: {input: -1, output: 2}\n", wantKey: "gateway.prices.m", wantMsg: "0 or more"},
 	}
 	for _, tt := range tests {

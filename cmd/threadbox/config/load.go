@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/knadh/koanf/parsers/yaml"
@@ -57,6 +58,7 @@ func Load(path string, environ []string) (Loaded, error) {
 		WeaklyTypedInput: true,
 		Result:           &out.Config,
 		DecodeHook: mapstructure.ComposeDecodeHookFunc(
+			unitlessDurationHook,
 			mapstructure.StringToTimeDurationHookFunc(),
 			mapstructure.StringToSliceHookFunc(","),
 		),
@@ -72,6 +74,31 @@ func Load(path string, environ []string) (Loaded, error) {
 			"the web chat and admin API will refuse every remote client", out.HTTP.Addr))
 	}
 	return out, nil
+}
+
+// unitlessDurationHook refuses a bare number for a duration. YAML reads "shutdown_grace: 30" as an
+// integer, and decoded weakly it would count nanoseconds: 30 ns of grace, or an hour's exec timeout
+// written as 3600 rejected as 3.6µs. 0 needs no unit.
+func unitlessDurationHook(from, to reflect.Type, data any) (any, error) {
+	if to != reflect.TypeOf(time.Duration(0)) {
+		return data, nil
+	}
+	v := reflect.ValueOf(data)
+	var zero bool
+	switch {
+	case v.CanInt():
+		zero = v.Int() == 0
+	case v.CanUint():
+		zero = v.Uint() == 0
+	case v.CanFloat():
+		zero = v.Float() == 0
+	default:
+		return data, nil
+	}
+	if zero {
+		return time.Duration(0), nil
+	}
+	return nil, fmt.Errorf("%v has no unit: write it with one, for example %vs or %vm", data, data, data)
 }
 
 func fileSuffix(path string) string {
