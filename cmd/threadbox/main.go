@@ -15,7 +15,12 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	ctx, stop := shutdownOnSignal(context.Background(), sigs, func(code int) {
+		fmt.Fprintln(os.Stderr, "threadbox: second signal: exiting now, without waiting for running turns (the next start takes them over)")
+		os.Exit(code)
+	})
 	defer stop()
 	gcPolicyFor(os.Getenv, cgroupMemoryMax).apply()
 	m := NewMain(os.Stdout, os.Stderr, os.Environ())
