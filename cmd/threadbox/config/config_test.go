@@ -92,6 +92,7 @@ func TestBadConfigNamesTheKey(t *testing.T) {
 		{name: "egress allow entry", file: "sandbox:\n  egress:\n    allow: [\"https://github.com\"]\n", wantKey: "sandbox.egress.allow", wantMsg: "not a URL"},
 		{name: "egress port", env: []string{"THREADBOX_SANDBOX_EGRESS_PORT=80"}, wantKey: "sandbox.egress.port", wantMsg: "between 1024"},
 		{name: "database scheme", env: []string{"THREADBOX_DATABASE_URL=mysql://u:hunter22@h/db"}, wantKey: "database.url", wantMsg: "sqlite: or postgres://"},
+		{name: "database key=value form", env: []string{"THREADBOX_DATABASE_URL=host=db user=u password=hunter22 dbname=tb"}, wantKey: "database.url", wantMsg: "password=xxxxx"},
 		{name: "http addr", env: []string{"THREADBOX_HTTP_ADDR=8080"}, wantKey: "http.addr", wantMsg: "host:port"},
 		// The token is the web chat's and admin API's only lock off loopback; a short one is guessed,
 		// and one under 8 characters is not even redacted from the logs by value.

@@ -14,8 +14,9 @@ var (
 	// percent-encoded or not.
 	userinfoPassword = regexp.MustCompile(`([a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/?#@]*:)[^\s/?#]*@`)
 	// queryPassword matches password=… (and sslpassword=…) parameters, which libpq and pgx accept in a
-	// database URL.
-	queryPassword = regexp.MustCompile(`(?i)([?&;](?:ssl)?password=)[^&#\s"']*`)
+	// database URL, and in libpq's key=value form (host=db password=…, the value maybe in single
+	// quotes with \' escapes), which an operator may put in database.url and an error then quotes.
+	queryPassword = regexp.MustCompile(`(?i)((?:^|[?&;\s"])(?:ssl)?password=)(?:'(?:[^'\\]|\\.)*'|[^&#\s"']*)`)
 )
 
 // RedactURLs hides the passwords of every URL in s: the user-info password and password query

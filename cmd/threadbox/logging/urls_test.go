@@ -18,6 +18,11 @@ func TestRedactURLs(t *testing.T) {
 		{"sslpassword", "postgres://db/tb?sslpassword=keypass", "postgres://db/tb?sslpassword=xxxxx"},
 		{"in an error message", `open "redis://:r3dis-pw@cache:6379/0": refused`, `open "redis://:xxxxx@cache:6379/0": refused`},
 		{"two URLs", "a://u:p1@h b://v:p2@k", "a://u:xxxxx@h b://v:xxxxx@k"},
+		// libpq's key=value form, which operators paste into database.url and config errors quote.
+		{"key=value password", "host=db user=tb password=hunter22 dbname=tb", "host=db user=tb password=xxxxx dbname=tb"},
+		{"key=value password first", "password=hunter22 host=db", "password=xxxxx host=db"},
+		{"key=value quoted password", `host=db password='hun ter\'22' dbname=tb`, "host=db password=xxxxx dbname=tb"},
+		{"key=value in a quoted value", `database.url = "host=db password=hunter22": must start`, `database.url = "host=db password=xxxxx": must start`},
 		{"user without password", "postgres://tb@db/tb", "postgres://tb@db/tb"},
 		{"no URL", "deployment threadbox is ready", "deployment threadbox is ready"},
 		{"a port is no password", "http://127.0.0.1:8080/api", "http://127.0.0.1:8080/api"},
