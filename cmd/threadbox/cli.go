@@ -89,6 +89,12 @@ func (m *Main) ParseFlags(args []string) error {
 	}
 	m.cmd, m.args = fs.Arg(0), fs.Args()[1:]
 	switch m.cmd {
+	case "version", "migrate", "doctor":
+		if err := m.strayArgs(m.args); err != nil {
+			return err
+		}
+	}
+	switch m.cmd {
 	case "version", "help", "-h", "--help", "forward":
 		return nil
 	}
@@ -111,6 +117,18 @@ func (m *Main) ParseFlags(args []string) error {
 		m.Logger.Warn(w)
 	}
 	return nil
+}
+
+// strayArgs refuses arguments a command does not take. Above all a global flag given after the
+// command (`threadbox migrate --config prod.yaml`): ignored, it would run the command on the
+// defaults (migrating ./data/threadbox.db) and report success.
+func (m *Main) strayArgs(rest []string) error {
+	if len(rest) == 0 {
+		return nil
+	}
+	fmt.Fprintf(m.Stderr, "threadbox %s: unexpected argument %q; global flags go before the command: threadbox --config FILE %s\n",
+		m.cmd, rest[0], m.cmd)
+	return errUsage
 }
 
 // Run executes the subcommand.

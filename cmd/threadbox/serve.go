@@ -33,6 +33,9 @@ func (m *Main) runServe(ctx context.Context) error {
 	if err := fs.Parse(m.args); err != nil {
 		return errUsage
 	}
+	if err := m.strayArgs(fs.Args()); err != nil {
+		return err
+	}
 	if err := m.Config.ValidateServe(); err != nil {
 		return err
 	}
