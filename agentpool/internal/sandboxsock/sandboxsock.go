@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"syscall"
 
 	"go.uber.org/zap"
 
@@ -58,7 +59,10 @@ type Set struct {
 	mu sync.Mutex // protects the following
 	// listeners are the sockets served, by identity; bySocket maps a socket path back.
 	listeners map[ID]net.Listener
-	bySocket  map[string]ID
+	// inodes are the socket files' inodes as listened on: a different one at the path means
+	// another replica sharing Root took the socket over.
+	inodes   map[ID]uint64
+	bySocket map[string]ID
 	// sandboxes remembers which thread and generation a sandbox ID belongs to.
 	sandboxes map[string]ID
 	closed    bool
@@ -68,7 +72,7 @@ func New(o Options) *Set {
 	if o.Log == nil {
 		o.Log = zap.NewNop()
 	}
-	return &Set{o: o, listeners: map[ID]net.Listener{}, bySocket: map[string]ID{}, sandboxes: map[string]ID{}}
+	return &Set{o: o, listeners: map[ID]net.Listener{}, inodes: map[ID]uint64{}, bySocket: map[string]ID{}, sandboxes: map[string]ID{}}
 }
 
 // Dir is the host directory of one sandbox generation: named by a hash, so that thread keys need no
@@ -88,8 +92,17 @@ func (s *Set) Listen(id ID) (string, error) {
 	if s.closed {
 		return "", fmt.Errorf("%s: closed", s.o.Name)
 	}
+	sock := filepath.Join(dir, s.o.Socket)
 	if _, ok := s.listeners[id]; ok {
-		return dir, nil
+		if s.ownsLocked(id, sock) {
+			return dir, nil
+		}
+		// Another replica sharing the root took the socket over (its turn of the thread ran there)
+		// and may be gone since: serve it again rather than trust a listener nobody can reach.
+		_ = s.listeners[id].Close()
+		delete(s.listeners, id)
+		delete(s.inodes, id)
+		delete(s.bySocket, sock)
 	}
 	if s.o.Root == "" || !filepath.IsAbs(s.o.Root) {
 		return "", fmt.Errorf("%s: socket directory %q must be an absolute path", s.o.Name, s.o.Root)
@@ -104,10 +117,18 @@ func (s *Set) Listen(id ID) (string, error) {
 			return "", err
 		}
 	}
-	sock := filepath.Join(dir, s.o.Socket)
-	_ = os.Remove(sock) // left by a previous process
+	_ = os.Remove(sock) // left by a previous process, or another replica's
 	uln, err := net.Listen("unix", sock)
 	if err != nil {
+		return "", fmt.Errorf("%s: %w", s.o.Name, err)
+	}
+	// Closing must not remove the file: by then it may be another replica's socket (taken over).
+	if ul, ok := uln.(*net.UnixListener); ok {
+		ul.SetUnlinkOnClose(false)
+	}
+	ino, err := inode(sock)
+	if err != nil {
+		_ = uln.Close()
 		return "", fmt.Errorf("%s: %w", s.o.Name, err)
 	}
 	ln := newLimitListener(uln, cmp.Or(s.o.MaxConns, DefaultMaxConns))
@@ -117,6 +138,7 @@ func (s *Set) Listen(id ID) (string, error) {
 		return "", fmt.Errorf("%s: %w", s.o.Name, err)
 	}
 	s.listeners[id] = ln
+	s.inodes[id] = ino
 	s.bySocket[sock] = id
 	for old := range s.listeners {
 		if old.Thread == id.Thread && old.Gen < id.Gen {
@@ -131,11 +153,32 @@ func (s *Set) Listen(id ID) (string, error) {
 	return dir, nil
 }
 
+// ownsLocked reports whether the socket file at sock is still the one id's listener made. s.mu is
+// held.
+func (s *Set) ownsLocked(id ID, sock string) bool {
+	ino, err := inode(sock)
+	return err == nil && ino == s.inodes[id]
+}
+
+// inode is the file's inode number.
+func inode(path string) (uint64, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, fmt.Errorf("%s: no inode", path)
+	}
+	return st.Ino, nil
+}
+
 // closeLocked stops serving a sandbox generation and removes its directory. s.mu is held.
 func (s *Set) closeLocked(id ID) {
 	if ln, ok := s.listeners[id]; ok {
 		_ = ln.Close()
 		delete(s.listeners, id)
+		delete(s.inodes, id)
 	}
 	dir := s.Dir(id)
 	delete(s.bySocket, filepath.Join(dir, s.o.Socket))

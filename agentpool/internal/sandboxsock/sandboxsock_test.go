@@ -17,6 +17,17 @@ import (
 
 func newSet(t *testing.T) (*sandboxsock.Set, chan sandboxsock.ID) {
 	t.Helper()
+	// A short root: unix socket paths are limited to about 100 bytes.
+	root, err := os.MkdirTemp("", "sock")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = os.RemoveAll(root) })
+	set, seen, _ := newSetAt(t, root)
+	return set, seen
+}
+
+// newSetAt is a Set on root with its own server (a replica's), which it also returns.
+func newSetAt(t *testing.T, root string) (*sandboxsock.Set, chan sandboxsock.ID, *http.Server) {
+	t.Helper()
 	seen := make(chan sandboxsock.ID, 10)
 	var set *sandboxsock.Set
 	srv := &http.Server{
@@ -31,15 +42,12 @@ func newSet(t *testing.T) (*sandboxsock.Set, chan sandboxsock.ID) {
 			return ctx
 		},
 	}
-	// A short root: unix socket paths are limited to about 100 bytes.
-	root, err := os.MkdirTemp("", "sock")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = srv.Close(); _ = os.RemoveAll(root) })
+	t.Cleanup(func() { _ = srv.Close() })
 	set = sandboxsock.New(sandboxsock.Options{Root: root, Socket: "s.sock", Name: "test", Server: srv,
 		Prepare: func(dir string, id sandboxsock.ID) error {
 			return sandboxsock.WriteFileAtomic(filepath.Join(dir, "token"), []byte(id.Thread), 0o644)
 		}})
-	return set, seen
+	return set, seen, srv
 }
 
 type ownerKey struct{}
@@ -106,4 +114,40 @@ func TestWrapKeepsCapabilities(t *testing.T) {
 	vr, ok := sandbox.As[sandbox.VolumeReaper](wrapped)
 	require.True(t, ok, "found through Unwrap")
 	require.Equal(t, inner, vr)
+}
+
+// TestSocketTakenOverByAnotherReplica: two replicas share the socket root (a host directory the
+// sandboxes mount). The second to run a thread's turn takes the socket over; once it is gone, the
+// first, running the thread again, serves the socket anew instead of trusting a listener whose file
+// was replaced. And closing a listener whose file was taken over never removes the other's socket.
+func TestSocketTakenOverByAnotherReplica(t *testing.T) {
+	root, err := os.MkdirTemp("", "sock")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = os.RemoveAll(root) })
+	a, seenA, srvA := newSetAt(t, root)
+	b, seenB, srvB := newSetAt(t, root)
+	id := sandboxsock.ID{Thread: "t", Gen: 1}
+
+	dir, err := a.Listen(id)
+	require.NoError(t, err)
+	sock := filepath.Join(dir, "s.sock")
+	_, err = b.Listen(id)
+	require.NoError(t, err)
+	get(t, sock)
+	require.Equal(t, id, <-seenB, "B took the socket over")
+
+	require.NoError(t, srvB.Close()) // B exits
+	_, err = a.Listen(id)
+	require.NoError(t, err)
+	get(t, sock)
+	require.Equal(t, id, <-seenA, "A serves the socket again")
+
+	// B comes back and takes it over again; then A exits, closing its listener, whose file is B's
+	// now: B's socket must survive it.
+	b2, seenB2, _ := newSetAt(t, root)
+	_, err = b2.Listen(id)
+	require.NoError(t, err)
+	require.NoError(t, srvA.Close())
+	get(t, sock)
+	require.Equal(t, id, <-seenB2)
 }
