@@ -27,13 +27,15 @@ import (
 // the database is back would be worse than the small window a crash would then lose.
 
 // commandRecords is the durable side of command replies: the store, this process's instance (the
-// records' owner), and the commands this process is answering now.
+// records' owner), and the commands this process is answering now, by event id. A command is held
+// from before its record is inserted until it is answered (or dropped), so a recovery pass that reads
+// the record in between, before its id is even known, never takes a live command for an orphan.
 type commandRecords struct {
 	store db.CommandStore
 	owner string
 
-	mu       sync.Mutex // protects inflight
-	inflight map[int64]bool
+	mu       sync.Mutex     // protects inflight
+	inflight map[string]int // event id → commands of it being answered (a redelivery may overlap)
 }
 
 // maxCommandPosts is how many failed posts of a recorded reply are tried before it is given up.
@@ -52,7 +54,7 @@ func commandRecordsFor(store Store, turns Turns) *commandRecords {
 	if !ok || !ok2 || in.Instance() == "" {
 		return nil
 	}
-	return &commandRecords{store: cs, owner: in.Instance(), inflight: map[int64]bool{}}
+	return &commandRecords{store: cs, owner: in.Instance(), inflight: map[string]int{}}
 }
 
 // commandReply is one command's reply on its way: its record (nil when not recorded) and where the
@@ -62,6 +64,7 @@ type commandReply struct {
 	rec     *db.Command
 	r       Replier
 	private string // the user the reply goes to alone ("" for the thread)
+	held    string // the event id held in h.cmds.inflight ("" when none)
 }
 
 // beginCommand records msg as the command name before the ack. private names the user a private
@@ -72,6 +75,8 @@ func (h *Handler) beginCommand(ctx context.Context, msg Message, r Replier, name
 	if h.cmds == nil {
 		return cr, true
 	}
+	cr.held = msg.EventID
+	h.cmds.hold(cr.held) // before the insert: a pass may read the record before it returns
 	dl, err := encodeDelivery(Message{Thread: msg.Thread, ChannelID: msg.ChannelID, Reply: msg.Reply})
 	if err == nil {
 		var rec db.Command
@@ -81,11 +86,11 @@ func (h *Handler) beginCommand(ctx context.Context, msg Message, r Replier, name
 		})
 		if errors.Is(err, db.ErrDuplicate) {
 			h.log.Debug("command already recorded", zap.String("event", msg.EventID))
+			cr.release()
 			return nil, false
 		}
 		if err == nil {
 			cr.rec = &rec
-			h.cmds.hold(rec.ID)
 			return cr, true
 		}
 	}
@@ -97,26 +102,32 @@ func (h *Handler) beginCommand(ctx context.Context, msg Message, r Replier, name
 // abandon forgets the record of a command that was not taken after all (Handle refuses the message,
 // so the platform delivers it again, and that delivery must not be a duplicate).
 func (cr *commandReply) abandon(ctx context.Context) {
+	cr.release()
 	if cr.rec != nil {
-		cr.h.cmds.release(cr.rec.ID)
 		cr.h.cmds.forget(ctx, cr.h.log, cr.rec.ID)
+	}
+}
+
+// release lets recovery passes see the command's record again (once: later calls do nothing).
+func (cr *commandReply) release() {
+	if cr.held != "" {
+		cr.h.cmds.release(cr.held)
+		cr.held = ""
 	}
 }
 
 // dropped lets the recovery pass answer a command whose queued job was dropped before it ran (a reset
 // of the thread, or shutdown): it says the command was interrupted.
 func (cr *commandReply) dropped() {
-	if cr.rec != nil {
-		cr.h.cmds.release(cr.rec.ID)
-	}
+	cr.release()
 }
 
 // finish records text as the answer, posts it, and forgets the record. A failed post leaves the
 // record for the recovery pass, which tries again.
 func (cr *commandReply) finish(ctx context.Context, text string) {
 	h := cr.h
+	defer cr.release()
 	if cr.rec != nil {
-		defer h.cmds.release(cr.rec.ID)
 		if err := h.cmds.store.CommandAnswer(ctx, cr.rec.ID, text); err != nil {
 			h.log.Warn("recording a command's answer", zap.Int64("command", cr.rec.ID), zap.Error(err))
 		}
@@ -154,22 +165,24 @@ func postCommandReply(ctx context.Context, r Replier, user, text string, secret 
 	return err
 }
 
-func (c *commandRecords) hold(id int64) {
+func (c *commandRecords) hold(event string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.inflight[id] = true
+	c.inflight[event]++
 }
 
-func (c *commandRecords) release(id int64) {
+func (c *commandRecords) release(event string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.inflight, id)
+	if c.inflight[event]--; c.inflight[event] <= 0 {
+		delete(c.inflight, event)
+	}
 }
 
-func (c *commandRecords) answering(id int64) bool {
+func (c *commandRecords) answering(event string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.inflight[id]
+	return c.inflight[event] > 0
 }
 
 func (c *commandRecords) forget(ctx context.Context, log *zap.Logger, id int64) {
@@ -241,7 +254,7 @@ func (h *Handler) RecoverCommands(ctx context.Context, isAlive func(owner string
 
 func (h *Handler) recoverCommand(ctx context.Context, c db.Command, isAlive func(string) (bool, error)) (bool, error) {
 	if c.Owner == h.cmds.owner {
-		if h.cmds.answering(c.ID) {
+		if h.cmds.answering(c.PlatformEventID) {
 			return false, nil
 		}
 	} else {
