@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/threadbox/threadbox/agentpool"
 	"github.com/threadbox/threadbox/db"
 )
 
@@ -64,6 +65,7 @@ type commandReply struct {
 	rec     *db.Command
 	r       Replier
 	private string // the user the reply goes to alone ("" for the thread)
+	name    string // the command, as its sender is told it
 	held    string // the event id held in h.cmds.inflight ("" when none)
 }
 
@@ -71,7 +73,7 @@ type commandReply struct {
 // reply goes to. It returns false when the message was recorded before (a redelivery): it is
 // answered already, or being answered.
 func (h *Handler) beginCommand(ctx context.Context, msg Message, r Replier, name, private string) (*commandReply, bool) {
-	cr := &commandReply{h: h, r: r, private: private}
+	cr := &commandReply{h: h, r: r, private: private, name: name}
 	if h.cmds == nil {
 		return cr, true
 	}
@@ -116,10 +118,33 @@ func (cr *commandReply) release() {
 	}
 }
 
-// dropped lets the recovery pass answer a command whose queued job was dropped before it ran (a reset
-// of the thread, or shutdown): it says the command was interrupted.
-func (cr *commandReply) dropped() {
-	cr.release()
+// dropped answers a command whose queued job was dropped before it ran. A reset of the thread is
+// answered now: the command did not run, and its sender is told why (not, a loop interval later, that
+// a restart interrupted it). At shutdown the record is left, as a queued turn is, for the next process
+// to answer as interrupted.
+func (cr *commandReply) dropped(ctx context.Context, reason error) {
+	if errors.Is(reason, agentpool.ErrClosed) {
+		cr.release()
+		return
+	}
+	h := cr.h
+	text := DroppedCommandText(cr.name, errors.Is(reason, agentpool.ErrReset))
+	ctx = context.WithoutCancel(ctx)
+	h.bg.Go(func() {
+		ctx, cancel := context.WithTimeout(ctx, commandTimeout)
+		defer cancel()
+		cr.finish(ctx, text)
+	})
+}
+
+// DroppedCommandText is the reply to a command whose queued job was dropped before it ran; reset says
+// a reset of the thread dropped it.
+func DroppedCommandText(name string, reset bool) string {
+	why := "it was taken off this thread's queue before its turn came."
+	if reset {
+		why = "this thread was reset before its turn came."
+	}
+	return fmt.Sprintf("Your `%s` did not run: %s Send it again if it is still needed.", name, why)
 }
 
 // finish records text as the answer, posts it, and forgets the record. A failed post leaves the

@@ -218,7 +218,7 @@ func (h *Handler) handle(ctx context.Context, msg Message, r Replier, submitted 
 			h.bg.Go(func() { run(context.WithoutCancel(ctx)) })
 			return nil
 		}
-		if err := h.turns.Do(key, run, func(error) { cr.dropped() }); err != nil {
+		if err := h.turns.Do(key, run, func(reason error) { cr.dropped(ctx, reason) }); err != nil {
 			cr.abandon(ctx)
 			return fmt.Errorf("%w: %w", ErrNotAccepted, err)
 		}
