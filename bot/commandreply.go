@@ -82,10 +82,12 @@ func (h *Handler) beginCommand(ctx context.Context, msg Message, r Replier, name
 	dl, err := encodeDelivery(Message{Thread: msg.Thread, ChannelID: msg.ChannelID, Reply: msg.Reply})
 	if err == nil {
 		var rec db.Command
-		rec, err = h.cmds.store.CommandInsert(ctx, db.NewCommand{
+		ictx, cancel := context.WithTimeout(ctx, commandRecordTimeout)
+		rec, err = h.cmds.store.CommandInsert(ictx, db.NewCommand{
 			PlatformEventID: msg.EventID, ThreadKey: msg.Thread.String(), UserID: msg.User.ID,
 			Command: name, Private: private != "", Delivery: dl, Owner: h.cmds.owner,
 		})
+		cancel()
 		if errors.Is(err, db.ErrDuplicate) {
 			h.log.Debug("command already recorded", zap.String("event", msg.EventID))
 			cr.release()
@@ -240,6 +242,11 @@ func (c *commandRecords) failed(ctx context.Context, log *zap.Logger, rec db.Com
 func settle(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), commandSettleTimeout)
 }
+
+// commandRecordTimeout bounds a command's record before the ack. A database that hangs (rather than
+// refuses) would otherwise hold the command, stop included, for as long as the adapter's context
+// lives; past it the command runs unrecorded, as when the database is down. Under Slack's 3 s ack.
+const commandRecordTimeout = 2 * time.Second
 
 // commandSettleTimeout bounds one write of a command record's bookkeeping.
 const commandSettleTimeout = 10 * time.Second
