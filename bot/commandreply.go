@@ -289,11 +289,16 @@ func (h *Handler) recoverCommand(ctx context.Context, c db.Command, isAlive func
 		if h.cmds.answering(c.PlatformEventID) {
 			return false, nil
 		}
-	} else {
+	} else if c.Attempts == 0 {
+		// A live owner may be answering it now. One whose post failed is done with it (and, as a
+		// follower, runs no pass to try again): taken over below like a dead owner's.
 		live, err := isAlive(c.Owner)
 		if err != nil || live {
 			return false, err
 		}
+	}
+	if c.Owner != h.cmds.owner {
+		var err error
 		if c, err = h.cmds.store.CommandClaim(ctx, c.ID, c.Owner, h.cmds.owner); errors.Is(err, db.ErrConflict) {
 			return false, nil // another pass took it
 		} else if err != nil {
