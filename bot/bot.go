@@ -158,6 +158,9 @@ type Message struct {
 	// Earlier, when set, is the thread before this message, read only if the turn is the thread's
 	// first (earlier.go).
 	Earlier *Earlier
+	// replyEvent, when set, is the event a command reply to this message is recorded under: a
+	// retry's turn is recorded as retry:<turn>, but a reply to the retry message is that message's.
+	replyEvent string
 }
 
 // Limits are a platform's sizes.

@@ -1,6 +1,7 @@
 package bot
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -77,19 +78,20 @@ func (h *Handler) beginCommand(ctx context.Context, msg Message, r Replier, name
 	if h.cmds == nil {
 		return cr, true
 	}
-	cr.held = msg.EventID
+	event := cmp.Or(msg.replyEvent, msg.EventID)
+	cr.held = event
 	h.cmds.hold(cr.held) // before the insert: a pass may read the record before it returns
 	dl, err := encodeDelivery(Message{Thread: msg.Thread, ChannelID: msg.ChannelID, Reply: msg.Reply})
 	if err == nil {
 		var rec db.Command
 		ictx, cancel := context.WithTimeout(ctx, commandRecordTimeout)
 		rec, err = h.cmds.store.CommandInsert(ictx, db.NewCommand{
-			PlatformEventID: msg.EventID, ThreadKey: msg.Thread.String(), UserID: msg.User.ID,
+			PlatformEventID: event, ThreadKey: msg.Thread.String(), UserID: msg.User.ID,
 			Command: name, Private: private != "", Delivery: dl, Owner: h.cmds.owner,
 		})
 		cancel()
 		if errors.Is(err, db.ErrDuplicate) {
-			h.log.Debug("command already recorded", zap.String("event", msg.EventID))
+			h.log.Debug("command already recorded", zap.String("event", event))
 			cr.release()
 			return nil, false
 		}

@@ -345,7 +345,7 @@ func (h *Handler) retry(ctx context.Context, msg Message, r Replier) error {
 		return fmt.Errorf("%w: %w", ErrNotAccepted, err)
 	}
 	again := msg
-	again.Text, again.Files, again.EventID = t.Prompt, nil, fmt.Sprintf("retry:%d", t.ID)
+	again.Text, again.Files, again.EventID, again.replyEvent = t.Prompt, nil, fmt.Sprintf("retry:%d", t.ID), msg.EventID
 	if note := filesNotResent(t.Delivery); note != "" {
 		again.Notes = append(slices.Clip(again.Notes), note)
 	}

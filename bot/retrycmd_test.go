@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -61,8 +62,35 @@ func TestRetryRedeliveredIsNotToldItWasRetried(t *testing.T) {
 			other := retry("ev2", "3.3")
 			other.waitPost(t, "That message was already retried.")
 			require.NoError(t, h.Wait(t.Context()))
+
+			// Two more retries at once, the first's reply still being posted: each is answered (the
+			// reply is recorded under its own message, not under the retried turn's event).
+			slow := &gatedReplier{chatReplier: newChatReplier(), gate: make(chan struct{}), entered: make(chan struct{})}
+			msg := Message{Thread: thread, ChannelID: "C", User: User{ID: "U"}, Text: "retry", EventID: "ev3",
+				Reply: json.RawMessage(`{"channel":"C","thread_ts":"1.1","ts":"4.4"}`)}
+			require.NoError(t, h.Handle(t.Context(), msg, slow))
+			<-slow.entered
+			fourth := retry("ev4", "5.5")
+			fourth.waitPost(t, "That message was already retried.")
+			close(slow.gate)
+			slow.waitPost(t, "That message was already retried.")
+			require.NoError(t, h.Wait(t.Context()))
 		})
 	}
+}
+
+// gatedReplier holds its posts until gate is closed; entered is closed when the first one waits.
+type gatedReplier struct {
+	*chatReplier
+	gate    chan struct{}
+	once    sync.Once
+	entered chan struct{}
+}
+
+func (r *gatedReplier) Post(ctx context.Context, text string) error {
+	r.once.Do(func() { close(r.entered) })
+	<-r.gate
+	return r.chatReplier.Post(ctx, text)
 }
 
 // TestReusedEventIDIsRefused: a message under an event id already recorded for another message
