@@ -168,14 +168,17 @@ func (m *Main) runServe(ctx context.Context) error {
 	// RegisterOnShutdown runs closeChat without waiting; wait here, so events the adapters accepted
 	// reach the pool before it stops taking turns.
 	closeChat()
-	// 2. Drain or cancel turns. 3. Stop the loops. The store closes with Main.Close.
-	a.shutdown(log, grace)
-	// Command replies (status, reset, …) still being posted get a moment to finish.
+	// 2. Command replies (status, reset, …) still being posted get a moment to finish, before the
+	// pool's shutdown gives up this process's liveness lock: past it, another replica's recovery
+	// takes the commands still recorded for a dead process's and answers them "interrupted", twice
+	// with ours.
 	wctx, wcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	if werr := a.handler.Wait(wctx); werr != nil {
 		log.Warn("command replies still in flight at exit", zap.Error(werr))
 	}
 	wcancel()
+	// 3. Drain or cancel turns. 4. Stop the loops. The store closes with Main.Close.
+	a.shutdown(log, grace)
 	stopLoops()
 	loops.Wait()
 	return err
