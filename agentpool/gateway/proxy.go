@@ -79,6 +79,17 @@ func route(p string) (family, api, string, bool) {
 	return 0, 0, "", false
 }
 
+// apiMethod is the one method a routed path is served for: the same paths with other methods are not
+// model calls (OpenAI's DELETE /v1/models/{id} deletes a fine-tuned model of the account, GET
+// /v1/chat/completions lists every stored completion of it). Calls and token counts are POSTs, model
+// listings GETs.
+func apiMethod(kind api, upPath string) string {
+	if kind == apiOther && upPath != "/v1/messages/count_tokens" {
+		return http.MethodGet
+	}
+	return http.MethodPost
+}
+
 // modelPath says whether p is prefix followed by one model id.
 func modelPath(p, prefix string) bool {
 	id, ok := strings.CutPrefix(p, prefix)
@@ -106,6 +117,12 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fam, kind, upPath, ok := route(r.URL.Path)
 	if !ok {
 		writeError(w, fam, http.StatusNotFound, "not_found_error", "threadbox gateway: "+r.URL.Path+" is not a model API the gateway serves")
+		return
+	}
+	if want := apiMethod(kind, upPath); r.Method != want {
+		w.Header().Set("Allow", want)
+		writeError(w, fam, http.StatusMethodNotAllowed, "invalid_request_error",
+			"threadbox gateway: "+r.Method+" "+r.URL.Path+" is not a model API the gateway serves (use "+want+")")
 		return
 	}
 	if (fam == familyAnthropic && g.cfg.AnthropicKey == "") || (fam == familyOpenAI && g.cfg.OpenAIKey == "") {
