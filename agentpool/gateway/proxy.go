@@ -46,6 +46,8 @@ type call struct {
 	turnID int64
 	// model is the request's model id, read only when there is a price table.
 	model string
+	// reqBytes is the request body's size, for the estimate of a stream cut before its usage.
+	reqBytes int64
 }
 
 // route maps a gateway path to its upstream and format. Only model calls and model listings pass: the
@@ -272,6 +274,7 @@ func bufferBody(r *http.Request, c *call, includeUsage, wantModel bool) error {
 			}
 		}
 	}
+	c.reqBytes = int64(len(body))
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
 	r.Header.Set("Content-Length", fmt.Sprint(len(body)))
@@ -340,7 +343,7 @@ func (g *Gateway) meterResponse(resp *http.Response) error {
 	}
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if mt == "text/event-stream" {
-		resp.Body = &meteredBody{ReadCloser: resp.Body, m: usageMeter{api: c.api}, record: func(u Usage) { g.record(c, u) }}
+		resp.Body = &meteredBody{ReadCloser: resp.Body, m: usageMeter{api: c.api}, reqBytes: c.reqBytes, record: func(u Usage) { g.record(c, u) }}
 		return nil
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxJSONBody+1))
@@ -393,6 +396,7 @@ func (g *Gateway) cost(model string, u Usage) int64 {
 type meteredBody struct {
 	io.ReadCloser
 	m        usageMeter
+	reqBytes int64
 	record   func(Usage)
 	recorded bool
 }
@@ -406,11 +410,15 @@ func (b *meteredBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Close records what a stream cut short had reported so far (its input was paid for).
+// Close records a stream that ended before its closing usage: the upstream was paid for what it
+// read and wrote all the same. OpenAI sends its usage only in the last event, so a client that hangs
+// up after the last text (as a hostile agent can, on every call) would otherwise be counted nothing.
+// What the stream did report stands; the input it did not is estimated at four bytes of request a
+// token, and the output is at least one token per event that passed.
 func (b *meteredBody) Close() error {
-	if !b.recorded && b.m.seen {
+	if !b.recorded {
 		b.recorded = true
-		b.record(b.m.usage)
+		b.record(b.m.cutShort(b.reqBytes))
 	}
 	return b.ReadCloser.Close()
 }

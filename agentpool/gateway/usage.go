@@ -23,6 +23,8 @@ type usageMeter struct {
 	event string
 	usage Usage
 	seen  bool
+	// events counts the data events that passed, for the estimate of a stream cut short.
+	events int64
 	// final is set by the event that closes the response's accounting.
 	final bool
 }
@@ -59,6 +61,9 @@ func (m *usageMeter) handleLine(line []byte) {
 		m.event = string(bytes.TrimSpace(line[len("event:"):]))
 	case bytes.HasPrefix(line, []byte("data:")):
 		data := bytes.TrimSpace(line[len("data:"):])
+		if !bytes.Equal(data, []byte("[DONE]")) {
+			m.events++
+		}
 		if bytes.Contains(data, []byte(`"usage"`)) {
 			m.data(data)
 		}
@@ -118,6 +123,18 @@ func (m *usageMeter) data(data []byte) {
 			m.final = m.final || ev.Type == "response.completed" || ev.Type == "response.incomplete" || ev.Type == "response.failed"
 		}
 	}
+}
+
+// cutShort is the usage of a stream that ended before its closing event: what it reported, the input
+// it did not report estimated from the request's size (about four bytes a token), and the output at
+// least one token per event.
+func (m *usageMeter) cutShort(reqBytes int64) Usage {
+	u := m.usage
+	if !m.seen {
+		u.Input = (reqBytes + 3) / 4
+	}
+	u.Output = max(u.Output, m.events)
+	return u
 }
 
 // jsonUsage reads the usage of a whole (non-streamed) response body.
