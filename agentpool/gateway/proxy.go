@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -148,7 +149,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer g.leave(c.thread)
-	if err := bufferBody(r, c, kind == apiChat, g.cfg.Prices != nil); err != nil {
+	if err := bufferBody(r, c, g.cfg.Prices != nil); err != nil {
 		writeError(w, fam, http.StatusBadRequest, "invalid_request_error", "threadbox gateway: "+err.Error())
 		return
 	}
@@ -240,10 +241,9 @@ func liveStatus(s db.SessionStatus) bool {
 // bufferBody reads the request body whole before it goes upstream. A model call's JSON is useless to
 // the upstream until complete, so this costs nothing; and streaming the incoming body through to the
 // upstream cut about one streamed answer in a thousand under load (the upstream connection was
-// closed mid-answer), which a whole body does not. For a streamed chat completion it also asks for
-// the usage (stream_options.include_usage), which OpenAI sends only when asked: without it the call
-// could not be counted. With wantModel it notes the request's model on c, for the price table.
-func bufferBody(r *http.Request, c *call, includeUsage, wantModel bool) error {
+// closed mid-answer), which a whole body does not. A model call's body must also be one the gateway
+// can meter (see meterable). With wantModel it notes the request's model on c, for the price table.
+func bufferBody(r *http.Request, c *call, wantModel bool) error {
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBody+1))
 	_ = r.Body.Close()
 	if err != nil {
@@ -252,26 +252,9 @@ func bufferBody(r *http.Request, c *call, includeUsage, wantModel bool) error {
 	if len(body) > maxRequestBody {
 		return fmt.Errorf("request body over %d MiB", maxRequestBody>>20)
 	}
-	if wantModel && c.api != apiOther {
-		var m struct {
-			Model string `json:"model"`
-		}
-		_ = json.Unmarshal(body, &m)
-		c.model = m.Model
-	}
-	var req map[string]json.RawMessage
-	if includeUsage && json.Unmarshal(body, &req) == nil && string(req["stream"]) == "true" {
-		var opts map[string]any
-		_ = json.Unmarshal(req["stream_options"], &opts)
-		if opts == nil {
-			opts = map[string]any{}
-		}
-		if opts["include_usage"] != true {
-			opts["include_usage"] = true
-			req["stream_options"], _ = json.Marshal(opts)
-			if b, err := json.Marshal(req); err == nil {
-				body = b
-			}
+	if c.api != apiOther {
+		if body, err = meterable(body, c, wantModel); err != nil {
+			return err
 		}
 	}
 	c.reqBytes = int64(len(body))
@@ -279,6 +262,61 @@ func bufferBody(r *http.Request, c *call, includeUsage, wantModel bool) error {
 	r.ContentLength = int64(len(body))
 	r.Header.Set("Content-Length", fmt.Sprint(len(body)))
 	return nil
+}
+
+// meterable checks that a model call's answer will carry its usage, which is how the gateway counts
+// it, and returns the body to send. The body must be a JSON object the gateway reads (what it cannot
+// read, a lenient upstream might, and then run a call the gateway did not see the shape of), with
+// "stream" a boolean; a background Response (answered "queued", with no usage, and run on where the
+// gateway never sees it) is refused. A streamed chat completion is made to ask for its usage
+// (stream_options.include_usage), which OpenAI sends only when asked.
+func meterable(body []byte, c *call, wantModel bool) ([]byte, error) {
+	var req map[string]json.RawMessage
+	if err := json.Unmarshal(body, &req); err != nil || req == nil {
+		return nil, errors.New("the request body is not a JSON object")
+	}
+	stream, err := boolField(req, "stream")
+	if err != nil {
+		return nil, err
+	}
+	if c.api == apiResponses {
+		if bg, err := boolField(req, "background"); err != nil || bg {
+			return nil, cmp.Or(err, errors.New("background responses are not served: the gateway could not count their tokens"))
+		}
+	}
+	if wantModel {
+		_ = json.Unmarshal(req["model"], &c.model)
+	}
+	if c.api != apiChat || !stream {
+		return body, nil
+	}
+	var opts map[string]any
+	_ = json.Unmarshal(req["stream_options"], &opts)
+	if opts == nil {
+		opts = map[string]any{}
+	}
+	if opts["include_usage"] == true {
+		return body, nil
+	}
+	opts["include_usage"] = true
+	req["stream_options"], _ = json.Marshal(opts)
+	if b, err := json.Marshal(req); err == nil {
+		body = b
+	}
+	return body, nil
+}
+
+// boolField reads a boolean field of a request; absent or null is false.
+func boolField(req map[string]json.RawMessage, name string) (bool, error) {
+	raw, ok := req[name]
+	if !ok || string(raw) == "null" {
+		return false, nil
+	}
+	var b bool
+	if err := json.Unmarshal(raw, &b); err != nil {
+		return false, fmt.Errorf("%q must be true or false", name)
+	}
+	return b, nil
 }
 
 // newProxy is the reverse proxy to both upstreams. FlushInterval -1 flushes every write, so a stream
