@@ -95,9 +95,23 @@ func (p Prices) Lookup(model string) (Price, bool) {
 
 // CostMicros is what u cost at price, in millionths of the currency: a price per million tokens is
 // a price in millionths per token.
+//
+// The result is 0 to maxCallMicros whatever the price: converting a NaN, infinite or out-of-range
+// float to int64 gives an arbitrary value (math.MinInt64 on amd64), which would lower the money
+// totals for good.
 func (pr Price) CostMicros(u Usage) int64 {
-	return int64(math.Round(float64(u.Input)*pr.Input + float64(u.Output)*pr.Output))
+	c := math.Round(float64(u.Input)*pr.Input + float64(u.Output)*pr.Output)
+	switch {
+	case math.IsNaN(c) || c <= 0:
+		return 0
+	case c >= float64(maxCallMicros):
+		return maxCallMicros
+	}
+	return int64(c)
 }
+
+// maxCallMicros bounds the cost of one call (a billion of the currency), so that no sum overflows.
+const maxCallMicros int64 = 1e15
 
 // Config configures the gateway.
 type Config struct {

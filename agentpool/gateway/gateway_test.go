@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"math"
 	"net/http"
 	"strings"
 	"testing"
@@ -302,6 +303,11 @@ func TestPricesLookup(t *testing.T) {
 	_, ok := Prices{"gpt-5": {}}.Lookup("o3")
 	require.False(t, ok, "no \"*\": unpriced")
 	require.Equal(t, int64(105), Price{Input: 3, Output: 15}.CostMicros(Usage{Input: 10, Output: 5}))
+	// Odd prices never make a negative or wrapped cost, which would lower the money totals.
+	require.Equal(t, int64(0), Price{Input: math.NaN()}.CostMicros(Usage{Input: 10}))
+	require.Equal(t, int64(0), Price{Input: -3}.CostMicros(Usage{Input: 10}))
+	require.Equal(t, maxCallMicros, Price{Input: math.Inf(1)}.CostMicros(Usage{Input: 10}))
+	require.Equal(t, maxCallMicros, Price{Input: 1e300}.CostMicros(Usage{Input: maxCallTokens}))
 }
 
 // TestCallsInFlightPerThread: one thread cannot hold more than maxCallsPerThread calls open at once

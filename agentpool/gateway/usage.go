@@ -80,11 +80,25 @@ type wireUsage struct {
 	CompletionTokens         int64 `json:"completion_tokens"`
 }
 
+// maxCallTokens bounds each figure of one call: far over any real call, and small enough that no sum
+// of them overflows the totals.
+const maxCallTokens = 1 << 40
+
 func (w *wireUsage) usage() Usage {
 	return Usage{
-		Input:  w.InputTokens + w.CacheCreationInputTokens + w.CacheReadInputTokens + w.PromptTokens,
-		Output: w.OutputTokens + w.CompletionTokens,
+		Input:  sumTokens(w.InputTokens, w.CacheCreationInputTokens, w.CacheReadInputTokens, w.PromptTokens),
+		Output: sumTokens(w.OutputTokens, w.CompletionTokens),
 	}
+}
+
+// sumTokens adds an answer's token figures, each taken as 0 to maxCallTokens: a negative one must
+// not lower the budgets' totals, nor a huge one wrap them negative.
+func sumTokens(figures ...int64) int64 {
+	var n int64
+	for _, f := range figures {
+		n += min(max(f, 0), maxCallTokens)
+	}
+	return min(n, maxCallTokens)
 }
 
 // data handles one SSE data payload that mentions usage.

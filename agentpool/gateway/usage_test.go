@@ -60,6 +60,9 @@ func TestJSONUsage(t *testing.T) {
 		{"responses", `{"output":[],"usage":{"input_tokens":10,"output_tokens":5}}`, Usage{10, 5}, true},
 		{"none", `{"data":[]}`, Usage{}, false},
 		{"not json", `oops`, Usage{}, false},
+		// An answer's figures cannot lower the totals, nor overflow them.
+		{"negative", `{"usage":{"input_tokens":-1000000,"output_tokens":5}}`, Usage{0, 5}, true},
+		{"huge", `{"usage":{"input_tokens":9223372036854775807,"cache_read_input_tokens":9223372036854775807,"output_tokens":9223372036854775807}}`, Usage{maxCallTokens, maxCallTokens}, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
