@@ -145,6 +145,11 @@ func TestBadConfigNamesTheKey(t *testing.T) {
 		{name: "fractional duration without a unit", file: "lifecycle:\n  shutdown_grace: 1.5\n", wantKey: "lifecycle.shutdown_grace", wantMsg: "no unit"},
 		{name: "resource duration without a unit", file: "sandbox:\n  resources:\n    exec_timeout: 3600\n", wantKey: "sandbox.resources.exec_timeout", wantMsg: "no unit"},
 		{name: "negative price", file: "gateway:\n  prices:\n    m: {input: -1, output: 2}\n", wantKey: "gateway.prices.m", wantMsg: "0 or more"},
+		// NaN passes a "< 0" check, and becomes math.MinInt64 micros as an int64.
+		{name: "NaN price", file: "gateway:\n  prices:\n    m: {input: .nan, output: 2}\n", wantKey: "gateway.prices.m", wantMsg: "0 or more"},
+		{name: "infinite price", file: "gateway:\n  prices:\n    m: {input: 1, output: .inf}\n", wantKey: "gateway.prices.m", wantMsg: "0 or more"},
+		{name: "NaN money budget", file: "gateway:\n  budget:\n    daily_money: .nan\n", wantKey: "gateway.budget.daily_money", wantMsg: "0 (no cap)"},
+		{name: "infinite money budget", file: "gateway:\n  budget:\n    user_daily_money: .inf\n", wantKey: "gateway.budget.user_daily_money", wantMsg: "0 (no cap)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

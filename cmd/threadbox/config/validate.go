@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/threadbox/threadbox/agentpool/egress"
+	"math"
 	"net"
 	"net/url"
 	"regexp"
@@ -482,7 +483,7 @@ func (c Config) validateGateway() error {
 		}
 	}
 	for key, n := range map[string]float64{"user_daily_money": g.Budget.UserDailyMoney, "daily_money": g.Budget.DailyMoney} {
-		if n < 0 {
+		if !finiteAmount(n) {
 			return fmt.Errorf("gateway.budget.%s = %g: must be 0 (no cap) or a positive amount", key, n)
 		}
 	}
@@ -495,11 +496,17 @@ func (c Config) validateGateway() error {
 		return errors.New("gateway.budget.*_money: needs gateway.prices (per model, per million input and output tokens) to count cost")
 	}
 	for model, p := range g.Prices {
-		if p.Input < 0 || p.Output < 0 {
+		if !finiteAmount(p.Input) || !finiteAmount(p.Output) {
 			return fmt.Errorf("gateway.prices.%s: input and output must be 0 or more (per million tokens)", model)
 		}
 	}
 	return nil
+}
+
+// finiteAmount is a price or money budget the gateway can count with: 0 or more, and finite (YAML's
+// .nan passes a "< 0" check, and a NaN or infinite amount turns into an arbitrary int64 of micros).
+func finiteAmount(n float64) bool {
+	return n >= 0 && !math.IsInf(n, 1)
 }
 
 // repoLike is a light check of owner/name[@branch] (agentpool/repo.Parse has the full one).
