@@ -140,7 +140,13 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			g.noteRefusal(c.thread, be)
 		}
 		g.log.Info("model call refused", zap.String("thread", c.thread), zap.Int("status", status), zap.Error(err))
-		writeError(w, fam, status, errType, "threadbox gateway: "+err.Error())
+		msg := err.Error()
+		if status >= 500 {
+			// The store's error names the database (its address, its SQL), and the agent prints what
+			// it gets: the detail stays in the log.
+			msg = "the bot could not check this call just now (its database did not answer); try again"
+		}
+		writeError(w, fam, status, errType, "threadbox gateway: "+msg)
 		return
 	}
 	if !g.enter(c.thread) {
