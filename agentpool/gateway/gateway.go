@@ -72,7 +72,9 @@ type Price struct {
 
 // Prices is the price table, by model id. A key prices the model of that id, or failing that the
 // models it is a prefix of ("claude-sonnet-4-5" prices "claude-sonnet-4-5-20250929"; the longest key
-// wins); "*" prices every other model. A model it does not price costs nothing (and is logged).
+// wins); "*" prices every other model. A model it does not price costs what the dearest entries cost
+// (Dearest; and is logged): the model is the agent's to name, and one the table misses must not be
+// free against the money budgets.
 type Prices map[string]Price
 
 // Lookup finds the price of model.
@@ -91,6 +93,15 @@ func (p Prices) Lookup(model string) (Price, bool) {
 	}
 	pr, ok := p["*"]
 	return pr, ok
+}
+
+// Dearest is the table's highest input and highest output price, what a model it misses costs.
+func (p Prices) Dearest() Price {
+	var d Price
+	for _, pr := range p {
+		d.Input, d.Output = max(d.Input, pr.Input), max(d.Output, pr.Output)
+	}
+	return d
 }
 
 // CostMicros is what u cost at price, in millionths of the currency: a price per million tokens is

@@ -415,24 +415,30 @@ func (g *Gateway) record(c *call, u Usage) {
 	}
 }
 
-// cost prices a call by the price table; a model the table misses costs nothing, logged once.
+// cost prices a call by the price table; a model the table misses costs the dearest entries (the
+// agent names the model: one missing from the table must not be free), logged once.
 func (g *Gateway) cost(model string, u Usage) int64 {
 	if g.cfg.Prices == nil {
 		return 0
 	}
 	pr, ok := g.cfg.Prices.Lookup(model)
 	if !ok {
+		pr = g.cfg.Prices.Dearest()
 		g.mu.Lock()
-		first := !g.unpriced[model]
-		g.unpriced[model] = true
+		first := !g.unpriced[model] && len(g.unpriced) < maxUnpricedLogged
+		if first {
+			g.unpriced[model] = true
+		}
 		g.mu.Unlock()
 		if first {
-			g.log.Warn("model not in gateway.prices: its calls cost nothing against the money budgets", zap.String("model", model))
+			g.log.Warn("model not in gateway.prices: its calls cost what the dearest entries cost", zap.String("model", model))
 		}
-		return 0
 	}
 	return pr.CostMicros(u)
 }
+
+// maxUnpricedLogged bounds the unpriced models remembered (the agent names them, as many as it likes).
+const maxUnpricedLogged = 256
 
 // meteredBody feeds a streamed answer to its usage meter as the proxy copies it. The usage is
 // recorded inside the Read that carries the closing event, before its bytes go on to the client: the
