@@ -281,6 +281,9 @@ func meterable(body []byte, c *call, wantModel bool) ([]byte, error) {
 	if err := json.Unmarshal(body, &req); err != nil || req == nil {
 		return nil, errors.New("the request body is not a JSON object")
 	}
+	if err := noFetchingTools(req); err != nil {
+		return nil, err
+	}
 	stream, err := boolField(req, "stream")
 	if err != nil {
 		return nil, err
