@@ -7,6 +7,7 @@ package prompts
 import (
 	"embed"
 	"fmt"
+	"regexp"
 	"strings"
 	"text/template"
 )
@@ -75,7 +76,18 @@ func Message(history, text string) string {
 	if strings.TrimSpace(history) == "" {
 		return text
 	}
-	return render("message.md", struct{ History, Text string }{strings.TrimSpace(history), text})
+	return render("message.md", struct{ History, Text string }{defuseFraming(strings.TrimSpace(history)), text})
+}
+
+// framingTag matches the start of message.md's history tags, in the spellings a model would still
+// read as one (any case, spaces around the slash).
+var framingTag = regexp.MustCompile(`(?i)<(\s*/?\s*conversation-history)`)
+
+// defuseFraming escapes the history tags in the history's text. That text is other people's words
+// (earlier chat messages, another integration's report, old prompts and answers), and a closing tag
+// in it would end the history early: what followed, "New message: …", would read as the user's.
+func defuseFraming(history string) string {
+	return framingTag.ReplaceAllString(history, "&lt;$1")
 }
 
 func render(name string, data any) string {
