@@ -95,7 +95,8 @@ func (c *Coalescer) fire() {
 }
 
 // Flush waits for any in-flight send, then sends the newest unsent state now (ignoring the interval:
-// the final state must not wait). It reports the send's error.
+// the final state must not wait). It reports the send's error; after a refusal with a Retry-After,
+// the next send waits for it.
 func (c *Coalescer) Flush(ctx context.Context) error {
 	c.mu.Lock()
 	for c.sending {
@@ -128,11 +129,17 @@ func (c *Coalescer) Flush(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.sending = false
-	if err == nil {
+	wait := c.interval
+	if rl, ok := errors.AsType[*RateLimitedError](err); ok {
+		// Not offered again here: the caller is about to post its answer, which a send racing
+		// it could follow or overwrite (Discord's @original). It updates again when done, and
+		// that waits for the platform.
+		wait = max(wait, rl.RetryAfter)
+	} else if err == nil {
 		c.sent++
 		c.lastSent = text
 	}
-	c.nextOK = time.Now().Add(c.interval)
+	c.nextOK = time.Now().Add(wait)
 	if c.idle != nil {
 		close(c.idle)
 		c.idle = nil

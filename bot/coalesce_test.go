@@ -136,3 +136,28 @@ func TestCoalescerStuckPlatformDoesNotHoldTheFlush(t *testing.T) {
 		})
 	}
 }
+
+// A flush the platform refused with a Retry-After holds the next send until the wait is over: the
+// caller's update after it would otherwise be refused again at once, and dropped.
+func TestCoalescerFlushRateLimitedHoldsTheNextSend(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := &recorder{}
+		c := NewCoalescer(context.Background(), time.Second, r.send)
+		c.Update("working…")
+		synctest.Wait() // sent; the next update waits for the interval
+		r.mu.Lock()
+		r.fail = []error{&RateLimitedError{RetryAfter: 5 * time.Second}}
+		r.mu.Unlock()
+		c.Update("done in 12s")
+		var rl *RateLimitedError
+		require.ErrorAs(t, c.Flush(context.Background()), &rl)
+		require.Equal(t, []string{"working…"}, r.got(), "the refused state is not offered again by itself")
+		c.Update("done in 12s")
+		time.Sleep(4 * time.Second)
+		synctest.Wait()
+		require.Equal(t, []string{"working…"}, r.got(), "not before the platform's Retry-After")
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		require.Equal(t, []string{"working…", "done in 12s"}, r.got())
+	})
+}

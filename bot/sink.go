@@ -2,6 +2,7 @@ package bot
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -120,9 +121,17 @@ func (s *replySink) Deliver(ctx context.Context, out agentpool.Outcome) ([]strin
 	s.status, s.tail, s.delivering = final, nil, true
 	s.mu.Unlock()
 	s.co.Update(final)
-	if err := s.co.Flush(ctx); err != nil {
-		s.log.Debug("final progress update", zap.Error(err))
+	flushErr := s.co.Flush(ctx)
+	if flushErr != nil {
+		s.log.Debug("final progress update", zap.Error(flushErr))
 	}
+	defer func() {
+		if _, ok := errors.AsType[*RateLimitedError](flushErr); ok {
+			// The progress still shows "working…": show the final state after the platform's
+			// wait, now that the reply is in the chat and no send can race its posts.
+			s.co.Update(final)
+		}
+	}()
 
 	var firstErr error
 	posted := 0 // posts and uploads of the reply itself that got through

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -299,4 +300,52 @@ func TestDeliverSaysWhetherTheReplyGotThrough(t *testing.T) {
 			require.Equal(t, tt.wantReacts, r.reacts)
 		})
 	}
+}
+
+// progressReplier refuses the first final progress with a Retry-After and records the order of
+// progress and posts.
+type progressReplier struct {
+	chatReplier
+	mu      sync.Mutex
+	events  []string
+	refused bool
+}
+
+func (r *progressReplier) Progress(_ context.Context, text string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if strings.HasPrefix(text, "done") && !r.refused {
+		r.refused = true
+		return &RateLimitedError{RetryAfter: 5 * time.Second}
+	}
+	r.events = append(r.events, "progress: "+text)
+	return nil
+}
+
+func (r *progressReplier) Post(ctx context.Context, text string) error {
+	r.mu.Lock()
+	r.events = append(r.events, "post: "+text)
+	r.mu.Unlock()
+	return r.chatReplier.Post(ctx, text)
+}
+
+// The final progress state refused with a Retry-After is shown after the wait, and after the answer
+// (never racing its posts), instead of the progress reading "working…" for good.
+func TestDeliverFinalProgressRateLimitedIsShownAfterTheAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		log, _ := observed(zapcore.DebugLevel)
+		r := &progressReplier{chatReplier: chatReplier{posted: make(chan string, 100)}}
+		s := newReplySink(context.Background(), r, time.Second, log)
+		s.Progress(runtime.Event{Kind: runtime.EventText, Text: "compiling"})
+		synctest.Wait()
+		_, err := s.Deliver(context.Background(), agentpool.Outcome{TurnID: 3, Answer: "the answer"})
+		require.NoError(t, err)
+		time.Sleep(6 * time.Second)
+		synctest.Wait()
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		require.Len(t, r.events, 3, "%q", r.events)
+		require.Equal(t, "post: the answer", r.events[1])
+		require.True(t, strings.HasPrefix(r.events[2], "progress: done in"), "%q", r.events)
+	})
 }

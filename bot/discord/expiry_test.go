@@ -185,3 +185,21 @@ func TestUploadNameIsSanitised(t *testing.T) {
 	require.Equal(t, bot.FileName(hostile), ms[0].Attachments[0].Filename)
 	require.Equal(t, "application/octet-stream", ms[0].Attachments[0].ContentType)
 }
+
+// In an interaction the progress is @original until the answer replaces it. A progress update that
+// comes after the answer (the final state, refused by a rate limit and sent again after the wait)
+// has no message left to edit: it must not add a stray one after the answer.
+func TestProgressAfterTheAnswerReplacedOriginalIsDropped(t *testing.T) {
+	k := &keeper{got: make(chan bot.Replier, 4)}
+	r := newRig(t, func(o *discord.Options) { o.Handler = k })
+	r.fake.GuildChannel("G1", "C1")
+	th := r.fake.UserThread("C1", discordfake.Person("U1"), "t")
+	in := r.fake.Slash(th, discordfake.Person("U1"), "ask", map[string]string{"prompt": "q"})
+	r.fake.DispatchInteraction(in)
+	rp := <-k.got
+	r.wait(t, "deferred", func() bool { rec, _ := r.fake.Interaction(in.ID); return len(rec.Callbacks) == 1 })
+	require.NoError(t, rp.Progress(t.Context(), "working…"))
+	require.NoError(t, rp.Post(t.Context(), "the answer"))
+	require.NoError(t, rp.Progress(t.Context(), "done in 12s"))
+	require.Equal(t, "the answer", r.said(th))
+}

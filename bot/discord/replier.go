@@ -55,7 +55,9 @@ type replier struct {
 	// in its bucket (not cancellable) and hold the turn's final update.
 	progressAfter time.Time
 	answered      bool
-	lastTyping    time.Time
+	// progressOnOriginal: the progress was shown in @original, so the answer replaced it.
+	progressOnOriginal bool
+	lastTyping         time.Time
 }
 
 var (
@@ -304,7 +306,13 @@ func (r *replier) answeredNow() bool {
 func (r *replier) Progress(ctx context.Context, text string) error {
 	r.mu.Lock()
 	wait := time.Until(r.progressAfter)
+	replaced := r.answered && r.progressOnOriginal && r.progressID == ""
 	r.mu.Unlock()
+	if replaced {
+		// The answer took @original, the progress message: a late update (the final state sent
+		// again after a 429) has nothing to edit, and a new message would trail the answer.
+		return nil
+	}
 	if wait > 0 {
 		return &bot.RateLimitedError{RetryAfter: wait}
 	}
@@ -316,6 +324,11 @@ func (r *replier) Progress(ctx context.Context, text string) error {
 	if tok := r.interactionToken(ctx); tok != "" && !r.answeredNow() {
 		_, err = r.a.s.InteractionResponseEdit(&discordgo.Interaction{AppID: r.a.opts.ApplicationID, Token: tok},
 			&discordgo.WebhookEdit{Content: &text, AllowedMentions: noMentions}, opts...)
+		if err == nil {
+			r.mu.Lock()
+			r.progressOnOriginal = true
+			r.mu.Unlock()
+		}
 		if tokenGone(err) && !r.ephemeral {
 			// A turn past the token's 15 minutes: progress (and the answer) go to the channel.
 			r.dropToken()
