@@ -143,11 +143,16 @@ func (s *replySink) Deliver(ctx context.Context, out agentpool.Outcome) ([]strin
 			firstErr = err
 		}
 	}
-	if out.Redelivered {
-		// Not counted: alone, it is no reply.
-		if err := s.r.Post(ctx, redeliveredNote); err != nil {
+	// note posts a remark around the reply (why it is reposted, the workspace, what the turn read,
+	// a replay, files not attached): not counted, since alone it is no reply, and a turn whose
+	// answer did not get through must stay undelivered to be posted again.
+	note := func(text string) {
+		if err := s.r.Post(ctx, text); err != nil && firstErr == nil {
 			firstErr = err
 		}
+	}
+	if out.Redelivered {
+		note(redeliveredNote)
 	}
 	turn := zap.Int64("turn", out.TurnID)
 	switch code := agentpool.ErrorCode(out.Err); {
@@ -163,13 +168,13 @@ func (s *replySink) Deliver(ctx context.Context, out agentpool.Outcome) ([]strin
 	}
 	if out.Err == nil || out.Answer != "" {
 		if out.Workspace != "" {
-			post(out.Workspace)
+			note(out.Workspace)
 		}
 		if n := contextNote(out.Context); n != "" {
-			post(n)
+			note(n)
 		}
 		if out.Replayed || out.Recreate != "" {
-			post(replayNote(out))
+			note(replayNote(out))
 		}
 		answer := out.Answer
 		if out.Refusal != nil {
@@ -187,7 +192,7 @@ func (s *replySink) Deliver(ctx context.Context, out agentpool.Outcome) ([]strin
 				posted++ // the whole answer is in the chat: a repost would upload it again
 			} else {
 				p := Explain(s.log, "uploading the answer", err, turn)
-				post(fmt.Sprintf("(The full answer could not be attached: the upload failed, ref %s.)", p.Ref))
+				note(fmt.Sprintf("(The full answer could not be attached: the upload failed, ref %s.)", p.Ref))
 			}
 		}
 	}
@@ -216,7 +221,7 @@ func (s *replySink) Deliver(ctx context.Context, out agentpool.Outcome) ([]strin
 		ids[i] = id
 	}
 	if len(notes) > 0 {
-		post(strings.Join(notes, "\n"))
+		note(strings.Join(notes, "\n"))
 	}
 	react := ReactDone
 	if out.Err != nil || out.IsError {
