@@ -220,8 +220,10 @@ func (s *replySink) Deliver(ctx context.Context, out agentpool.Outcome) ([]strin
 		}
 		ids[i] = id
 	}
-	if len(notes) > 0 {
-		note(strings.Join(notes, "\n"))
+	// Up to 20 skipped files and every failed upload, one line each: more than one message holds
+	// on a platform with short ones, which would refuse the list whole.
+	for _, c := range Split(strings.Join(notes, "\n"), messageLimit(s.r.Limits())) {
+		note(c)
 	}
 	react := ReactDone
 	if out.Err != nil || out.IsError {

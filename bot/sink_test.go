@@ -9,6 +9,7 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zapcore"
@@ -358,4 +359,35 @@ func TestDeliverFinalProgressRateLimitedIsShownAfterTheAnswer(t *testing.T) {
 		require.Equal(t, "post: the answer", r.events[1])
 		require.True(t, strings.HasPrefix(r.events[2], "progress: done in"), "%q", r.events)
 	})
+}
+
+// smallReplier is a platform with Discord's 2,000-character messages.
+type smallReplier struct{ chatReplier }
+
+func (r *smallReplier) Limits() Limits {
+	return Limits{MaxMessage: 2000, MaxChunks: 5, MaxFileBytes: 1 << 20}
+}
+
+// The list of files not uploaded (up to 20 skipped, plus every failed upload, with names of up to
+// 120 characters) is longer than one message of a platform with short ones: it must be posted in
+// messages the platform takes, not as one it refuses.
+func TestDeliverFileNotesFitThePlatformsMessages(t *testing.T) {
+	log, _ := observed(zapcore.DebugLevel)
+	r := &smallReplier{chatReplier{posted: make(chan string, 100)}}
+	out := agentpool.Outcome{TurnID: 3, Answer: "done"}
+	for i := range 20 {
+		out.Skipped = append(out.Skipped, agentpool.SkippedArtifact{Name: fmt.Sprintf("%03d-%s.csv", i, strings.Repeat("n", 100)),
+			Size: 1 << 30, Reason: agentpool.SkipReplyTooLarge, Limit: 50 << 20})
+	}
+	out.Artifacts = []agentpool.Artifact{{Name: "a.png", Data: []byte("png"), Size: 3}} // its upload fails
+	s := newReplySink(t.Context(), r, time.Millisecond, log)
+	_, _ = s.Deliver(t.Context(), out)
+	all := strings.Join(r.posts, "\n")
+	for i := range 20 {
+		require.Contains(t, all, fmt.Sprintf("%03d-", i), "every skipped file is named")
+	}
+	require.Contains(t, all, "not uploaded: a.png")
+	for _, p := range r.posts {
+		require.LessOrEqual(t, utf8.RuneCountInString(p), 2000, "a post the platform would refuse")
+	}
 }

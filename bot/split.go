@@ -211,11 +211,7 @@ func LayoutAnswer(text string, lim Limits) Layout {
 	if strings.TrimSpace(text) == "" {
 		text = "(no answer)"
 	}
-	limit := lim.MaxMessage
-	if limit <= 0 {
-		limit = DefaultMaxMessage
-	}
-	limit = max(limit, MinChunk)
+	limit := messageLimit(lim)
 	chunks := Split(text, limit)
 	if lim.MaxChunks <= 0 || len(chunks) <= lim.MaxChunks {
 		return Layout{Chunks: chunks}
@@ -226,4 +222,13 @@ func LayoutAnswer(text string, lim Limits) Layout {
 		return Layout{Chunks: chunks[:1], File: []byte(text)}
 	}
 	return Layout{Chunks: []string{Split(text, headMax)[0] + attachedNote}, File: []byte(text)}
+}
+
+// messageLimit is the chunk length for the platform's messages: MaxMessage, DefaultMaxMessage when
+// unset, at least MinChunk.
+func messageLimit(lim Limits) int {
+	if lim.MaxMessage <= 0 {
+		return DefaultMaxMessage
+	}
+	return max(lim.MaxMessage, MinChunk)
 }
