@@ -181,7 +181,11 @@ func (s *replySink) Deliver(ctx context.Context, out agentpool.Outcome) ([]strin
 			// Refused, not failed (a budget used up): its own words, in place of the answer.
 			answer = Explain(s.log, "turn refused", out.Refusal, turn).String()
 		}
-		lay := LayoutAnswer(answer, s.r.Limits())
+		lay := Layout{}
+		if strings.TrimSpace(answer) != "" || len(out.Artifacts) == 0 {
+			// A file alone is an answer: "(no answer)" beside it would say there was none.
+			lay = LayoutAnswer(answer, s.r.Limits())
+		}
 		for _, c := range lay.Chunks {
 			post(c)
 		}

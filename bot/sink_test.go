@@ -391,3 +391,30 @@ func TestDeliverFileNotesFitThePlatformsMessages(t *testing.T) {
 		require.LessOrEqual(t, utf8.RuneCountInString(p), 2000, "a post the platform would refuse")
 	}
 }
+
+// An agent that answered with a file alone (no text, or only whitespace) gets its file posted, not
+// a "(no answer)" beside it that says it gave none. With nothing at all, "(no answer)" still says so.
+func TestDeliverFileOnlyAnswer(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		out       agentpool.Outcome
+		wantPosts []string
+	}{
+		{"a file and no text", agentpool.Outcome{TurnID: 3, Answer: " \n\t",
+			Artifacts: []agentpool.Artifact{{Name: "plot.png", Data: []byte("png"), Size: 3}}}, nil},
+		{"nothing", agentpool.Outcome{TurnID: 3, Answer: " "}, []string{"(no answer)"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			log, _ := observed(zapcore.DebugLevel)
+			r := &downReplier{chatReplier: chatReplier{posted: make(chan string, 100)}, down: func(int) bool { return false }, uploads: true}
+			s := newReplySink(t.Context(), r, time.Millisecond, log)
+			ids, err := s.Deliver(t.Context(), tt.out)
+			require.NoError(t, err)
+			require.Equal(t, tt.wantPosts, r.posts)
+			require.Equal(t, []string{ReactDone}, r.reacts)
+			for i, a := range tt.out.Artifacts {
+				require.Equal(t, "F-"+a.Name, ids[i])
+			}
+		})
+	}
+}
