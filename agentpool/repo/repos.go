@@ -40,7 +40,7 @@ type Repos struct {
 	cfg Config
 	git git
 
-	mu    sync.Mutex // protects locks
+	mu    sync.Mutex               // protects locks
 	locks map[string]chan struct{} // one slot per repository
 
 	// onWait, for tests, runs when lock finds another process holding a repository's cache.
