@@ -150,6 +150,8 @@ func TestBadConfigNamesTheKey(t *testing.T) {
 		{name: "infinite price", file: "gateway:\n  prices:\n    m: {input: 1, output: .inf}\n", wantKey: "gateway.prices.m", wantMsg: "0 or more"},
 		{name: "NaN money budget", file: "gateway:\n  budget:\n    daily_money: .nan\n", wantKey: "gateway.budget.daily_money", wantMsg: "0 (no cap)"},
 		{name: "infinite money budget", file: "gateway:\n  budget:\n    user_daily_money: .inf\n", wantKey: "gateway.budget.user_daily_money", wantMsg: "0 (no cap)"},
+		{name: "money budget past what cost counts in", file: "gateway:\n  budget:\n    daily_money: 1e300\n  prices:\n    m: {input: 1, output: 2}\n", wantKey: "gateway.budget.daily_money", wantMsg: "at most"},
+		{name: "price past what cost counts in", file: "gateway:\n  prices:\n    m: {input: 1e300, output: 2}\n", wantKey: "gateway.prices.m", wantMsg: "at most"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

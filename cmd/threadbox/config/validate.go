@@ -486,6 +486,9 @@ func (c Config) validateGateway() error {
 		if !finiteAmount(n) {
 			return fmt.Errorf("gateway.budget.%s = %g: must be 0 (no cap) or a positive amount", key, n)
 		}
+		if n > maxAmount {
+			return fmt.Errorf("gateway.budget.%s = %g: must be at most %g (cost is counted in millionths, in 64 bits)", key, n, maxAmount)
+		}
 	}
 	switch {
 	case g.Port < 1 || g.Port > 65535:
@@ -499,12 +502,19 @@ func (c Config) validateGateway() error {
 		if !finiteAmount(p.Input) || !finiteAmount(p.Output) {
 			return fmt.Errorf("gateway.prices.%s: input and output must be 0 or more (per million tokens)", model)
 		}
+		if p.Input > maxAmount || p.Output > maxAmount {
+			return fmt.Errorf("gateway.prices.%s: input and output must be at most %g (per million tokens)", model, maxAmount)
+		}
 	}
 	return nil
 }
 
 // finiteAmount is a price or money budget the gateway can count with: 0 or more, and finite (YAML's
 // .nan passes a "< 0" check, and a NaN or infinite amount turns into an arbitrary int64 of micros).
+// maxAmount bounds money budgets and prices: a larger one, in millionths, would not fit the 64-bit
+// counters (a budget converted past them wraps negative, which reads as no cap).
+const maxAmount = 1e9
+
 func finiteAmount(n float64) bool {
 	return n >= 0 && !math.IsInf(n, 1)
 }
