@@ -200,16 +200,7 @@ func TestReadFileGrownPastMax(t *testing.T) {
 // marker, the answer is still awaited, the script is killed by pid and by marker, and its output
 // streams are claimed and released rather than held for the socket's life.
 func TestScriptCancelledDuringSpawnKills(t *testing.T) {
-	for name, run := range map[string]func(context.Context, *Provider, *live) error{
-		"run": func(ctx context.Context, p *Provider, lv *live) error {
-			_, err := p.run(ctx, lv, "sleep 600")
-			return err
-		},
-		"runOut": func(ctx context.Context, p *Provider, lv *live) error {
-			_, _, _, err := p.runOut(ctx, lv, 1<<10, "sleep 600")
-			return err
-		},
-	} {
+	for name, run := range scriptRuns {
 		t.Run(name, func(t *testing.T) {
 			p, h, s := stubProvider(t)
 			lv := p.lives[h.ID]
@@ -229,20 +220,23 @@ func TestScriptCancelledDuringSpawnKills(t *testing.T) {
 	}
 }
 
+// scriptRuns are the two ways the provider runs its own scripts, each running sleep 600.
+var scriptRuns = map[string]func(context.Context, *Provider, *live) error{
+	"run": func(ctx context.Context, p *Provider, lv *live) error {
+		_, err := p.run(ctx, lv, "sleep 600")
+		return err
+	},
+	"runOut": func(ctx context.Context, p *Provider, lv *live) error {
+		_, _, _, err := p.runOut(ctx, lv, 1<<10, "sleep 600")
+		return err
+	},
+}
+
 // TestScriptCancelledWhileRunningKills: one of the provider's own scripts whose caller leaves while
 // it runs (after its spawn answered) is killed, with everything it started, as an Exec is: it used to
 // run on in the box, holding its output streams, for as long as it liked.
 func TestScriptCancelledWhileRunningKills(t *testing.T) {
-	for name, run := range map[string]func(context.Context, *Provider, *live) error{
-		"run": func(ctx context.Context, p *Provider, lv *live) error {
-			_, err := p.run(ctx, lv, "sleep 600")
-			return err
-		},
-		"runOut": func(ctx context.Context, p *Provider, lv *live) error {
-			_, _, _, err := p.runOut(ctx, lv, 1<<10, "sleep 600")
-			return err
-		},
-	} {
+	for name, run := range scriptRuns {
 		t.Run(name, func(t *testing.T) {
 			p, h, s := stubProvider(t)
 			lv := p.lives[h.ID]
