@@ -167,17 +167,21 @@ func TestSIGKILLLosesNoCommandReply(t *testing.T) {
 	rig := newCrashRig(t, "sqlite:"+filepath.Join(t.TempDir(), "tb.db"))
 	s := startServer(t, bin, rig.env)
 
-	held, release := rig.fake.Hold("chat.postMessage")
-	defer release()
+	hold := rig.fake.Hold("chat.postMessage", 1)
+	defer hold.Release()
 	root := rig.fake.Mention("C1", "U1", "status")
 	rig.deliver(t, s, root)
 	select {
-	case <-held:
+	case <-hold.Waiting():
 	case <-time.After(2 * time.Minute):
 		t.Fatal("the status reply was never posted")
 	}
 	kill(t, s)
-	release()
+	select {
+	case <-hold.Gone(): // the killed process's post is dropped, never recorded
+	case <-time.After(time.Minute):
+		t.Fatal("the fake did not see the killed process go")
+	}
 	require.Empty(t, rig.thread(root), "nothing was posted before the kill")
 
 	s2 := startServer(t, bin, rig.env)

@@ -147,7 +147,7 @@ type Server struct {
 	files      map[string]*File
 	users      map[string]string // id → name
 	faults     map[string][]fault
-	holds      map[string]*hold
+	holds      map[string]*Held
 	tickets    map[string]bool
 	conns      []*wsConn
 	opened     int
@@ -230,50 +230,56 @@ func (s *Server) Fail(method string, n int, code string) {
 	s.addFault(method, n, fault{status: http.StatusOK, err: code})
 }
 
-// hold keeps calls of one method waiting.
-type hold struct {
-	once    sync.Once
-	held    chan struct{} // closed when the first call is held
-	release chan struct{}
+// Held is a hold on the next calls of one Web API method (Server.Hold).
+type Held struct {
+	n        int // calls still to hold; protected by Server.mu
+	waitOnce sync.Once
+	waiting  chan struct{}
+	goneOnce sync.Once
+	gone     chan struct{}
+	relOnce  sync.Once
+	release  chan struct{}
 }
 
-// Hold makes calls of method wait, unanswered and unrecorded, until release is called or their
-// caller goes away (a bot killed while it waits for Slack). held is closed once the first call
-// waits.
-func (s *Server) Hold(method string) (held <-chan struct{}, release func()) {
-	h := &hold{held: make(chan struct{}), release: make(chan struct{})}
+// Waiting is closed once a held call waits.
+func (h *Held) Waiting() <-chan struct{} { return h.waiting }
+
+// Gone is closed once a held call's caller went away (a bot killed while it waited for Slack): that
+// call was dropped, unanswered and unrecorded.
+func (h *Held) Gone() <-chan struct{} { return h.gone }
+
+// Release lets the held calls go on, answered and recorded as usual.
+func (h *Held) Release() { h.relOnce.Do(func() { close(h.release) }) }
+
+// Hold makes the next n calls of method wait, unanswered and unrecorded, until Release or until
+// their caller goes away; later calls are answered as usual.
+func (s *Server) Hold(method string, n int) *Held {
+	h := &Held{n: n, waiting: make(chan struct{}), gone: make(chan struct{}), release: make(chan struct{})}
 	s.mu.Lock()
 	if s.holds == nil {
-		s.holds = map[string]*hold{}
+		s.holds = map[string]*Held{}
 	}
 	s.holds[method] = h
 	s.mu.Unlock()
-	var once sync.Once
-	return h.held, func() {
-		once.Do(func() {
-			s.mu.Lock()
-			if s.holds[method] == h {
-				delete(s.holds, method)
-			}
-			s.mu.Unlock()
-			close(h.release)
-		})
-	}
+	return h
 }
 
-// held waits while method is held; it reports false when the caller went away meanwhile.
+// held waits while a call of method is held; it reports false when the caller went away meanwhile.
 func (s *Server) held(r *http.Request, method string) bool {
 	s.mu.Lock()
 	h := s.holds[method]
-	s.mu.Unlock()
-	if h == nil {
+	if h == nil || h.n <= 0 {
+		s.mu.Unlock()
 		return true
 	}
-	h.once.Do(func() { close(h.held) })
+	h.n--
+	s.mu.Unlock()
+	h.waitOnce.Do(func() { close(h.waiting) })
 	select {
 	case <-h.release:
 		return true
 	case <-r.Context().Done():
+		h.goneOnce.Do(func() { close(h.gone) })
 		return false
 	}
 }

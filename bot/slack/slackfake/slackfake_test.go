@@ -256,11 +256,11 @@ func TestPostEphemeralWithSlackGo(t *testing.T) {
 	require.Equal(t, root.TS, calls[0].Params["thread_ts"])
 }
 
-// TestHold: a held method's calls wait, unanswered and unrecorded, until released; a caller that goes
-// away meanwhile leaves no call behind.
+// TestHold: a held call waits, unanswered and unrecorded; one whose caller goes away is dropped;
+// after the n held calls the others are answered at once; a released one is answered and recorded.
 func TestHold(t *testing.T) {
 	f, api := newFake(t, slackfake.Options{})
-	held, release := f.Hold("chat.postMessage")
+	h := f.Hold("chat.postMessage", 1)
 
 	gone, cancel := context.WithCancel(t.Context())
 	errc := make(chan error, 1)
@@ -268,18 +268,24 @@ func TestHold(t *testing.T) {
 		_, _, err := api.PostMessageContext(gone, "C1", slack.MsgOptionText("never", false))
 		errc <- err
 	}()
-	<-held
+	<-h.Waiting()
 	cancel()
 	require.Error(t, <-errc, "the caller went away")
+	<-h.Gone()
+	_, _, err := api.PostMessageContext(t.Context(), "C1", slack.MsgOptionText("later", false))
+	require.NoError(t, err, "past the held call, answered at once")
+	calls := f.Calls("chat.postMessage")
+	require.Len(t, calls, 1, "the dropped call is not recorded")
+	require.Equal(t, "later", calls[0].Params["text"])
 
+	h2 := f.Hold("chat.postMessage", 1)
 	done := make(chan error, 1)
 	go func() {
-		_, _, err := api.PostMessageContext(t.Context(), "C1", slack.MsgOptionText("later", false))
+		_, _, err := api.PostMessageContext(t.Context(), "C1", slack.MsgOptionText("released", false))
 		done <- err
 	}()
-	release()
+	<-h2.Waiting()
+	h2.Release()
 	require.NoError(t, <-done)
-	calls := f.Calls("chat.postMessage")
-	require.Len(t, calls, 1, "only the released call is recorded")
-	require.Equal(t, "later", calls[0].Params["text"])
+	require.Len(t, f.Calls("chat.postMessage"), 2)
 }
