@@ -22,6 +22,9 @@ var (
 	ErrLocked = errors.New("database locked")
 	// ErrInvalid means the caller passed arguments the store refuses (an empty key, an unknown status).
 	ErrInvalid = errors.New("invalid argument")
+	// ErrSchemaNewer means a newer release migrated the database past what this binary knows (the
+	// binary was rolled back): the store refuses to migrate or to serve on it.
+	ErrSchemaNewer = errors.New("database schema is newer than this binary")
 	// ErrBadURL means database.url is malformed or names an unknown scheme.
 	ErrBadURL = errors.New("bad database url")
 )

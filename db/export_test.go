@@ -286,3 +286,16 @@ func firstColumnInts(ctx context.Context, s Store, query string, args []any) ([]
 	}
 	return nil, fmt.Errorf("firstColumnInts: %T", s)
 }
+
+// ExecSQL runs a statement on a store's database, for tests that fake what another binary did.
+func ExecSQL(ctx context.Context, s Store, query string) error {
+	switch s := s.(type) {
+	case *pgStore:
+		_, err := s.pool.Exec(ctx, query)
+		return err
+	case *sqliteStore:
+		_, err := s.sqlDB.ExecContext(ctx, query)
+		return err
+	}
+	return fmt.Errorf("ExecSQL: %T", s)
+}

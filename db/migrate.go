@@ -6,8 +6,10 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
+	"slices"
 
 	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/database"
 )
 
 // The migrations are embedded so the binary carries its schema. Each engine has its own directory
@@ -33,7 +35,11 @@ func newMigrator(dialect goose.Dialect, dir string, sqlDB *sql.DB) (*goose.Provi
 	return p, nil
 }
 
-func migrateUp(ctx context.Context, p *goose.Provider) error {
+// migrateUp refuses a database migrated by a newer binary (checkSchema) before it applies anything.
+func migrateUp(ctx context.Context, p *goose.Provider, dialect goose.Dialect, sqlDB *sql.DB) error {
+	if err := checkSchema(ctx, p, dialect, sqlDB); err != nil {
+		return err
+	}
 	if _, err := p.Up(ctx); err != nil {
 		return fmt.Errorf("db: migrate: %w", err)
 	}
@@ -48,4 +54,51 @@ func schemaVersion(ctx context.Context, p *goose.Provider) (int64, error) {
 		return 0, fmt.Errorf("db: schema version: %w", err)
 	}
 	return v, nil
+}
+
+// checkSchema returns ErrSchemaNewer if the database has a migration applied that this binary does
+// not carry: a newer release migrated it and the operator rolled the binary back. goose would just
+// find nothing to apply, and this binary would then run queries written for an older schema against
+// the newer one (a column it does not fill, a constraint it does not know), silently writing rows the
+// newer release misreads. Versions are compared as a set, not by their maximum, because migrations
+// may be applied out of order (newMigrator).
+func checkSchema(ctx context.Context, p *goose.Provider, dialect goose.Dialect, sqlDB *sql.DB) error {
+	// Creates goose's bookkeeping table on a fresh database, so the listing below has one to read.
+	if _, err := p.GetDBVersion(ctx); err != nil {
+		return fmt.Errorf("db: schema version: %w", err)
+	}
+	store, err := database.NewStore(dialect, goose.DefaultTablename)
+	if err != nil {
+		return fmt.Errorf("db: schema version: %w", err)
+	}
+	applied, err := store.ListMigrations(ctx, sqlDB)
+	if err != nil {
+		return fmt.Errorf("db: schema version: %w", err)
+	}
+	known := make(map[int64]bool)
+	var binary int64
+	for _, src := range p.ListSources() {
+		known[src.Version] = true
+		binary = max(binary, src.Version)
+	}
+	var unknown []int64
+	var dbVersion int64
+	for _, m := range applied {
+		// Version 0 is goose's own first row.
+		if !m.IsApplied || m.Version == 0 {
+			continue
+		}
+		dbVersion = max(dbVersion, m.Version)
+		if !known[m.Version] && !slices.Contains(unknown, m.Version) {
+			unknown = append(unknown, m.Version)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	slices.Sort(unknown)
+	return fmt.Errorf("db: %w: the database is at schema version %d, with migrations %v that this binary "+
+		"(schema version %d) does not have: a newer Threadbox migrated it. Run that newer release (or a later one) "+
+		"against this database, or restore the backup taken before it migrated; this binary refuses to run "+
+		"so as not to write rows the newer schema does not expect", ErrSchemaNewer, dbVersion, unknown, binary)
 }

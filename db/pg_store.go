@@ -2,6 +2,7 @@ package db
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -288,19 +289,27 @@ func (s *pgStore) Migrate(ctx context.Context) error {
 		return fmt.Errorf("db: migrate: %w", err)
 	}
 	defer unlock()
-	return s.withMigrator(func(p *goose.Provider) error { return migrateUp(ctx, p) })
+	return s.withMigrator(func(p *goose.Provider, sqlDB *sql.DB) error {
+		return migrateUp(ctx, p, goose.DialectPostgres, sqlDB)
+	})
+}
+
+func (s *pgStore) CheckSchema(ctx context.Context) error {
+	return s.withMigrator(func(p *goose.Provider, sqlDB *sql.DB) error {
+		return checkSchema(ctx, p, goose.DialectPostgres, sqlDB)
+	})
 }
 
 func (s *pgStore) SchemaVersion(ctx context.Context) (int64, error) {
 	var v int64
-	err := s.withMigrator(func(p *goose.Provider) (err error) {
+	err := s.withMigrator(func(p *goose.Provider, _ *sql.DB) (err error) {
 		v, err = schemaVersion(ctx, p)
 		return err
 	})
 	return v, err
 }
 
-func (s *pgStore) withMigrator(fn func(*goose.Provider) error) error {
+func (s *pgStore) withMigrator(fn func(*goose.Provider, *sql.DB) error) error {
 	// Closing this *sql.DB leaves the pool open.
 	sqlDB := stdlib.OpenDBFromPool(s.pool)
 	defer sqlDB.Close()
@@ -308,7 +317,7 @@ func (s *pgStore) withMigrator(fn func(*goose.Provider) error) error {
 	if err != nil {
 		return err
 	}
-	return fn(p)
+	return fn(p, sqlDB)
 }
 
 // Close releases held locks and leadership first: pgxpool.Close waits for every acquired connection.

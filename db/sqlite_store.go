@@ -123,7 +123,15 @@ func (s *sqliteStore) Migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return migrateUp(ctx, p)
+	return migrateUp(ctx, p, goose.DialectSQLite3, s.sqlDB)
+}
+
+func (s *sqliteStore) CheckSchema(ctx context.Context) error {
+	p, err := newMigrator(goose.DialectSQLite3, "migrations/sqlite", s.sqlDB)
+	if err != nil {
+		return err
+	}
+	return checkSchema(ctx, p, goose.DialectSQLite3, s.sqlDB)
 }
 
 func (s *sqliteStore) SchemaVersion(ctx context.Context) (int64, error) {

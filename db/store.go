@@ -27,7 +27,12 @@ type Store interface {
 	Ping(ctx context.Context) error
 	// Migrate applies the embedded migrations that are not applied yet; running it again is a no-op.
 	// Concurrent callers on Postgres are serialized by an advisory lock.
+	// It refuses (ErrSchemaNewer) a database that a newer release migrated past this binary.
 	Migrate(ctx context.Context) error
+	// CheckSchema returns ErrSchemaNewer if a newer release migrated the database past this binary,
+	// whose queries may then write rows the newer schema does not expect; it changes nothing else.
+	// serve calls it when it does not migrate.
+	CheckSchema(ctx context.Context) error
 	// SchemaVersion is the newest applied migration's version (0 before the first Migrate).
 	SchemaVersion(ctx context.Context) (int64, error)
 	// Close releases any held locks and leadership, then closes the connections (and, on SQLite, the

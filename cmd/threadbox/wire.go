@@ -62,10 +62,8 @@ func (m *Main) buildApp(ctx context.Context, storeOpts ...db.Option) (*app, erro
 	}
 	a.store = st
 	a.metrics = metrics.New(st, m.Logger)
-	if cfg.Database.AutoMigrate {
-		if err := st.Migrate(ctx); err != nil {
-			return nil, fmt.Errorf("migrate on start (set database.auto_migrate: false to skip): %w", err)
-		}
+	if err := startSchema(ctx, st, cfg.Database.AutoMigrate); err != nil {
+		return nil, err
 	}
 	if a.provs, a.warning, err = m.newProviders(ctx); err != nil {
 		return nil, err
@@ -307,4 +305,21 @@ func (m *Main) goSweepDeno(ctx context.Context, p *deno.Provider) {
 		<-done
 		return nil
 	})
+}
+
+// startSchema migrates on start, or only checks the schema when auto_migrate is off: either way a
+// database that a newer release migrated is refused (db.ErrSchemaNewer), since this binary's
+// queries would write rows the newer schema does not expect.
+func startSchema(ctx context.Context, st db.Store, autoMigrate bool) error {
+	if !autoMigrate {
+		return st.CheckSchema(ctx)
+	}
+	err := st.Migrate(ctx)
+	if errors.Is(err, db.ErrSchemaNewer) {
+		return err // skipping the migration would not help
+	}
+	if err != nil {
+		return fmt.Errorf("migrate on start (set database.auto_migrate: false to skip): %w", err)
+	}
+	return nil
 }
