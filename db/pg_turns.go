@@ -246,6 +246,9 @@ func (s *pgStore) TurnLastFailedWith(ctx context.Context, threadKey, errText str
 }
 
 func (s *pgStore) TurnAddUsage(ctx context.Context, id, inputTokens, outputTokens, costMicros int64) error {
+	if err := checkUsageCall(inputTokens, outputTokens, costMicros); err != nil {
+		return err
+	}
 	n, err := s.q.TurnAddUsage(ctx, s.dbtx, pgsqlc.TurnAddUsageParams{InputTokens: inputTokens, OutputTokens: outputTokens, CostMicros: costMicros, ID: id})
 	if err != nil {
 		return pgErr("add usage to turn "+turnKey(id), err)

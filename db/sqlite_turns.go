@@ -265,6 +265,9 @@ func (s *sqliteStore) TurnLastFailedWith(ctx context.Context, threadKey, errText
 }
 
 func (s *sqliteStore) TurnAddUsage(ctx context.Context, id, inputTokens, outputTokens, costMicros int64) error {
+	if err := checkUsageCall(inputTokens, outputTokens, costMicros); err != nil {
+		return err
+	}
 	n, err := s.q.TurnAddUsage(ctx, s.dbtx, sqlitesqlc.TurnAddUsageParams{InputTokens: inputTokens, OutputTokens: outputTokens, CostMicros: costMicros, ID: id})
 	if err != nil {
 		return sqliteErr("add usage to turn "+turnKey(id), err)

@@ -137,6 +137,7 @@ type TurnStore interface {
 	// turn's usage ({"input_tokens","output_tokens","cost_micros"}; other keys are kept), atomically
 	// and in any status; ErrNotFound if there is no such turn. A later TurnFinish with a nil Usage
 	// keeps the sum.
+	// Each count must be in [0, MaxUsagePerCall], else ErrInvalid and nothing is added.
 	TurnAddUsage(ctx context.Context, id, inputTokens, outputTokens, costMicros int64) error
 	// TurnUsageTotals sums input plus output tokens, and cost: of the thread's turns (all of them, and
 	// those started since since), of userID's turns started since since, and of every turn started
@@ -146,6 +147,11 @@ type TurnStore interface {
 	// limit (at most MaxBatch) of each, most first.
 	TurnUsageTop(ctx context.Context, since time.Time, limit int) (UsageTop, error)
 }
+
+// MaxUsagePerCall bounds each count TurnAddUsage takes, and the counts in a finished turn's usage
+// (2^40: a trillion tokens, or a million in cost), so that no sum of them can overflow a 64-bit
+// integer on either engine in any realistic deployment.
+const MaxUsagePerCall int64 = 1 << 40
 
 // UsageTotals are token and cost sums for the model gateway's budgets and for showing usage. Costs
 // are in millionths of the price table's currency (0 without a price table).

@@ -197,7 +197,10 @@ type TurnResult struct {
 	Status TurnStatus
 	Answer string
 	Error  string
-	Usage  json.RawMessage
+	// Usage is a JSON object (or nil/null: none reported), else ErrInvalid. Its counts
+	// (input_tokens, output_tokens, cost_micros) that are not whole numbers in [0, MaxUsagePerCall]
+	// are dropped (cleanUsageJSON).
+	Usage json.RawMessage
 	// Owner, if set, fences the finish to the process that holds the turn: a turn another process
 	// has claimed meanwhile (this one was thought dead) is left to it, with ErrNotOwner.
 	Owner string

@@ -122,7 +122,7 @@ func (t NewTurn) clean() NewTurn {
 // clean makes the result's answer, error and usage storable (storableText, storableJSON).
 func (r TurnResult) clean() TurnResult {
 	r.Answer, r.Error = storableText(r.Answer), storableText(r.Error)
-	r.Usage = storableJSON(r.Usage)
+	r.Usage = storableJSON(cleanUsageJSON(r.Usage))
 	return r
 }
 
@@ -231,7 +231,7 @@ func (r TurnResult) check() error {
 	if r.Usage != nil && !json.Valid(r.Usage) {
 		return invalidf("turn usage is not valid JSON")
 	}
-	return nil
+	return checkUsageJSON(r.Usage)
 }
 
 func (l TranscriptLimit) withDefaults() TranscriptLimit {

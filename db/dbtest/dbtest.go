@@ -59,6 +59,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"HoldThread", testHoldThread},
 		{"TurnsUndelivered", testTurnsUndelivered},
 		{"TurnUsage", testTurnUsage},
+		{"TurnUsageArithmetic", testTurnUsageArithmetic},
 		{"ThreadRepos", testThreadRepos},
 		{"Commands", testCommands},
 		{"Artifacts", testArtifacts},

@@ -1,6 +1,9 @@
 package dbtest
 
 import (
+	"encoding/json"
+	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -87,4 +90,76 @@ func testTurnUsage(t *testing.T, newStore NewStore) {
 	top, err = s.TurnUsageTop(ctx, midnight, 1)
 	require.NoError(t, err)
 	require.Equal(t, []db.UsageRank{{Name: "k2", Tokens: 1001, CostMicros: 4000}}, top.Threads, "limited")
+}
+
+// testTurnUsageArithmetic: the sums the budgets use are the same on both engines, and input that
+// would break them is refused (ErrInvalid) on both, instead of PostgreSQL failing with a raw driver
+// error (bigint out of range; a fractional or string count in a finished turn's usage, which then
+// broke every later TurnUsageTotals of the deployment) while SQLite silently went to floating point.
+func testTurnUsageArithmetic(t *testing.T, newStore NewStore) {
+	s := newStore(t)
+	ctx := testCtx(t)
+	turn := func(event string) int64 {
+		tr, err := s.TurnInsert(ctx, db.NewTurn{ThreadKey: "k", PlatformEventID: event, UserID: "U", Prompt: "p"})
+		require.NoError(t, err)
+		_, err = s.TurnStart(ctx, tr.ID, "")
+		require.NoError(t, err)
+		return tr.ID
+	}
+
+	id := turn("e1")
+	for _, tc := range []struct {
+		name          string
+		in, out, cost int64
+	}{
+		{"negative input", -1, 0, 0},
+		{"negative output", 0, -5, 0},
+		{"negative cost", 0, 0, -1},
+		{"huge input", math.MaxInt64, 0, 0},
+		{"huge cost", 0, 0, math.MaxInt64},
+	} {
+		err := s.TurnAddUsage(ctx, id, tc.in, tc.out, tc.cost)
+		require.ErrorIs(t, err, db.ErrInvalid, tc.name)
+	}
+	got, err := s.TurnGet(ctx, id)
+	require.NoError(t, err)
+	require.Nil(t, got.Usage, "refused calls add nothing")
+
+	// The largest a call may report, many times over, still sums exactly.
+	for range 3 {
+		require.NoError(t, s.TurnAddUsage(ctx, id, db.MaxUsagePerCall, db.MaxUsagePerCall, db.MaxUsagePerCall))
+	}
+	long := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	totals, err := s.TurnUsageTotals(ctx, "k", "U", long)
+	require.NoError(t, err)
+	require.Equal(t, 6*db.MaxUsagePerCall, totals.Thread)
+	require.Equal(t, 3*db.MaxUsagePerCall, totals.AllCostMicros)
+
+	// A finished turn's usage comes from the agent's own report: a count the budgets could not sum
+	// alike (fractional, a string, negative, huge) is dropped, and the turn still finishes.
+	for i, tc := range []struct{ in, want string }{
+		{`{"input_tokens":1.5,"output_tokens":4}`, `{"output_tokens":4}`},
+		{`{"output_tokens":"7","cost_usd":0.5}`, `{"cost_usd":0.5}`},
+		{`{"cost_micros":-3}`, `{}`},
+		{`{"input_tokens":1e30}`, `{}`},
+		{`{"input_tokens":99999999999999999999}`, `{}`},
+		{`{"output_tokens":null,"input_tokens":true}`, `{}`},
+	} {
+		bid := turn(fmt.Sprintf("bad-%d", i))
+		got, err := s.TurnFinish(ctx, bid, db.TurnResult{Status: db.TurnDone, Answer: "kept", Usage: json.RawMessage(tc.in)})
+		require.NoError(t, err, tc.in)
+		require.Equal(t, "kept", got.Answer)
+		require.JSONEq(t, tc.want, string(got.Usage), tc.in)
+	}
+	for _, bad := range []string{`[1]`, `5`, `"x"`} {
+		_, err := s.TurnFinish(ctx, turn("not-object-"+bad), db.TurnResult{Status: db.TurnDone, Usage: json.RawMessage(bad)})
+		require.ErrorIs(t, err, db.ErrInvalid, bad)
+	}
+	ok := turn("ok")
+	_, err = s.TurnFinish(ctx, ok, db.TurnResult{Status: db.TurnDone,
+		Usage: json.RawMessage(`{"input_tokens":2,"output_tokens":3,"cost_usd":0.25,"other":{"x":1.5}}`)})
+	require.NoError(t, err)
+	totals, err = s.TurnUsageTotals(ctx, "k", "U", long)
+	require.NoError(t, err, "every engine can still sum the turns")
+	require.Equal(t, 6*db.MaxUsagePerCall+5+4, totals.Thread)
 }
