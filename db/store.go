@@ -135,8 +135,9 @@ type TurnStore interface {
 	TurnGetRunning(ctx context.Context, threadKey string) (Turn, error)
 	// TurnAddUsage adds tokens, and their cost in millionths of the price table's currency, to a
 	// turn's usage ({"input_tokens","output_tokens","cost_micros"}; other keys are kept), atomically
-	// and in any status; ErrNotFound if there is no such turn. A later TurnFinish with a nil Usage
-	// keeps the sum.
+	// and in any status; ErrNotFound if there is no such turn. A later TurnFinish keeps the sums:
+	// its Usage only adds keys the turn does not have yet (the runtime's report comes from inside
+	// the sandbox; the budgets sum these counts).
 	// Each count must be in [0, MaxUsagePerCall], else ErrInvalid and nothing is added.
 	TurnAddUsage(ctx context.Context, id, inputTokens, outputTokens, costMicros int64) error
 	// TurnUsageTotals sums input plus output tokens, and cost: of the thread's turns (all of them, and

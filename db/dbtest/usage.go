@@ -163,3 +163,34 @@ func testTurnUsageArithmetic(t *testing.T, newStore NewStore) {
 	require.NoError(t, err, "every engine can still sum the turns")
 	require.Equal(t, 6*db.MaxUsagePerCall+5+4, totals.Thread)
 }
+
+// testTurnFinishKeepsCountedUsage: the agent's own usage report at the end of a turn adds its keys
+// but does not replace what the model gateway counted (TurnAddUsage): the budgets sum those counts,
+// and the report comes from inside the sandbox. Before, TurnFinish replaced the whole usage, so a
+// runtime's report (which has no cost_micros) erased the turn's cost, and an agent reporting zero
+// tokens reset its thread's and user's budgets.
+func testTurnFinishKeepsCountedUsage(t *testing.T, newStore NewStore) {
+	s := newStore(t)
+	ctx := testCtx(t)
+	tr, err := s.TurnInsert(ctx, db.NewTurn{ThreadKey: "k", PlatformEventID: "e", UserID: "U", Prompt: "p"})
+	require.NoError(t, err)
+	_, err = s.TurnStart(ctx, tr.ID, "")
+	require.NoError(t, err)
+	require.NoError(t, s.TurnAddUsage(ctx, tr.ID, 100, 20, 3000))
+
+	got, err := s.TurnFinish(ctx, tr.ID, db.TurnResult{Status: db.TurnDone,
+		Usage: json.RawMessage(`{"input_tokens":0,"output_tokens":1,"cost_usd":0.25}`)})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"input_tokens":100,"output_tokens":20,"cost_micros":3000,"cost_usd":0.25}`, string(got.Usage))
+	totals, err := s.TurnUsageTotals(ctx, "k", "U", time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC))
+	require.NoError(t, err)
+	require.Equal(t, int64(120), totals.Thread)
+	require.Equal(t, int64(3000), totals.UserCostMicros)
+
+	// Without the gateway nothing was counted, and the report is all there is.
+	tr2, err := s.TurnInsert(ctx, db.NewTurn{ThreadKey: "k", PlatformEventID: "e2", UserID: "U", Prompt: "p"})
+	require.NoError(t, err)
+	got, err = s.TurnFinish(ctx, tr2.ID, db.TurnResult{Status: db.TurnDone, Usage: json.RawMessage(`{"input_tokens":7,"cost_usd":0.5}`)})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"input_tokens":7,"cost_usd":0.5}`, string(got.Usage))
+}

@@ -79,12 +79,14 @@ UPDATE turns SET last_event_at = GREATEST(last_event_at, @now::timestamptz)
 WHERE id = @id AND status = 'running';
 
 -- TurnFinish, fenced to an owner when one is given: a process finishes only a turn it still holds.
+-- The runtime's usage adds its keys to what the model gateway counted (TurnAddUsage), whose counts
+-- win: the budgets sum them, and the runtime's report comes from inside the sandbox.
 -- name: TurnFinish :one
 UPDATE turns SET
     status      = @to_status::text,
     answer      = @answer,
     error       = @error,
-    usage       = COALESCE(sqlc.narg('usage')::jsonb, usage),
+    usage       = COALESCE(sqlc.narg('usage')::jsonb || usage, sqlc.narg('usage')::jsonb, usage),
     finished_at = @now::timestamptz
 WHERE id = @id AND status IN ('queued', 'running')
   AND (@owner::text = '' OR owner = @owner)

@@ -32,12 +32,14 @@ UPDATE turns SET last_event_at = max(last_event_at, CAST(@now AS TEXT))
 WHERE id = @id AND status = 'running';
 
 -- TurnFinish, fenced to an owner when one is given: a process finishes only a turn it still holds.
+-- The runtime's usage adds its keys to what the model gateway counted (TurnAddUsage), whose counts
+-- win: the budgets sum them, and the runtime's report comes from inside the sandbox.
 -- name: TurnFinish :one
 UPDATE turns SET
     status      = @to_status,
     answer      = @answer,
     error       = @error,
-    usage       = COALESCE(sqlc.narg('usage'), usage),
+    usage       = COALESCE(json_patch(sqlc.narg('usage'), usage), sqlc.narg('usage'), usage),
     finished_at = @now
 WHERE id = @id AND status IN ('queued', 'running')
   AND (@owner = '' OR owner = @owner)

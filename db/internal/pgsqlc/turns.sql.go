@@ -128,7 +128,7 @@ UPDATE turns SET
     status      = $1::text,
     answer      = $2,
     error       = $3,
-    usage       = COALESCE($4::jsonb, usage),
+    usage       = COALESCE($4::jsonb || usage, $4::jsonb, usage),
     finished_at = $5::timestamptz
 WHERE id = $6 AND status IN ('queued', 'running')
   AND ($7::text = '' OR owner = $7)
@@ -146,6 +146,8 @@ type TurnFinishParams struct {
 }
 
 // TurnFinish, fenced to an owner when one is given: a process finishes only a turn it still holds.
+// The runtime's usage adds its keys to what the model gateway counted (TurnAddUsage), whose counts
+// win: the budgets sum them, and the runtime's report comes from inside the sandbox.
 func (q *Queries) TurnFinish(ctx context.Context, db DBTX, arg TurnFinishParams) (Turn, error) {
 	row := db.QueryRow(ctx, turnFinish,
 		arg.ToStatus,

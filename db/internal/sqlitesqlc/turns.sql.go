@@ -127,7 +127,7 @@ UPDATE turns SET
     status      = ?1,
     answer      = ?2,
     error       = ?3,
-    usage       = COALESCE(?4, usage),
+    usage       = COALESCE(json_patch(?4, usage), ?4, usage),
     finished_at = ?5
 WHERE id = ?6 AND status IN ('queued', 'running')
   AND (?7 = '' OR owner = ?7)
@@ -138,13 +138,15 @@ type TurnFinishParams struct {
 	ToStatus string
 	Answer   string
 	Error    string
-	Usage    sql.NullString
+	Usage    interface{}
 	Now      sql.NullString
 	ID       int64
 	Owner    interface{}
 }
 
 // TurnFinish, fenced to an owner when one is given: a process finishes only a turn it still holds.
+// The runtime's usage adds its keys to what the model gateway counted (TurnAddUsage), whose counts
+// win: the budgets sum them, and the runtime's report comes from inside the sandbox.
 func (q *Queries) TurnFinish(ctx context.Context, db DBTX, arg TurnFinishParams) (Turn, error) {
 	row := db.QueryRowContext(ctx, turnFinish,
 		arg.ToStatus,
