@@ -166,7 +166,7 @@ func (s *sqliteStore) SessionsIdle(ctx context.Context, cutoff time.Time, limit 
 
 func (s *sqliteStore) SessionsPausedExpired(ctx context.Context, cutoff time.Time, limit int) ([]Session, error) {
 	rows, err := s.q.SessionListPausedExpired(ctx, s.dbtx, sqlitesqlc.SessionListPausedExpiredParams{
-		Cutoff: sqliteNullTime(cutoff), MaxRows: int64(batchLimit(limit)),
+		Cutoff: sqliteBound(cutoff), MaxRows: int64(batchLimit(limit)),
 	})
 	if err != nil {
 		return nil, sqliteErr("list expired paused sessions", err)

@@ -135,7 +135,7 @@ func (s *sqliteStore) TurnTranscript(ctx context.Context, threadKey string, l Tr
 
 func (s *sqliteStore) TurnsStuck(ctx context.Context, cutoff time.Time, limit int) ([]Turn, error) {
 	rows, err := s.q.TurnListStuck(ctx, s.dbtx, sqlitesqlc.TurnListStuckParams{
-		Cutoff: sqliteNullTime(cutoff), MaxRows: int64(batchLimit(limit)),
+		Cutoff: sqliteBound(cutoff), MaxRows: int64(batchLimit(limit)),
 	})
 	if err != nil {
 		return nil, sqliteErr("list stuck turns", err)
@@ -221,7 +221,7 @@ func (s *sqliteStore) TurnsQueuedOwned(ctx context.Context, owner string, cutoff
 
 func (s *sqliteStore) TurnsRunningOwned(ctx context.Context, owner string, cutoff time.Time, afterID int64, limit int) ([]Turn, error) {
 	rows, err := s.q.TurnListRunningOwned(ctx, s.dbtx, sqlitesqlc.TurnListRunningOwnedParams{
-		Owner: owner, Cutoff: sqliteNullTime(cutoff), AfterID: afterID, MaxRows: int64(batchLimit(limit))})
+		Owner: owner, Cutoff: sqliteBound(cutoff), AfterID: afterID, MaxRows: int64(batchLimit(limit))})
 	if err != nil {
 		return nil, sqliteErr("list running turns of "+owner, err)
 	}
@@ -279,7 +279,7 @@ func (s *sqliteStore) TurnAddUsage(ctx context.Context, id, inputTokens, outputT
 }
 
 func (s *sqliteStore) TurnUsageTotals(ctx context.Context, threadKey, userID string, since time.Time) (UsageTotals, error) {
-	r, err := s.q.TurnUsageTotals(ctx, s.dbtx, sqlitesqlc.TurnUsageTotalsParams{ThreadKey: threadKey, UserID: userID, Since: sqliteNullTime(since)})
+	r, err := s.q.TurnUsageTotals(ctx, s.dbtx, sqlitesqlc.TurnUsageTotalsParams{ThreadKey: threadKey, UserID: userID, Since: sqliteBound(since)})
 	if err != nil {
 		return UsageTotals{}, sqliteErr("usage totals", err)
 	}
@@ -291,11 +291,11 @@ func (s *sqliteStore) TurnUsageTotals(ctx context.Context, threadKey, userID str
 
 func (s *sqliteStore) TurnUsageTop(ctx context.Context, since time.Time, limit int) (UsageTop, error) {
 	limit = min(max(limit, 1), MaxBatch)
-	threads, err := s.q.TurnUsageTopThreads(ctx, s.dbtx, sqlitesqlc.TurnUsageTopThreadsParams{Since: sqliteNullTime(since), MaxRows: int64(limit)})
+	threads, err := s.q.TurnUsageTopThreads(ctx, s.dbtx, sqlitesqlc.TurnUsageTopThreadsParams{Since: sqliteBound(since), MaxRows: int64(limit)})
 	if err != nil {
 		return UsageTop{}, sqliteErr("usage by thread", err)
 	}
-	users, err := s.q.TurnUsageTopUsers(ctx, s.dbtx, sqlitesqlc.TurnUsageTopUsersParams{Since: sqliteNullTime(since), MaxRows: int64(limit)})
+	users, err := s.q.TurnUsageTopUsers(ctx, s.dbtx, sqlitesqlc.TurnUsageTopUsersParams{Since: sqliteBound(since), MaxRows: int64(limit)})
 	if err != nil {
 		return UsageTop{}, sqliteErr("usage by user", err)
 	}

@@ -25,6 +25,12 @@ func sqliteNullTime(t time.Time) sql.NullString {
 	return sql.NullString{String: sqliteTime(t), Valid: true}
 }
 
+// sqliteBound is a time that a query compares against (a cutoff, a since): never NULL, since a
+// comparison with NULL is never true, so a zero time is the earliest time, as on PostgreSQL.
+func sqliteBound(t time.Time) sql.NullString {
+	return sql.NullString{String: sqliteTime(t), Valid: true}
+}
+
 // sqliteTimes parses stored times, keeping the first error, so converters read straight through a
 // row and check once.
 type sqliteTimes struct{ err error }

@@ -60,6 +60,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"TurnsUndelivered", testTurnsUndelivered},
 		{"TurnUsage", testTurnUsage},
 		{"TurnUsageArithmetic", testTurnUsageArithmetic},
+		{"TurnUsageSinceZero", testTurnUsageSinceZero},
 		{"TurnFinishKeepsCountedUsage", testTurnFinishKeepsCountedUsage},
 		{"ThreadRepos", testThreadRepos},
 		{"Commands", testCommands},

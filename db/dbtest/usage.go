@@ -194,3 +194,26 @@ func testTurnFinishKeepsCountedUsage(t *testing.T, newStore NewStore) {
 	require.NoError(t, err)
 	require.JSONEq(t, `{"input_tokens":7,"cost_usd":0.5}`, string(got.Usage))
 }
+
+// testTurnUsageSinceZero: a zero since means since ever, on both engines. SQLite passed it as NULL,
+// so its day totals and rankings were empty while PostgreSQL counted every turn.
+func testTurnUsageSinceZero(t *testing.T, newStore NewStore) {
+	s := newStore(t, db.WithClock(NewClock(start).Now))
+	ctx := testCtx(t)
+	tr, err := s.TurnInsert(ctx, db.NewTurn{ThreadKey: "k", PlatformEventID: "e", UserID: "U", Prompt: "p"})
+	require.NoError(t, err)
+	_, err = s.TurnStart(ctx, tr.ID, "")
+	require.NoError(t, err)
+	require.NoError(t, s.TurnAddUsage(ctx, tr.ID, 3, 4, 5))
+
+	totals, err := s.TurnUsageTotals(ctx, "k", "U", time.Time{})
+	require.NoError(t, err)
+	require.Equal(t, db.UsageTotals{Thread: 7, ThreadToday: 7, User: 7, All: 7,
+		ThreadCostMicros: 5, UserCostMicros: 5, AllCostMicros: 5}, totals)
+	top, err := s.TurnUsageTop(ctx, time.Time{}, 10)
+	require.NoError(t, err)
+	require.Equal(t, db.UsageTop{
+		Threads: []db.UsageRank{{Name: "k", Tokens: 7, CostMicros: 5}},
+		Users:   []db.UsageRank{{Name: "U", Tokens: 7, CostMicros: 5}},
+	}, top)
+}
