@@ -130,6 +130,7 @@ func (s *pgStore) ArtifactRecord(ctx context.Context, a NewArtifact) (Artifact, 
 	if err := a.check(); err != nil {
 		return Artifact{}, err
 	}
+	a = a.clean()
 	r, err := s.q.ArtifactInsert(ctx, s.dbtx, pgsqlc.ArtifactInsertParams{
 		Path:           a.Path,
 		Sha256:         a.SHA256,
@@ -146,6 +147,8 @@ func (s *pgStore) ArtifactRecord(ctx context.Context, a NewArtifact) (Artifact, 
 }
 
 func (s *pgStore) ArtifactLookup(ctx context.Context, threadKey, path, sha256 string) (Artifact, error) {
+	// As ArtifactRecord stored them; a thread key that is not storable has no artifacts (and finds none).
+	threadKey, path, sha256 = storableText(threadKey), storableText(path), storableText(sha256)
 	r, err := s.q.ArtifactGetByPathSHA(ctx, s.dbtx, pgsqlc.ArtifactGetByPathSHAParams{
 		ThreadKey: threadKey, Path: path, Sha256: sha256,
 	})

@@ -147,6 +147,7 @@ func (s *sqliteStore) ArtifactRecord(ctx context.Context, a NewArtifact) (Artifa
 	if err := a.check(); err != nil {
 		return Artifact{}, err
 	}
+	a = a.clean()
 	r, err := s.q.ArtifactInsert(ctx, s.dbtx, sqlitesqlc.ArtifactInsertParams{
 		Path:           a.Path,
 		Sha256:         a.SHA256,
@@ -163,6 +164,8 @@ func (s *sqliteStore) ArtifactRecord(ctx context.Context, a NewArtifact) (Artifa
 }
 
 func (s *sqliteStore) ArtifactLookup(ctx context.Context, threadKey, path, sha256 string) (Artifact, error) {
+	// As ArtifactRecord stored them; a thread key that is not storable has no artifacts (and finds none).
+	threadKey, path, sha256 = storableText(threadKey), storableText(path), storableText(sha256)
 	r, err := s.q.ArtifactGetByPathSHA(ctx, s.dbtx, sqlitesqlc.ArtifactGetByPathSHAParams{
 		ThreadKey: threadKey, Path: path, Sha256: sha256,
 	})

@@ -340,6 +340,13 @@ func needsEscape(s string) bool {
 	return false
 }
 
+// clean makes the artifact's text storable (storableText): its path is a file name the agent chose,
+// which may hold any bytes but NUL and '/'.
+func (a NewArtifact) clean() NewArtifact {
+	a.Path, a.SHA256, a.PlatformFileID = storableText(a.Path), storableText(a.SHA256), storableText(a.PlatformFileID)
+	return a
+}
+
 func (a NewArtifact) check() error {
 	if a.Path == "" || a.SHA256 == "" {
 		return invalidf("artifact needs a path and a sha256")

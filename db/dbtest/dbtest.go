@@ -65,6 +65,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"ThreadRepos", testThreadRepos},
 		{"Commands", testCommands},
 		{"Artifacts", testArtifacts},
+		{"ArtifactUnstorablePath", testArtifactUnstorablePath},
 		{"Audit", testAudit},
 		{"AuditEscapesControlCharacters", testAuditEscapesControlCharacters},
 		{"UnstorableText", testUnstorableText},

@@ -1,6 +1,8 @@
 package dbtest
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
 	"fmt"
 	"strings"
 	"testing"
@@ -232,4 +234,39 @@ func testUnstorableJSON(t *testing.T, newStore NewStore) {
 	})
 	require.NoError(t, err)
 	require.JSONEq(t, want, string(sess.Handle))
+}
+
+// testArtifactUnstorablePath: an artifact's path is a file name the agent chose, and Linux allows any
+// bytes but NUL and '/' in one. PostgreSQL refused invalid UTF-8 with a raw driver error, in the
+// lookup too, which ended the collection of the turn's every artifact, while SQLite stored it. Both
+// engines now store and look up the path with U+FFFD in place of what text cannot hold, as for
+// other free text; a long path (PATH_MAX) works on both too.
+func testArtifactUnstorablePath(t *testing.T, newStore NewStore) {
+	s := newStore(t)
+	ctx := testCtx(t)
+	tr, err := s.TurnInsert(ctx, newTurn("k", "ev1", "p"))
+	require.NoError(t, err)
+	var long strings.Builder
+	for i := 0; long.Len() < 4000; i++ {
+		// Incompressible, as PostgreSQL would otherwise compress it into its index.
+		sum := sha256.Sum256([]byte{byte(i), byte(i >> 8)})
+		long.WriteString(base64.RawURLEncoding.EncodeToString(sum[:]) + "/")
+	}
+	for _, tc := range []struct{ name, path, want string }{
+		{"invalid UTF-8", "output/\xff\xfe.txt", "output/\uFFFD.txt"},
+		{"NUL", "output/a\x00b", "output/a\uFFFDb"},
+		{"PATH_MAX", long.String()[:4000], long.String()[:4000]},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := s.ArtifactLookup(ctx, "k", tc.path, "aaa")
+			require.ErrorIs(t, err, db.ErrNotFound)
+			a, err := s.ArtifactRecord(ctx, db.NewArtifact{TurnID: tr.ID, Path: tc.path, SHA256: "aaa", Size: 1, PlatformFileID: "F\x001"})
+			require.NoError(t, err)
+			require.Equal(t, tc.want, a.Path)
+			require.Equal(t, "F\uFFFD1", a.PlatformFileID)
+			got, err := s.ArtifactLookup(ctx, "k", tc.path, "aaa")
+			require.NoError(t, err)
+			require.Equal(t, a, got)
+		})
+	}
 }
