@@ -71,3 +71,8 @@ func (e *TransitionError) notOwner() bool { return e.Owner != "" && e.ActualOwne
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("db: %w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 }
+
+// noRow is the answer to a lookup by a key that cannot name a row (storableKey).
+func noRow(what, key string) error {
+	return fmt.Errorf("db: %s %q: %w", what, key, ErrNotFound)
+}

@@ -12,6 +12,9 @@ import (
 )
 
 func (s *pgStore) SessionGet(ctx context.Context, threadKey string) (Session, error) {
+	if !storableKey(threadKey) {
+		return Session{}, noRow("get session", threadKey)
+	}
 	r, err := s.q.SessionGetByThread(ctx, s.dbtx, threadKey)
 	if err != nil {
 		return Session{}, pgErr("get session "+threadKey, err)
@@ -53,6 +56,9 @@ func (s *pgStore) SessionCreate(ctx context.Context, ns NewSession) (Session, bo
 }
 
 func (s *pgStore) SessionTransition(ctx context.Context, threadKey string, t Transition) (Session, error) {
+	if !storableKey(threadKey) {
+		return Session{}, noRow("change session", threadKey)
+	}
 	if err := t.check(); err != nil {
 		return Session{}, err
 	}
@@ -97,6 +103,9 @@ func (s *pgStore) transitionFailed(ctx context.Context, threadKey string, t Tran
 }
 
 func (s *pgStore) SessionUpdate(ctx context.Context, threadKey string, p SessionPatch) (Session, error) {
+	if !storableKey(threadKey) {
+		return Session{}, noRow("update session", threadKey)
+	}
 	if err := p.check(); err != nil {
 		return Session{}, err
 	}
@@ -122,6 +131,9 @@ func (s *pgStore) SessionUpdate(ctx context.Context, threadKey string, p Session
 }
 
 func (s *pgStore) SessionTouch(ctx context.Context, threadKey string, handoffNote *string) error {
+	if !storableKey(threadKey) {
+		return noRow("touch session", threadKey)
+	}
 	n, err := s.q.SessionTouch(ctx, s.relaxed, pgsqlc.SessionTouchParams{Now: pgTime(s.clock()), ThreadKey: threadKey, HandoffNote: pgText(storableTextPtr(handoffNote))})
 	if err != nil {
 		return pgErr("touch session "+threadKey, err)
@@ -146,6 +158,9 @@ func (s *pgStore) SessionsByStatus(ctx context.Context, status SessionStatus, af
 }
 
 func (s *pgStore) SessionsLive(ctx context.Context, threadKey string, limit int) ([]string, error) {
+	if !storableKey(threadKey) {
+		threadKey = "" // no session to put first
+	}
 	keys, err := s.q.SessionListLive(ctx, s.dbtx, pgsqlc.SessionListLiveParams{ThreadKey: threadKey, MaxRows: int32(batchLimit(limit))})
 	if err != nil {
 		return nil, pgErr("list live sessions", err)

@@ -29,6 +29,9 @@ func (s *pgStore) TurnGet(ctx context.Context, id int64) (Turn, error) {
 }
 
 func (s *pgStore) TurnGetByEvent(ctx context.Context, eventID string) (Turn, error) {
+	if !storableKey(eventID) {
+		return Turn{}, noRow("get turn for event", eventID)
+	}
 	r, err := s.q.TurnGetByEvent(ctx, s.dbtx, eventID)
 	if err != nil {
 		return Turn{}, pgErr("get turn for event "+eventID, err)
@@ -105,6 +108,9 @@ func (s *pgStore) turnTransitionFailed(ctx context.Context, id int64, to TurnSta
 }
 
 func (s *pgStore) TurnTranscript(ctx context.Context, threadKey string, l TranscriptLimit) ([]Turn, error) {
+	if !storableKey(threadKey) {
+		return nil, nil
+	}
 	l = l.withDefaults()
 	rows, err := s.q.TurnListTranscript(ctx, s.dbtx, pgsqlc.TurnListTranscriptParams{
 		ThreadKey: threadKey, MaxRows: int32(l.MaxTurns), AfterID: l.AfterID, MaxChars: int64(l.MaxChars),
@@ -213,6 +219,9 @@ func (s *pgStore) TurnsRunningOwned(ctx context.Context, owner string, cutoff ti
 }
 
 func (s *pgStore) TurnsPendingInThread(ctx context.Context, threadKey string, beforeID int64, owner string, limit int) ([]Turn, error) {
+	if !storableKey(threadKey, owner) {
+		return nil, nil
+	}
 	rows, err := s.q.TurnListPendingInThread(ctx, s.dbtx, pgsqlc.TurnListPendingInThreadParams{
 		ThreadKey: threadKey, BeforeID: beforeID, Owner: owner, MaxRows: int32(batchLimit(limit))})
 	if err != nil {
@@ -233,6 +242,9 @@ func (s *pgStore) TurnClaim(ctx context.Context, id int64, from, to string, stat
 }
 
 func (s *pgStore) TurnGetRunning(ctx context.Context, threadKey string) (Turn, error) {
+	if !storableKey(threadKey) {
+		return Turn{}, noRow("get running turn of", threadKey)
+	}
 	r, err := s.q.TurnGetRunning(ctx, s.dbtx, threadKey)
 	if err != nil {
 		return Turn{}, pgErr("get running turn of "+threadKey, err)
@@ -241,6 +253,9 @@ func (s *pgStore) TurnGetRunning(ctx context.Context, threadKey string) (Turn, e
 }
 
 func (s *pgStore) TurnLastFailedWith(ctx context.Context, threadKey, errText string) (Turn, error) {
+	if !storableKey(threadKey) {
+		return Turn{}, noRow("last failed turn of", threadKey)
+	}
 	r, err := s.q.TurnLastFailedWith(ctx, s.dbtx, pgsqlc.TurnLastFailedWithParams{ThreadKey: threadKey, Error: storableText(errText)})
 	if err != nil {
 		return Turn{}, pgErr("last failed turn of "+threadKey, err)
@@ -263,14 +278,26 @@ func (s *pgStore) TurnAddUsage(ctx context.Context, id, inputTokens, outputToken
 }
 
 func (s *pgStore) TurnUsageTotals(ctx context.Context, threadKey, userID string, since time.Time) (UsageTotals, error) {
-	r, err := s.q.TurnUsageTotals(ctx, s.dbtx, pgsqlc.TurnUsageTotalsParams{ThreadKey: threadKey, UserID: userID, Since: pgTime(since)})
+	// A key that is not storable names no turn (storableKey); the query is asked about one that
+	// is, and its sums for that scope are dropped.
+	threadOK, userOK := storableKey(threadKey), storableKey(userID)
+	r, err := s.q.TurnUsageTotals(ctx, s.dbtx, pgsqlc.TurnUsageTotalsParams{
+		ThreadKey: storableText(threadKey), UserID: storableText(userID), Since: pgTime(since),
+	})
 	if err != nil {
 		return UsageTotals{}, pgErr("usage totals", err)
 	}
-	return UsageTotals{
+	t := UsageTotals{
 		Thread: r.ThreadTokens, ThreadToday: r.ThreadTodayTokens, User: r.UserTokens, All: r.AllTokens,
 		ThreadCostMicros: r.ThreadCostMicros, UserCostMicros: r.UserCostMicros, AllCostMicros: r.AllCostMicros,
-	}, nil
+	}
+	if !threadOK {
+		t.Thread, t.ThreadToday, t.ThreadCostMicros = 0, 0, 0
+	}
+	if !userOK {
+		t.User, t.UserCostMicros = 0, 0
+	}
+	return t, nil
 }
 
 func (s *pgStore) TurnUsageTop(ctx context.Context, since time.Time, limit int) (UsageTop, error) {

@@ -67,6 +67,9 @@ func fromPGThreadRepo(r pgsqlc.ThreadRepo) ThreadRepo {
 }
 
 func (s *pgStore) ThreadRepoGet(ctx context.Context, threadKey string) (ThreadRepo, error) {
+	if !storableKey(threadKey) {
+		return ThreadRepo{}, noRow("get thread repository", threadKey)
+	}
 	r, err := s.q.ThreadRepoGet(ctx, s.dbtx, threadKey)
 	if err != nil {
 		return ThreadRepo{}, pgErr("get thread repository "+threadKey, err)
@@ -105,6 +108,9 @@ func (s *pgStore) ThreadRepoPin(ctx context.Context, tr ThreadRepo) (ThreadRepo,
 }
 
 func (s *pgStore) ThreadRepoPushed(ctx context.Context, threadKey, repo, commit string) (ThreadRepo, error) {
+	if !storableKey(threadKey, repo, commit) {
+		return ThreadRepo{}, noRow("record the push of", threadKey)
+	}
 	r, err := s.q.ThreadRepoPushed(ctx, s.dbtx, pgsqlc.ThreadRepoPushedParams{
 		ThreadKey: threadKey, Repo: repo, PushedCommit: commit, Now: pgTime(s.now()),
 	})

@@ -45,6 +45,19 @@ func checkKeyText(what, key string) error {
 	return nil
 }
 
+// storableKey reports whether every key could name a row: the stores refuse keys with NUL or invalid
+// UTF-8 (checkKeyText), and PostgreSQL fails a query that merely compares with one ("invalid byte
+// sequence for encoding UTF8") where SQLite finds nothing, so a lookup by one answers "none" on both
+// without asking.
+func storableKey(keys ...string) bool {
+	for _, k := range keys {
+		if !utf8.ValidString(k) || strings.IndexByte(k, 0) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // storableText makes free text (prompts, answers, errors, notes: chat users' and agents' words)
 // storable on both engines: PostgreSQL text refuses NUL and invalid UTF-8, so each run of invalid
 // bytes and each NUL becomes U+FFFD, on SQLite too, so that the engines give back the same text.
@@ -388,12 +401,12 @@ func (p SessionPatch) check() error {
 
 // nonEmpty drops empty ids: sessions without a sandbox have SandboxID "", and asking for "" would
 // return all of them. It drops repeats too: SQLite asks in chunks, and an id in two chunks would
-// return its row twice.
+// return its row twice. And it drops ids that name no row (storableKey).
 func nonEmpty(ids []string) []string {
 	out := make([]string, 0, len(ids))
 	seen := make(map[string]struct{}, len(ids))
 	for _, id := range ids {
-		if _, dup := seen[id]; id != "" && !dup {
+		if _, dup := seen[id]; id != "" && !dup && storableKey(id) {
 			seen[id] = struct{}{}
 			out = append(out, id)
 		}

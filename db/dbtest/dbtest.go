@@ -70,6 +70,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"AuditEscapesControlCharacters", testAuditEscapesControlCharacters},
 		{"UnstorableText", testUnstorableText},
 		{"UnstorableJSON", testUnstorableJSON},
+		{"LookupsByUnstorableKey", testLookupsByUnstorableKey},
 		{"MigrateTwice", testMigrateTwice},
 		{"LockSameKeySerial", testLockSameKeySerial},
 		{"LockMutualExclusion", testLockMutualExclusion},

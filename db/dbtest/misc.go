@@ -270,3 +270,56 @@ func testArtifactUnstorablePath(t *testing.T, newStore NewStore) {
 		})
 	}
 }
+
+// testLookupsByUnstorableKey: a key with NUL or invalid UTF-8 names no row (the stores refuse to
+// create one), and asking for one answers so on both engines: not found, or nothing. PostgreSQL
+// failed each such call with a raw driver error ("invalid byte sequence for encoding UTF8") where
+// SQLite answered not found; an admin's typed thread key (the web admin API takes JSON, which may
+// hold \u0000) reached them.
+func testLookupsByUnstorableKey(t *testing.T, newStore NewStore) {
+	s := newStore(t)
+	ctx := testCtx(t)
+	_, _, err := s.SessionCreate(ctx, newSession("k"))
+	require.NoError(t, err)
+	for _, key := range []string{"k\x00", "k\xff"} {
+		t.Run(fmt.Sprintf("%q", key), func(t *testing.T) {
+			notFound := map[string]error{}
+			_, notFound["SessionGet"] = s.SessionGet(ctx, key)
+			_, notFound["SessionUpdate"] = s.SessionUpdate(ctx, key, db.SessionPatch{LastError: ptr("x")})
+			_, notFound["SessionTransition"] = s.SessionTransition(ctx, key, db.Transition{From: []db.SessionStatus{db.SessionActive}, To: db.SessionPausing})
+			_, notFound["TurnGetByEvent"] = s.TurnGetByEvent(ctx, key)
+			_, notFound["TurnGetRunning"] = s.TurnGetRunning(ctx, key)
+			_, notFound["TurnLastFailedWith"] = s.TurnLastFailedWith(ctx, key, "e")
+			_, notFound["ThreadRepoGet"] = s.ThreadRepoGet(ctx, key)
+			_, notFound["ThreadRepoPushed"] = s.ThreadRepoPushed(ctx, key, "h/o/r", "abc")
+			for what, err := range notFound {
+				require.ErrorIs(t, err, db.ErrNotFound, what)
+			}
+
+			none := map[string]func() (int, error){
+				"SessionsBySandboxIDs": func() (int, error) {
+					r, err := s.SessionsBySandboxIDs(ctx, []string{key})
+					return len(r), err
+				},
+				"TurnTranscript": func() (int, error) { r, err := s.TurnTranscript(ctx, key, db.TranscriptLimit{}); return len(r), err },
+				"TurnsPendingInThread": func() (int, error) {
+					r, err := s.TurnsPendingInThread(ctx, key, 1<<40, "me", 10)
+					return len(r), err
+				},
+				"ThreadReposByKeys": func() (int, error) { r, err := s.ThreadReposByKeys(ctx, []string{key}); return len(r), err },
+			}
+			for what, f := range none {
+				n, err := f()
+				require.NoError(t, err, what)
+				require.Zero(t, n, what)
+			}
+			live, err := s.SessionsLive(ctx, key, 10)
+			require.NoError(t, err, "SessionsLive")
+			require.Equal(t, []string{"k"}, live)
+			totals, err := s.TurnUsageTotals(ctx, key, key, start)
+			require.NoError(t, err, "TurnUsageTotals")
+			require.Zero(t, totals.Thread+totals.User)
+			require.ErrorIs(t, s.SessionTouch(ctx, key, nil), db.ErrNotFound, "SessionTouch")
+		})
+	}
+}
