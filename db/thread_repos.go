@@ -53,6 +53,12 @@ func (r ThreadRepo) check() error {
 	if strings.TrimSpace(r.Repo) == "" {
 		return invalidf("thread repository for %s has no repository", r.ThreadKey)
 	}
+	// Names, not free text: refused rather than altered (PostgreSQL cannot store these, SQLite can).
+	for what, v := range map[string]string{"repository": r.Repo, "base branch": r.BaseBranch, "work branch": r.WorkBranch} {
+		if err := checkKeyText(what, v); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

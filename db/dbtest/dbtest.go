@@ -63,6 +63,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"TurnUsageSinceZero", testTurnUsageSinceZero},
 		{"TurnFinishKeepsCountedUsage", testTurnFinishKeepsCountedUsage},
 		{"ThreadRepos", testThreadRepos},
+		{"ThreadRepoUnstorable", testThreadRepoUnstorable},
 		{"Commands", testCommands},
 		{"Artifacts", testArtifacts},
 		{"ArtifactUnstorablePath", testArtifactUnstorablePath},

@@ -84,3 +84,25 @@ func testThreadRepos(t *testing.T, newStore NewStore) {
 	require.NoError(t, err)
 	require.Empty(t, list)
 }
+
+// testThreadRepoUnstorable: a repository or branch name with NUL or invalid UTF-8 (a user types the
+// repository; a branch may come from the forge) is refused as invalid on both engines. PostgreSQL
+// failed with a raw driver error while SQLite stored it.
+func testThreadRepoUnstorable(t *testing.T, newStore NewStore) {
+	s := newStore(t)
+	ctx := testCtx(t)
+	for _, bad := range []string{"x\x00", "x\xff"} {
+		for name, r := range map[string]db.ThreadRepo{
+			"repo":        {ThreadKey: "k", Repo: "h/o/" + bad},
+			"base branch": {ThreadKey: "k", Repo: "h/o/r", BaseBranch: bad},
+			"work branch": {ThreadKey: "k", Repo: "h/o/r", WorkBranch: bad},
+		} {
+			_, err := s.ThreadRepoSet(ctx, r)
+			require.ErrorIs(t, err, db.ErrInvalid, "%s %q", name, bad)
+			_, err = s.ThreadRepoPin(ctx, r)
+			require.ErrorIs(t, err, db.ErrInvalid, "%s %q", name, bad)
+		}
+	}
+	_, err := s.ThreadRepoGet(ctx, "k")
+	require.ErrorIs(t, err, db.ErrNotFound, "nothing was stored")
+}
