@@ -150,6 +150,10 @@ func (s NewSession) normalize() (NewSession, error) {
 	if err := checkThreadKey(s.ThreadKey); err != nil {
 		return s, err
 	}
+	if err := checkNames("session", map[string]*string{"platform": &s.Platform, "channel": &s.ChannelID,
+		"owner": &s.OwnerUserID, "provider": &s.Provider, "runtime": &s.Runtime}); err != nil {
+		return s, err
+	}
 	if s.Status == "" {
 		s.Status = SessionCreating
 	}
@@ -229,6 +233,9 @@ func (t NewTurn) check() error {
 		return invalidf("turn for %s has no platform event id", t.ThreadKey)
 	}
 	if err := checkKeyText("platform event id", t.PlatformEventID); err != nil {
+		return err
+	}
+	if err := checkKeyText("turn user", t.UserID); err != nil {
 		return err
 	}
 	if t.Delivery != nil && !json.Valid(t.Delivery) {
@@ -395,6 +402,22 @@ func (p SessionPatch) check() error {
 	}
 	if p.LastHealthOKAt != nil && p.LastHealthOKAt.IsZero() {
 		return invalidf("LastHealthOKAt cannot be set to the zero time")
+	}
+	return checkNames("session", map[string]*string{"provider": p.Provider, "runtime": p.Runtime,
+		"sandbox id": p.SandboxID, "agent session id": p.AgentSessionID})
+}
+
+// checkNames refuses identifiers (nil: not given) that PostgreSQL cannot store and SQLite can (NUL,
+// invalid UTF-8): names are refused rather than altered, as keys are (checkKeyText), so that the
+// engines agree. The agent's session id among them comes from the agent's own output.
+func checkNames(what string, names map[string]*string) error {
+	for name, v := range names {
+		if v == nil {
+			continue
+		}
+		if err := checkKeyText(what+" "+name, *v); err != nil {
+			return err
+		}
 	}
 	return nil
 }

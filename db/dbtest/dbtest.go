@@ -72,6 +72,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"UnstorableText", testUnstorableText},
 		{"UnstorableJSON", testUnstorableJSON},
 		{"LookupsByUnstorableKey", testLookupsByUnstorableKey},
+		{"UnstorableNames", testUnstorableNames},
 		{"MigrateTwice", testMigrateTwice},
 		{"LockSameKeySerial", testLockSameKeySerial},
 		{"LockMutualExclusion", testLockMutualExclusion},

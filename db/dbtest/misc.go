@@ -323,3 +323,39 @@ func testLookupsByUnstorableKey(t *testing.T, newStore NewStore) {
 		})
 	}
 }
+
+// testUnstorableNames: identifiers a session or turn records (platform, channel, owner, provider,
+// runtime, sandbox id, the agent's session id, the turn's user) with NUL or invalid UTF-8 are refused
+// as invalid on both engines; PostgreSQL failed with a raw driver error while SQLite stored them. The
+// agent's session id comes from the agent's own output.
+func testUnstorableNames(t *testing.T, newStore NewStore) {
+	s := newStore(t)
+	ctx := testCtx(t)
+	_, _, err := s.SessionCreate(ctx, newSession("k"))
+	require.NoError(t, err)
+	for _, bad := range []string{"x\x00", "x\xff"} {
+		for name, ns := range map[string]db.NewSession{
+			"platform": {Platform: bad}, "channel": {ChannelID: bad}, "owner": {OwnerUserID: bad},
+			"provider": {Provider: bad}, "runtime": {Runtime: bad},
+		} {
+			ns.ThreadKey = "new"
+			_, _, err := s.SessionCreate(ctx, ns)
+			require.ErrorIs(t, err, db.ErrInvalid, "SessionCreate %s %q", name, bad)
+		}
+		for name, p := range map[string]db.SessionPatch{
+			"provider": {Provider: ptr(bad)}, "runtime": {Runtime: ptr(bad)},
+			"sandbox id": {SandboxID: ptr(bad)}, "agent session id": {AgentSessionID: ptr(bad)},
+		} {
+			_, err := s.SessionUpdate(ctx, "k", p)
+			require.ErrorIs(t, err, db.ErrInvalid, "SessionUpdate %s %q", name, bad)
+			_, err = s.SessionTransition(ctx, "k", db.Transition{From: []db.SessionStatus{db.SessionActive}, To: db.SessionActive, Patch: p})
+			require.ErrorIs(t, err, db.ErrInvalid, "SessionTransition %s %q", name, bad)
+		}
+		nt := newTurn("k", "ev-user", "p")
+		nt.UserID = bad
+		_, err := s.TurnInsert(ctx, nt)
+		require.ErrorIs(t, err, db.ErrInvalid, "TurnInsert user %q", bad)
+	}
+	_, err = s.SessionGet(ctx, "new")
+	require.ErrorIs(t, err, db.ErrNotFound, "nothing was created")
+}
