@@ -149,6 +149,11 @@ type TurnStore interface {
 	TurnUsageTop(ctx context.Context, since time.Time, limit int) (UsageTop, error)
 }
 
+// MaxKeyBytes is the longest key or name the stores take (thread keys, event ids, users, sandbox
+// ids …; checkKeyText): PostgreSQL's btree entries hold at most 2704 bytes, and platforms' keys are
+// far shorter.
+const MaxKeyBytes = 1024
+
 // MaxUsagePerCall bounds each count TurnAddUsage takes, and the counts in a finished turn's usage
 // (2^40: a trillion tokens, or a million in cost), so that no sum of them can overflow a 64-bit
 // integer on either engine in any realistic deployment.

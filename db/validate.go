@@ -36,9 +36,13 @@ func checkThreadKey(key string) error {
 	return checkKeyText("thread key", key)
 }
 
-// checkKeyText refuses a key PostgreSQL text cannot hold (NUL, invalid UTF-8). Keys are not
+// checkKeyText refuses a key PostgreSQL text cannot hold (NUL, invalid UTF-8), or longer than
+// MaxKeyBytes (its btree indexes cannot; SQLite could store both). Keys are not
 // repaired like free text (storableText): two different keys could become one.
 func checkKeyText(what, key string) error {
+	if len(key) > MaxKeyBytes {
+		return invalidf("%s %q… is %d bytes, more than %d", what, key[:32], len(key), MaxKeyBytes)
+	}
 	if !utf8.ValidString(key) || strings.IndexByte(key, 0) >= 0 {
 		return invalidf("%s %q is not valid UTF-8 without NUL", what, key)
 	}

@@ -73,6 +73,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"UnstorableJSON", testUnstorableJSON},
 		{"LookupsByUnstorableKey", testLookupsByUnstorableKey},
 		{"UnstorableNames", testUnstorableNames},
+		{"LongKeys", testLongKeys},
 		{"MigrateTwice", testMigrateTwice},
 		{"LockSameKeySerial", testLockSameKeySerial},
 		{"LockMutualExclusion", testLockMutualExclusion},

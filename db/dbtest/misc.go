@@ -359,3 +359,33 @@ func testUnstorableNames(t *testing.T, newStore NewStore) {
 	_, err = s.SessionGet(ctx, "new")
 	require.ErrorIs(t, err, db.ErrNotFound, "nothing was created")
 }
+
+// testLongKeys: a key longer than db.MaxKeyBytes is refused as invalid on both engines. PostgreSQL
+// failed with a raw driver error once an incompressible one passed its btree entry limit (2704 bytes:
+// thread keys, event ids, users and sandbox ids are indexed), while SQLite stored any length.
+func testLongKeys(t *testing.T, newStore NewStore) {
+	s := newStore(t)
+	ctx := testCtx(t)
+	var b strings.Builder
+	for i := 0; b.Len() <= 3000; i++ {
+		sum := sha256.Sum256([]byte{byte(i), byte(i >> 8)})
+		b.WriteString(base64.RawURLEncoding.EncodeToString(sum[:]))
+	}
+	long := b.String()
+	ok := long[:db.MaxKeyBytes]
+	_, _, err := s.SessionCreate(ctx, newSession(ok))
+	require.NoError(t, err, "a key of MaxKeyBytes")
+
+	_, _, err = s.SessionCreate(ctx, newSession(long))
+	require.ErrorIs(t, err, db.ErrInvalid)
+	_, err = s.TurnInsert(ctx, newTurn(long, "ev", "p"))
+	require.ErrorIs(t, err, db.ErrInvalid)
+	_, err = s.TurnInsert(ctx, newTurn("k", long, "p"))
+	require.ErrorIs(t, err, db.ErrInvalid)
+	nt := newTurn("k", "ev2", "p")
+	nt.UserID = long
+	_, err = s.TurnInsert(ctx, nt)
+	require.ErrorIs(t, err, db.ErrInvalid)
+	_, err = s.SessionUpdate(ctx, ok, db.SessionPatch{SandboxID: ptr(long)})
+	require.ErrorIs(t, err, db.ErrInvalid)
+}
