@@ -160,15 +160,17 @@ func TestPostgresIntakeGroupCommit(t *testing.T) {
 	require.Equal(t, 1, r.xmins(events), "one commit for the batch")
 }
 
-// TestPostgresIntakeBadRowFailsAlone: a row the server refuses (a NUL byte in a user id: prompts are
-// made storable before) fails only its own caller; the others in its batch are recorded.
+// TestPostgresIntakeBadRowFailsAlone: a row the server refuses (a NUL byte in its owner: prompts are
+// made storable and user ids refused before) fails only its own caller; the others in its batch are recorded.
 func TestPostgresIntakeBadRowFailsAlone(t *testing.T) {
 	t.Parallel()
 	r := newIntakeRig(t)
 	ctx := pgCtx(t)
 	r.lock()
 	good1 := r.queue(ctx, "g1", "fine")
-	bad := r.queueTurn(ctx, db.NewTurn{ThreadKey: "slack:T:C:1", PlatformEventID: "bad", UserID: "U\x00", Prompt: "fine", Owner: "i1"})
+	// An owner (an instance id, internal, so not validated) that PostgreSQL cannot store: the row
+	// passes the store's checks and fails in the batch.
+	bad := r.queueTurn(ctx, db.NewTurn{ThreadKey: "slack:T:C:1", PlatformEventID: "bad", UserID: "U", Prompt: "fine", Owner: "i1\x00"})
 	good2 := r.queue(ctx, "g2", "fine")
 	r.unlock()
 
