@@ -23,8 +23,13 @@ var (
 	// ErrInvalid means the caller passed arguments the store refuses (an empty key, an unknown status).
 	ErrInvalid = errors.New("invalid argument")
 	// ErrSchemaNewer means a newer release migrated the database past what this binary knows (the
-	// binary was rolled back): the store refuses to migrate or to serve on it.
+	// binary was rolled back), with a migration older binaries cannot run against (schema_compat):
+	// the store refuses to migrate or to serve on it.
 	ErrSchemaNewer = errors.New("database schema is newer than this binary")
+	// ErrSchemaAhead means a newer release migrated the database past what this binary knows, with
+	// migrations it marked compatible with older binaries (schema_compat): Migrate and CheckSchema
+	// did their work, and the caller warns and goes on.
+	ErrSchemaAhead = errors.New("database schema is ahead of this binary")
 	// ErrBadURL means database.url is malformed or names an unknown scheme.
 	ErrBadURL = errors.New("bad database url")
 )

@@ -4,8 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"slices"
 
 	"github.com/pressly/goose/v3"
@@ -35,15 +37,18 @@ func newMigrator(dialect goose.Dialect, dir string, sqlDB *sql.DB) (*goose.Provi
 	return p, nil
 }
 
-// migrateUp refuses a database migrated by a newer binary (checkSchema) before it applies anything.
+// migrateUp refuses a database migrated by a newer binary that this one cannot run against
+// (checkSchema) before it applies anything. One that is ahead but compatible is migrated as far as
+// this binary knows, and its ErrSchemaAhead returned for the caller to warn about.
 func migrateUp(ctx context.Context, p *goose.Provider, dialect goose.Dialect, sqlDB *sql.DB) error {
-	if err := checkSchema(ctx, p, dialect, sqlDB); err != nil {
-		return err
+	ahead := checkSchema(ctx, p, dialect, sqlDB)
+	if ahead != nil && !errors.Is(ahead, ErrSchemaAhead) {
+		return ahead
 	}
 	if _, err := p.Up(ctx); err != nil {
 		return fmt.Errorf("db: migrate: %w", err)
 	}
-	return nil
+	return ahead
 }
 
 // schemaVersion is the newest applied migration's version. On a fresh database goose creates its
@@ -97,8 +102,22 @@ func checkSchema(ctx context.Context, p *goose.Provider, dialect goose.Dialect, 
 		return nil
 	}
 	slices.Sort(unknown)
+	// Migrations are additive, so an older binary runs on a newer schema unless a migration said
+	// otherwise (schema_compat): a rolled-back release must start, or the rollback is no way back.
+	var minBinary int64
+	row := sqlDB.QueryRowContext(ctx, "SELECT min_binary_version FROM schema_compat WHERE id = 1")
+	if err := row.Scan(&minBinary); err != nil {
+		// A newer release without the table is not one this binary knows how to judge.
+		minBinary = math.MaxInt64
+	}
+	if minBinary <= binary {
+		return fmt.Errorf("db: %w: the database is at schema version %d, with migrations %v that this binary "+
+			"(schema version %d) does not have: a newer Threadbox migrated it. They are marked compatible with "+
+			"this binary, so it runs; upgrade to that release again when you can", ErrSchemaAhead, dbVersion, unknown, binary)
+	}
 	return fmt.Errorf("db: %w: the database is at schema version %d, with migrations %v that this binary "+
-		"(schema version %d) does not have: a newer Threadbox migrated it. Run that newer release (or a later one) "+
-		"against this database, or restore the backup taken before it migrated; this binary refuses to run "+
-		"so as not to write rows the newer schema does not expect", ErrSchemaNewer, dbVersion, unknown, binary)
+		"(schema version %d) does not have: a newer Threadbox migrated it, and its schema needs a binary of "+
+		"schema version %d or later. Run that newer release (or a later one) against this database, or restore "+
+		"the backup taken before it migrated; this binary refuses to run so as not to write rows the newer "+
+		"schema does not expect", ErrSchemaNewer, dbVersion, unknown, binary, minBinary)
 }

@@ -11,9 +11,11 @@ import (
 )
 
 // TestSchemaNewerThanBinary: a database that a newer release migrated (a version this binary does
-// not carry, above its newest or in a gap between its own) is refused by Migrate and CheckSchema on
-// both engines, with a message naming both versions and what to do. Before, goose found nothing to
-// apply and the rolled-back binary served on the newer schema.
+// not carry, above its newest or in a gap between its own) is run on, with ErrSchemaAhead for the
+// caller to warn about, while that release marked its schema compatible (schema_compat: a rollback
+// must start); once a migration raised the compatibility level past this binary, Migrate and
+// CheckSchema refuse it (ErrSchemaNewer) on both engines, with a message naming both versions and
+// what to do. Before, goose found nothing to apply and the rolled-back binary served in silence.
 func TestSchemaNewerThanBinary(t *testing.T) {
 	t.Parallel()
 	engines := map[string]func(testing.TB) string{
@@ -37,14 +39,23 @@ func TestSchemaNewerThanBinary(t *testing.T) {
 				require.NoError(t, err)
 				require.NoError(t, s.CheckSchema(ctx), "a database this binary migrated is fine")
 
-				// What a newer release's migrator leaves behind.
+				// What a newer release's additive migration leaves behind.
 				require.NoError(t, db.ExecSQL(ctx, s, fmt.Sprintf(
 					"INSERT INTO goose_db_version (version_id, is_applied) VALUES (%d, true)", tc.version)))
+				for what, err := range map[string]error{"Migrate": s.Migrate(ctx), "CheckSchema": s.CheckSchema(ctx)} {
+					require.ErrorIs(t, err, db.ErrSchemaAhead, what)
+					require.NotErrorIs(t, err, db.ErrSchemaNewer, what)
+					require.ErrorContains(t, err, tc.want, what)
+				}
 
+				// A newer release's migration that older binaries cannot run against.
+				require.NoError(t, db.ExecSQL(ctx, s, fmt.Sprintf(
+					"UPDATE schema_compat SET min_binary_version = %d", binary+1)))
 				for what, err := range map[string]error{"Migrate": s.Migrate(ctx), "CheckSchema": s.CheckSchema(ctx)} {
 					require.ErrorIs(t, err, db.ErrSchemaNewer, what)
 					require.ErrorContains(t, err, tc.want, what)
 					require.ErrorContains(t, err, fmt.Sprintf("this binary (schema version %d)", binary), what)
+					require.ErrorContains(t, err, fmt.Sprintf("schema version %d or later", binary+1), what)
 					require.ErrorContains(t, err, "Run that newer release", what)
 				}
 			})

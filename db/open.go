@@ -2,6 +2,7 @@ package db
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 )
@@ -41,7 +42,8 @@ func Open(ctx context.Context, url string, opts ...Option) (Store, error) {
 		return nil, err
 	}
 	if o.migrate {
-		if err := s.Migrate(ctx); err != nil {
+		// A schema ahead of this binary but compatible with it (a rollback) is used as it is.
+		if err := s.Migrate(ctx); err != nil && !errors.Is(err, ErrSchemaAhead) {
 			_ = s.Close()
 			return nil, err
 		}

@@ -25,7 +25,12 @@ func (m *Main) runMigrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := st.Migrate(ctx); err != nil {
+	err = st.Migrate(ctx)
+	if errors.Is(err, db.ErrSchemaAhead) {
+		fmt.Fprintln(m.Stdout, "migrations applied; warning:", err)
+		return nil
+	}
+	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	fmt.Fprintln(m.Stdout, "migrations applied")

@@ -62,7 +62,7 @@ func (m *Main) buildApp(ctx context.Context, storeOpts ...db.Option) (*app, erro
 	}
 	a.store = st
 	a.metrics = metrics.New(st, m.Logger)
-	if err := startSchema(ctx, st, cfg.Database.AutoMigrate); err != nil {
+	if err := startSchema(ctx, st, cfg.Database.AutoMigrate, m.Logger); err != nil {
 		return nil, err
 	}
 	if a.provs, a.warning, err = m.newProviders(ctx); err != nil {
@@ -307,19 +307,25 @@ func (m *Main) goSweepDeno(ctx context.Context, p *deno.Provider) {
 	})
 }
 
-// startSchema migrates on start, or only checks the schema when auto_migrate is off: either way a
-// database that a newer release migrated is refused (db.ErrSchemaNewer), since this binary's
-// queries would write rows the newer schema does not expect.
-func startSchema(ctx context.Context, st db.Store, autoMigrate bool) error {
-	if !autoMigrate {
-		return st.CheckSchema(ctx)
+// startSchema migrates on start, or only checks the schema when auto_migrate is off. A database that
+// a newer release migrated is refused (db.ErrSchemaNewer) when that release marked its schema too
+// new for this binary (its queries would write rows the newer schema does not expect); when the
+// newer migrations are compatible (db.ErrSchemaAhead: a rollback) it warns and goes on.
+func startSchema(ctx context.Context, st db.Store, autoMigrate bool, log *zap.Logger) error {
+	var err error
+	if autoMigrate {
+		err = st.Migrate(ctx)
+	} else {
+		err = st.CheckSchema(ctx)
 	}
-	err := st.Migrate(ctx)
-	if errors.Is(err, db.ErrSchemaNewer) {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, db.ErrSchemaAhead):
+		log.Warn("database schema is ahead of this binary (rolled back?); running on it", zap.Error(err))
+		return nil
+	case errors.Is(err, db.ErrSchemaNewer), !autoMigrate:
 		return err // skipping the migration would not help
 	}
-	if err != nil {
-		return fmt.Errorf("migrate on start (set database.auto_migrate: false to skip): %w", err)
-	}
-	return nil
+	return fmt.Errorf("migrate on start (set database.auto_migrate: false to skip): %w", err)
 }

@@ -42,6 +42,11 @@ type CommandReply struct {
 	CreatedAt       pgtype.Timestamptz
 }
 
+type SchemaCompat struct {
+	ID               int32
+	MinBinaryVersion int64
+}
+
 type Session struct {
 	ThreadKey       string
 	Platform        string

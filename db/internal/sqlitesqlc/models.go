@@ -42,6 +42,11 @@ type CommandReply struct {
 	CreatedAt       string
 }
 
+type SchemaCompat struct {
+	ID               int64
+	MinBinaryVersion int64
+}
+
 type Session struct {
 	ThreadKey       string
 	Platform        string
