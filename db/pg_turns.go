@@ -113,7 +113,7 @@ func (s *pgStore) TurnTranscript(ctx context.Context, threadKey string, l Transc
 	}
 	l = l.withDefaults()
 	rows, err := s.q.TurnListTranscript(ctx, s.dbtx, pgsqlc.TurnListTranscriptParams{
-		ThreadKey: threadKey, MaxRows: int32(l.MaxTurns), AfterID: l.AfterID, MaxChars: int64(l.MaxChars),
+		ThreadKey: threadKey, MaxRows: int32(l.MaxTurns), AfterID: l.AfterID, MaxChars: int64(l.MaxChars), MaxTurnChars: int64(l.maxTurnChars()),
 	})
 	if err != nil {
 		return nil, pgErr("transcript of "+threadKey, err)

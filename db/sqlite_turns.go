@@ -120,7 +120,7 @@ func (s *sqliteStore) turnTransitionFailed(ctx context.Context, id int64, to Tur
 func (s *sqliteStore) TurnTranscript(ctx context.Context, threadKey string, l TranscriptLimit) ([]Turn, error) {
 	l = l.withDefaults()
 	rows, err := s.q.TurnListTranscript(ctx, s.dbtx, sqlitesqlc.TurnListTranscriptParams{
-		ThreadKey: threadKey, MaxRows: int64(l.MaxTurns), AfterID: l.AfterID, MaxChars: int64(l.MaxChars),
+		ThreadKey: threadKey, MaxRows: int64(l.MaxTurns), AfterID: l.AfterID, MaxChars: int64(l.MaxChars), MaxTurnChars: int64(l.maxTurnChars()),
 	})
 	if err != nil {
 		return nil, sqliteErr("transcript of "+threadKey, err)

@@ -12,7 +12,7 @@ import (
 
 // A transcript reads from the database only the turns it returns: a 10 MB answer that does not fit
 // in the character cap is never loaded into the bot (it used to be: every one of the newest MaxTurns
-// rows was read whole, then trimmed).
+// rows was read whole, then trimmed), and the turns older than it still come.
 func TestTranscriptReadsOnlyKeptTurns(t *testing.T) {
 	t.Parallel()
 	for _, engine := range []struct {
@@ -42,18 +42,18 @@ func TestTranscriptReadsOnlyKeptTurns(t *testing.T) {
 			add("new1", "small")
 			add("new2", "small")
 
-			// The big turn ends the transcript: only the two newer ones are read.
+			// The big turn is left out, and never read; the others are.
 			got, read, err := db.TranscriptRowsRead(ctx, s, "k", db.TranscriptLimit{})
 			require.NoError(t, err)
-			require.Len(t, got, 2)
-			require.Equal(t, []int64{ids["new2"], ids["new1"]}, read)
+			require.Len(t, got, 3)
+			require.Equal(t, []int64{ids["new2"], ids["new1"], ids["old1"]}, read)
 
-			// A newest turn too big for the cap: nothing returned, nothing read.
+			// A newest turn too big for the cap: left out too, not read.
 			add("big-new", huge)
 			got, read, err = db.TranscriptRowsRead(ctx, s, "k", db.TranscriptLimit{})
 			require.NoError(t, err)
-			require.Empty(t, got)
-			require.Empty(t, read)
+			require.Len(t, got, 3)
+			require.Equal(t, []int64{ids["new2"], ids["new1"], ids["old1"]}, read)
 
 			// With room for it, it is read and returned (with the turn cap's worth of others).
 			got, read, err = db.TranscriptRowsRead(ctx, s, "k", db.TranscriptLimit{MaxTurns: 3, MaxChars: 1 << 30})

@@ -271,30 +271,29 @@ func (l TranscriptLimit) withDefaults() TranscriptLimit {
 	return l
 }
 
-// trimTranscript takes turns newest first, keeps the newest ones whose prompts and answers fit in
-// maxChars together, and returns them oldest first.
-//
-// The TurnListTranscript queries apply the same rule in SQL (length() of prompt and answer, a running
-// sum, newest first), so that the text of a turn left out, which can be tens of MB, is never read:
-// the stores store only valid UTF-8 without NUL (storableText), whose SQL length (PostgreSQL in UTF8,
-// SQLite TEXT) is its count of runes. Trimming again here keeps the result the same where a row
-// holds other text (SQLite, written before storableText: its length() stops at a NUL and counts an
-// invalid sequence as one character, so it never counts more than this does, and so keeps no fewer
-// turns than this rule).
+// maxTurnChars is the longest turn a transcript keeps: half the cap, so that one long turn neither
+// fills the replay nor, skipped, hides the turns before it.
+func (l TranscriptLimit) maxTurnChars() int { return max(1, l.MaxChars/2) }
+
+// trimTranscript takes turns newest first, leaves out those longer than maxTurnChars, keeps the
+// newest of the others whose prompts and answers fit in maxChars together, and returns them oldest
+// first.
 func trimTranscript(newestFirst []Turn, maxChars int) []Turn {
-	n, used := 0, 0
+	perTurn := TranscriptLimit{MaxChars: maxChars}.maxTurnChars()
+	out := make([]Turn, 0, len(newestFirst))
+	used := 0
 	for _, t := range newestFirst {
 		c := utf8.RuneCountInString(t.Prompt) + utf8.RuneCountInString(t.Answer)
+		if c > perTurn {
+			continue
+		}
 		if used+c > maxChars {
 			break
 		}
 		used += c
-		n++
+		out = append(out, t)
 	}
-	out := make([]Turn, n)
-	for i := range n {
-		out[n-1-i] = newestFirst[i]
-	}
+	slices.Reverse(out)
 	return out
 }
 

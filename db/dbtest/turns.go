@@ -278,7 +278,7 @@ func testTurnTranscriptCaps(t *testing.T, newStore NewStore) {
 		{"char cap exact", db.TranscriptLimit{MaxChars: 30}, []string{"q3...", "q4...", "q5..."}},
 		{"char cap never cuts a turn", db.TranscriptLimit{MaxChars: 29}, []string{"q4...", "q5..."}},
 		{"both caps", db.TranscriptLimit{MaxTurns: 3, MaxChars: 1000}, []string{"q3...", "q4...", "q5..."}},
-		{"too small for the newest", db.TranscriptLimit{MaxChars: 9}, []string{}},
+		{"a turn longer than half the cap is left out", db.TranscriptLimit{MaxChars: 19}, []string{}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -288,6 +288,15 @@ func testTurnTranscriptCaps(t *testing.T, newStore NewStore) {
 		})
 	}
 
+	// One long answer is left out, and the turns before it still come (it used to end the list: the
+	// agent of a recreated sandbox started with no history at all).
+	add("long", "l0", "q0...", "a0...", db.TurnDone)
+	add("long", "l1", "q1...", "a1...", db.TurnDone)
+	add("long", "l2", "fix", strings.Repeat("é", 50000), db.TurnDone)
+	long, err := s.TurnTranscript(ctx, "long", db.TranscriptLimit{MaxChars: 100})
+	require.NoError(t, err)
+	require.Equal(t, []string{"q0...", "q1..."}, prompts(long))
+
 	// AfterID (a reset point) leaves out that turn and older ones.
 	all, err := s.TurnTranscript(ctx, "k", db.TranscriptLimit{})
 	require.NoError(t, err)
@@ -295,15 +304,16 @@ func testTurnTranscriptCaps(t *testing.T, newStore NewStore) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"q4...", "q5..."}, prompts(got))
 
-	// Characters are runes, not bytes: 5 + 5 runes fit in 10 however many bytes they take.
+	// Characters are runes, not bytes: 5 + 5 runes fit in 20 (a turn may take half) however many
+	// bytes they take.
 	add("runes", "r1", "ééééé", strings.Repeat("🙂", 5), db.TurnDone)
-	got, err = s.TurnTranscript(ctx, "runes", db.TranscriptLimit{MaxChars: 10})
+	got, err = s.TurnTranscript(ctx, "runes", db.TranscriptLimit{MaxChars: 20})
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 	require.Equal(t, strings.Repeat("🙂", 5), got[0].Answer)
 
-	// A huge turn (a 10 MB answer is supported) ends the transcript wherever it is: the newer small
-	// turns are kept, the older ones are not, and it is kept when the cap leaves room for it.
+	// A huge turn (a 10 MB answer is supported) is left out wherever it is, and the turns on both
+	// sides of it are kept; it is kept when the cap leaves it room (half the cap).
 	huge := strings.Repeat("é", 5<<20) // 10 MB, 5 Mi characters
 	add("huge", "h0", "old0", "a", db.TurnDone)
 	add("huge", "h1", "old1", "a", db.TurnDone)
@@ -312,22 +322,20 @@ func testTurnTranscriptCaps(t *testing.T, newStore NewStore) {
 	add("huge", "h4", "new4", "a", db.TurnDone)
 	got, err = s.TurnTranscript(ctx, "huge", db.TranscriptLimit{})
 	require.NoError(t, err)
-	require.Equal(t, []string{"new3", "new4"}, prompts(got))
-	got, err = s.TurnTranscript(ctx, "huge", db.TranscriptLimit{MaxChars: 5<<20 + 13})
-	require.NoError(t, err)
-	require.Equal(t, []string{"big", "new3", "new4"}, prompts(got))
-	require.Equal(t, huge, got[0].Answer)
-	got, err = s.TurnTranscript(ctx, "huge", db.TranscriptLimit{MaxChars: 5<<20 + 12})
-	require.NoError(t, err)
-	require.Equal(t, []string{"new3", "new4"}, prompts(got))
-	got, err = s.TurnTranscript(ctx, "huge", db.TranscriptLimit{MaxChars: 1 << 30})
+	require.Equal(t, []string{"old0", "old1", "new3", "new4"}, prompts(got))
+	room := 2 * (5<<20 + 3) // "big" and its answer are half of it
+	got, err = s.TurnTranscript(ctx, "huge", db.TranscriptLimit{MaxChars: room})
 	require.NoError(t, err)
 	require.Equal(t, []string{"old0", "old1", "big", "new3", "new4"}, prompts(got))
-	// The newest turn too big: nothing, even though older turns would fit.
+	require.Equal(t, huge, got[2].Answer)
+	got, err = s.TurnTranscript(ctx, "huge", db.TranscriptLimit{MaxChars: room - 1})
+	require.NoError(t, err)
+	require.Equal(t, []string{"old0", "old1", "new3", "new4"}, prompts(got))
+	// The newest turn too big: left out too, and the older turns come.
 	add("huge", "h5", "bignew", huge, db.TurnDone)
 	got, err = s.TurnTranscript(ctx, "huge", db.TranscriptLimit{})
 	require.NoError(t, err)
-	require.Empty(t, got)
+	require.Equal(t, []string{"old0", "old1", "new3", "new4"}, prompts(got))
 }
 
 func testTurnsStuck(t *testing.T, newStore NewStore) {

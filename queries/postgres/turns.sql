@@ -93,8 +93,10 @@ WHERE id = @id AND status IN ('queued', 'running')
 RETURNING *;
 
 -- TurnListTranscript returns the newest finished turns first, as many of the newest max_rows as fit in
--- max_chars characters (prompt plus answer) together: a turn that would break the cap ends the list.
--- Only their text is read out: a turn it leaves out can be tens of MB. The store reverses them.
+-- max_chars characters (prompt plus answer) together. A turn longer than max_turn_chars (half of
+-- max_chars) is left out, and the older ones still come: one long answer must not leave the replay
+-- empty (the session's hand-off note still sums up the newest turn). Only their text is read out: a
+-- turn it leaves out can be tens of MB. The store reverses them.
 -- name: TurnListTranscript :many
 SELECT * FROM turns
 WHERE turns.id IN (
@@ -103,6 +105,7 @@ WHERE turns.id IN (
         FROM (
             SELECT t.id, length(t.prompt) + length(t.answer) AS chars FROM turns AS t
             WHERE t.thread_key = @thread_key AND t.status IN ('done', 'failed', 'cancelled') AND t.id > @after_id
+                AND length(t.prompt) + length(t.answer) <= @max_turn_chars::bigint
             ORDER BY t.id DESC
             LIMIT @max_rows
         ) AS newest

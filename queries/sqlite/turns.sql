@@ -45,9 +45,7 @@ WHERE id = @id AND status IN ('queued', 'running')
   AND (@owner = '' OR owner = @owner)
 RETURNING *;
 
--- TurnListTranscript returns the newest finished turns first, as many of the newest max_rows as fit in
--- max_chars characters (prompt plus answer) together: a turn that would break the cap ends the list.
--- Only their text is read out: a turn it leaves out can be tens of MB. The store reverses them.
+-- TurnListTranscript: see the Postgres query of the same name.
 -- name: TurnListTranscript :many
 SELECT * FROM turns
 WHERE turns.id IN (
@@ -56,6 +54,7 @@ WHERE turns.id IN (
         FROM (
             SELECT t.id, length(t.prompt) + length(t.answer) AS chars FROM turns AS t
             WHERE t.thread_key = @thread_key AND t.status IN ('done', 'failed', 'cancelled') AND t.id > @after_id
+                AND length(t.prompt) + length(t.answer) <= CAST(@max_turn_chars AS INTEGER)
             ORDER BY t.id DESC
             LIMIT @max_rows
         )

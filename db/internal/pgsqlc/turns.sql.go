@@ -806,29 +806,34 @@ WHERE turns.id IN (
         FROM (
             SELECT t.id, length(t.prompt) + length(t.answer) AS chars FROM turns AS t
             WHERE t.thread_key = $1 AND t.status IN ('done', 'failed', 'cancelled') AND t.id > $2
+                AND length(t.prompt) + length(t.answer) <= $3::bigint
             ORDER BY t.id DESC
-            LIMIT $3
+            LIMIT $4
         ) AS newest
     ) AS running
-    WHERE running.total <= $4::bigint
+    WHERE running.total <= $5::bigint
 )
 ORDER BY turns.id DESC
 `
 
 type TurnListTranscriptParams struct {
-	ThreadKey string
-	AfterID   int64
-	MaxRows   int32
-	MaxChars  int64
+	ThreadKey    string
+	AfterID      int64
+	MaxTurnChars int64
+	MaxRows      int32
+	MaxChars     int64
 }
 
 // TurnListTranscript returns the newest finished turns first, as many of the newest max_rows as fit in
-// max_chars characters (prompt plus answer) together: a turn that would break the cap ends the list.
-// Only their text is read out: a turn it leaves out can be tens of MB. The store reverses them.
+// max_chars characters (prompt plus answer) together. A turn longer than max_turn_chars (half of
+// max_chars) is left out, and the older ones still come: one long answer must not leave the replay
+// empty (the session's hand-off note still sums up the newest turn). Only their text is read out: a
+// turn it leaves out can be tens of MB. The store reverses them.
 func (q *Queries) TurnListTranscript(ctx context.Context, db DBTX, arg TurnListTranscriptParams) ([]Turn, error) {
 	rows, err := db.Query(ctx, turnListTranscript,
 		arg.ThreadKey,
 		arg.AfterID,
+		arg.MaxTurnChars,
 		arg.MaxRows,
 		arg.MaxChars,
 	)

@@ -653,29 +653,30 @@ WHERE turns.id IN (
         FROM (
             SELECT t.id, length(t.prompt) + length(t.answer) AS chars FROM turns AS t
             WHERE t.thread_key = ?1 AND t.status IN ('done', 'failed', 'cancelled') AND t.id > ?2
+                AND length(t.prompt) + length(t.answer) <= CAST(?3 AS INTEGER)
             ORDER BY t.id DESC
-            LIMIT ?3
+            LIMIT ?4
         )
     )
-    WHERE total <= CAST(?4 AS INTEGER)
+    WHERE total <= CAST(?5 AS INTEGER)
 )
 ORDER BY turns.id DESC
 `
 
 type TurnListTranscriptParams struct {
-	ThreadKey string
-	AfterID   int64
-	MaxRows   int64
-	MaxChars  int64
+	ThreadKey    string
+	AfterID      int64
+	MaxTurnChars int64
+	MaxRows      int64
+	MaxChars     int64
 }
 
-// TurnListTranscript returns the newest finished turns first, as many of the newest max_rows as fit in
-// max_chars characters (prompt plus answer) together: a turn that would break the cap ends the list.
-// Only their text is read out: a turn it leaves out can be tens of MB. The store reverses them.
+// TurnListTranscript: see the Postgres query of the same name.
 func (q *Queries) TurnListTranscript(ctx context.Context, db DBTX, arg TurnListTranscriptParams) ([]Turn, error) {
 	rows, err := db.QueryContext(ctx, turnListTranscript,
 		arg.ThreadKey,
 		arg.AfterID,
+		arg.MaxTurnChars,
 		arg.MaxRows,
 		arg.MaxChars,
 	)
