@@ -194,13 +194,17 @@ func (m *Metrics) Pass(name string, rep agentpool.PassReport, took time.Duration
 	}
 }
 
-// Leading implements agentpool.Metrics.
+// Leading implements agentpool.Metrics. Losing the lease drops the sandbox gauges: they are the
+// leader's reaper's view, and a former leader's last figures would otherwise stay served forever (an
+// orphan the new leader reaped long ago still counted by `max by (provider)`).
 func (m *Metrics) Leading(leader bool) {
 	if leader {
 		m.leader.Set(1)
 		return
 	}
 	m.leader.Set(0)
+	m.sandboxesLive.Reset()
+	m.sandboxesOrph.Reset()
 }
 
 // Sandboxes implements agentpool.Metrics.

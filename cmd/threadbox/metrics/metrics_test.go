@@ -99,3 +99,17 @@ threadbox_sessions{provider="docker",status="paused"} 1
 `
 	require.NoError(t, testutil.GatherAndCompare(m.Registry(), strings.NewReader(want), "threadbox_sessions"))
 }
+
+// TestSandboxGaugesLeaveWithTheLeadership: a replica that lost the leader's lease kept the sandbox
+// counts of its last reaper pass forever, so `max by (provider)` (the dashboard, the
+// ThreadboxUnownedSandboxes alert) showed orphans the new leader had long reaped. They now go with the
+// lease: only the leader reports them.
+func TestSandboxGaugesLeaveWithTheLeadership(t *testing.T) {
+	m := New(nil, nil)
+	m.Leading(true)
+	m.Sandboxes("docker", 3, 2)
+	require.Equal(t, 2.0, testutil.ToFloat64(m.sandboxesOrph.WithLabelValues("docker")))
+	m.Leading(false)
+	require.Zero(t, testutil.CollectAndCount(m.sandboxesOrph), "the former leader reports no unowned sandboxes")
+	require.Zero(t, testutil.CollectAndCount(m.sandboxesLive), "nor live ones")
+}
