@@ -6,7 +6,6 @@ package metrics
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -267,11 +266,18 @@ type sessionCollector struct {
 	log   *zap.Logger
 }
 
-// errSessionsUnavailable is what a scrape says when the sessions cannot be counted. The store's error
-// (a host, a user, the driver's words) goes to the log only: the response goes to whoever scrapes.
-var errSessionsUnavailable = errors.New("session counts unavailable (the database could not be read; see the log)")
+// countedDesc says whether this scrape could count the sessions. A failed count is a series of its
+// own, not a failed scrape: a 500 would make every replica look down during a database outage (up ==
+// 0, ThreadboxDown) and take every other figure away when it is wanted. The store's error (a host, a
+// user, the driver's words) goes to the log only: the response goes to whoever scrapes.
+var countedDesc = prometheus.NewDesc(namespace+"_sessions_counted",
+	"1 when this scrape could count the sessions in the database, 0 when the database could not be read (see the log).",
+	nil, nil)
 
-func (c *sessionCollector) Describe(ch chan<- *prometheus.Desc) { ch <- sessionsDesc }
+func (c *sessionCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- sessionsDesc
+	ch <- countedDesc
+}
 
 func (c *sessionCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
@@ -279,9 +285,10 @@ func (c *sessionCollector) Collect(ch chan<- prometheus.Metric) {
 	counts, err := CountSessions(ctx, c.store)
 	if err != nil {
 		c.log.Warn("counting sessions for /metrics", zap.Error(err))
-		ch <- prometheus.NewInvalidMetric(sessionsDesc, errSessionsUnavailable)
+		ch <- prometheus.MustNewConstMetric(countedDesc, prometheus.GaugeValue, 0)
 		return
 	}
+	ch <- prometheus.MustNewConstMetric(countedDesc, prometheus.GaugeValue, 1)
 	for k, n := range counts {
 		ch <- prometheus.MustNewConstMetric(sessionsDesc, prometheus.GaugeValue, float64(n), string(k.Status), k.Provider)
 	}
