@@ -72,6 +72,7 @@ func TestAlertsDashboardAndRunbookMatchTheMetrics(t *testing.T) {
 			if r.Alert != "ThreadboxDown" { // up{} is Prometheus's own
 				requireKnown(t, known, r.Alert, r.Expr)
 			}
+			requireSessionsSummedPerReplica(t, r.Alert, r.Expr)
 			require.Contains(t, string(runbook), "### Alert: "+r.Alert, "a runbook section for %s", r.Alert)
 			require.Equal(t, "deploy/runbook.md#alert-"+strings.ToLower(r.Alert), r.Annotations["runbook_url"])
 			require.NotEmpty(t, r.Annotations["summary"], r.Alert)
@@ -98,4 +99,17 @@ func TestAlertsDashboardAndRunbookMatchTheMetrics(t *testing.T) {
 			requireKnown(t, known, p.Title, tg.Expr)
 		}
 	}
+}
+
+// requireSessionsSummedPerReplica: threadbox_sessions has one series per status and provider, and
+// every replica serves the same figures. A threshold on the number of sessions must add the
+// providers up within one replica before taking the max over replicas: max alone compared the
+// largest provider's count, so 3 error sessions on docker and 3 on daytona (6) never crossed "> 5".
+func requireSessionsSummedPerReplica(t *testing.T, alert, expr string) {
+	t.Helper()
+	if !strings.Contains(expr, "threadbox_sessions{") && !strings.Contains(expr, "threadbox_sessions)") {
+		return
+	}
+	require.Regexp(t, `sum by \(instance\) \(threadbox_sessions[{)]`, expr,
+		"%s: count the sessions of all providers, per replica (sum by (instance)), then max over replicas", alert)
 }
