@@ -67,7 +67,7 @@ func (p *Pool) startAtIntake(ctx context.Context, place *slot, req Request) (tk 
 		return Ticket{}, nil, false
 	}
 	queuedAt := p.now()
-	req.Sink = safeSink{Sink: req.Sink, log: p.log}
+	req.Sink = p.guardSink(req.Sink)
 	rec := make(chan intakeRecord, 1)
 	// The record is the caller's and is awaited as a whole, as a group commit's is: a message whose
 	// row may commit is not given up half way because its sender left.

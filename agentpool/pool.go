@@ -363,7 +363,7 @@ func (p *Pool) enqueueTurnInto(place *slot, req Request, turnID int64) (int, err
 	p.met.TurnQueued(1)
 	queuedAt := p.now()
 	// The sink is the bot's code: a panic in it must cost this turn its post, not the process.
-	req.Sink = safeSink{Sink: req.Sink, log: p.log}
+	req.Sink = p.guardSink(req.Sink)
 	// Held from here until its run or drop ends, so that AdoptPass never queues it a second time.
 	p.reserveTurn(turnID, req.EventID, false)
 	ahead, err := p.q.addInto(place, req.ThreadKey, turnID,

@@ -475,6 +475,9 @@ func (p *Pool) restoreRequest(ctx context.Context, t db.Turn) (Request, error) {
 	if req.Sink == nil {
 		req.Sink = NopSink{}
 	}
+	// The restored sink is the bot's code, as a submitted one is: a panic in it must cost the
+	// taken-over turn its post, not unwind the job that takes it over (a new turn of the thread).
+	req.Sink = p.guardSink(req.Sink)
 	req.ThreadKey, req.EventID = t.ThreadKey, t.PlatformEventID
 	return req, nil
 }

@@ -109,6 +109,14 @@ type safeSink struct {
 	log *zap.Logger
 }
 
+// guardSink wraps s in a safeSink, unless it is one already.
+func (p *Pool) guardSink(s Sink) Sink {
+	if _, ok := s.(safeSink); ok {
+		return s
+	}
+	return safeSink{Sink: s, log: p.log}
+}
+
 func (s safeSink) Progress(ev runtime.Event) {
 	defer func() {
 		if v := recover(); v != nil {
