@@ -391,7 +391,11 @@ func (p *Pool) takeOverHeld(ctx context.Context, threadKey string, t db.Turn) {
 		return
 	}
 	p.log.Info("running a dead process's queued turn on taking over its thread", zap.Int64("turn", t.ID), zap.String("thread", threadKey), zap.String("from", t.Owner))
-	p.runHeld(ctx, req, t.ID, p.now())
+	// Taken off the dead process's queue: in flight from here, as a turn off ours (runTurn), so that
+	// its finish has a start to balance.
+	start := p.now()
+	p.met.TurnStarted(start.Sub(t.CreatedAt))
+	p.runHeld(ctx, req, t.ID, start)
 }
 
 // recoverUndelivered posts again the recorded outcome of a turn whose process died after finishing

@@ -50,3 +50,46 @@ func TestTakeOverRestoredSinkPanic(t *testing.T) {
 	require.Empty(t, p.own.turns, "nothing stays reserved")
 	p.ownMu.Unlock()
 }
+
+// TestTakeOverQueuedTurnCountsInFlight: a dead process's queued turn that a new turn of its thread
+// runs first was counted finished (Metrics.TurnFinished) but never started, so the turns-in-flight
+// gauge went one lower for each, for good. It is now counted started when it is taken off the dead
+// process's queue, and the gauges come back to zero.
+func TestTakeOverQueuedTurnCountsInFlight(t *testing.T) {
+	st := newSQLiteStore(t)
+	ctx := t.Context()
+	_, err := st.TurnInsert(ctx, db.NewTurn{ThreadKey: "k", PlatformEventID: "e1", UserID: "u", Prompt: "old",
+		Delivery: json.RawMessage(`{}`), Owner: "dead"})
+	require.NoError(t, err)
+	sink := newCollector()
+	met := newRecordingMetrics()
+	p, err := New(Config{Deployment: "test-takeover-gauge", Image: "img"}, Deps{
+		Store: st, Provider: sandboxfake.New(), Runtime: &scriptRuntime{}, Metrics: met,
+		Restore: func(_ context.Context, t db.Turn) (Request, error) {
+			return Request{Platform: "test", ChannelID: "c", UserID: t.UserID, Text: t.Prompt, Sink: sink}, nil
+		},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Shutdown(context.Background()) })
+
+	submit(t, p, "k", "e2", "new", sink)
+	require.NoError(t, p.q.wait(ctx))
+	require.Len(t, sink.outcomes, 2)
+	require.Equal(t, 2, met.get("turn."+TurnOutcomeDone))
+	requireGaugesZero(t, met)
+}
+
+// requireGaugesZero checks that the queued gauge and the turns in flight (started, not finished)
+// are back to zero.
+func requireGaugesZero(t *testing.T, m *recordingMetrics) {
+	t.Helper()
+	m.mu.Lock()
+	queued := m.queued
+	m.mu.Unlock()
+	require.Zero(t, queued, "queued gauge")
+	inFlight := m.get("turn.started")
+	for _, o := range []string{TurnOutcomeDone, TurnOutcomeFailed, TurnOutcomeCancelled, TurnOutcomeTakenOver} {
+		inFlight -= m.get("turn." + o)
+	}
+	require.Zero(t, inFlight, "turns in flight")
+}
