@@ -154,6 +154,14 @@ func (p *Pool) recordAtIntake(ctx context.Context, req Request) intakeRecord {
 		t, err := p.store.TurnInsert(ctx, p.newTurn(req))
 		return intakeRecord{turn: t, err: err}
 	}
+	defer func() {
+		// A panic recording it (recordAndRun refuses the message) must not keep the slot granted
+		// for it: the thread would count as live for good, and at max_active others would wait.
+		if v := recover(); v != nil {
+			release()
+			panic(v)
+		}
+	}()
 	r := intakeRecord{release: release}
 	r.turn, r.hold, r.err = p.held.TurnInsertHeld(ctx, p.newTurn(req))
 	if r.err != nil && !errors.Is(r.err, db.ErrDuplicate) && !errors.Is(r.err, db.ErrInvalid) {
