@@ -43,6 +43,9 @@ const (
 	TurnOutcomeCancelled = "cancelled"
 	// TurnOutcomeTakenOver: another process claimed the turn (this one was thought dead).
 	TurnOutcomeTakenOver = "taken_over"
+	// TurnOutcomeLeftQueued: shutdown came before the turn started (it waited for a sandbox slot or
+	// its thread's lock); it is left queued for the next process.
+	TurnOutcomeLeftQueued = "left_queued"
 )
 
 // Resolve outcomes (Metrics.Resolve), after seed 004's counters: sandbox creates, resumes, session

@@ -88,7 +88,7 @@ func requireGaugesZero(t *testing.T, m *recordingMetrics) {
 	m.mu.Unlock()
 	require.Zero(t, queued, "queued gauge")
 	inFlight := m.get("turn.started")
-	for _, o := range []string{TurnOutcomeDone, TurnOutcomeFailed, TurnOutcomeCancelled, TurnOutcomeTakenOver} {
+	for _, o := range []string{TurnOutcomeDone, TurnOutcomeFailed, TurnOutcomeCancelled, TurnOutcomeTakenOver, TurnOutcomeLeftQueued} {
 		inFlight -= m.get("turn." + o)
 	}
 	require.Zero(t, inFlight, "turns in flight")

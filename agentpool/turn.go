@@ -40,12 +40,18 @@ func (p *Pool) runTurn(ctx context.Context, req Request, turnID int64, queuedAt 
 	// alone) and holds no lock.
 	release, err := p.admit(ctx, req.ThreadKey, req.Sink)
 	if err != nil {
+		if p.leftQueued(ctx, req, turnID, start) {
+			return
+		}
 		p.endTurn(req, turnID, Outcome{TurnID: turnID, Err: err, Cancelled: ctx.Err() != nil}, start)
 		return
 	}
 	defer release()
 	hold, err := p.store.HoldThread(ctx, req.ThreadKey)
 	if err != nil {
+		if p.leftQueued(ctx, req, turnID, start) {
+			return
+		}
 		out := Outcome{TurnID: turnID, Err: classify(EINTERNAL, "wait for the thread lock", err)}
 		if ctx.Err() != nil {
 			// Why it was cancelled (reset, shutdown) is what the user needs to hear.
@@ -55,6 +61,20 @@ func (p *Pool) runTurn(ctx context.Context, req Request, turnID int64, queuedAt 
 		return
 	}
 	p.runLocked(ctx, req, turnID, start, hold, false)
+}
+
+// leftQueued reports whether the turn, not started (in line for a sandbox slot, or waiting for its
+// thread's lock), was cut by the end of the shutdown grace, and then leaves it as dropTurn leaves a
+// queued one: recorded queued, owned by this process, its files kept, unanswered here; the next
+// process takes it over and runs it, so a restart loses no message.
+func (p *Pool) leftQueued(ctx context.Context, req Request, turnID int64, start time.Time) bool {
+	if !errors.Is(context.Cause(ctx), ErrClosed) {
+		return false
+	}
+	p.log.Info("shutting down before a waiting turn started; the next process answers it",
+		zap.Int64("turn", turnID), zap.String("thread", req.ThreadKey))
+	p.met.TurnFinished(TurnOutcomeLeftQueued, p.now().Sub(start))
+	return true
 }
 
 // runLocked runs a turn whose thread lock hold is held, and releases it at the end. started says the

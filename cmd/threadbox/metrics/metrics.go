@@ -82,7 +82,7 @@ func New(store SessionCounter, log *zap.Logger) *Metrics {
 	m.turnsStarted = prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "turns_started_total",
 		Help: "Turns taken off their queue and started."})
 	m.turnsFinished = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "turns_finished_total",
-		Help: "Turns ended, by outcome (done, failed, cancelled, taken_over)."}, []string{"outcome"})
+		Help: "Turns ended, by outcome (done, failed, cancelled, taken_over, left_queued)."}, []string{"outcome"})
 	m.queueWait = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "turn_queue_wait_seconds",
 		Help: "Time a turn waited on its thread's queue before it started.", Buckets: turnBuckets})
 	m.turnDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: "turn_duration_seconds",
