@@ -117,7 +117,7 @@ func (p *Pool) recordAndRun(ctx, rctx context.Context, req Request, rec chan<- i
 			panic(v)
 		}
 	}()
-	r := p.recordAtIntake(rctx, req)
+	r := p.recordAtIntake(rctx, ctx, req)
 	sent = true
 	if r.err != nil {
 		p.met.TurnQueued(-1)
@@ -147,9 +147,16 @@ func (p *Pool) recordAndRun(ctx, rctx context.Context, req Request, rec chan<- i
 }
 
 // recordAtIntake records req's turn: started, with its lock and a sandbox slot, when a slot is free
-// now; otherwise queued.
-func (p *Pool) recordAtIntake(ctx context.Context, req Request) intakeRecord {
+// now; otherwise queued. It records it queued too when job, the context of the job recording it,
+// is already cut (stop, reset, the end of the shutdown grace): the turn then ends the usual way
+// (runTurn), left queued for the next process at shutdown, rather than recorded started, which
+// would answer a turn nothing ran as interrupted.
+func (p *Pool) recordAtIntake(ctx, job context.Context, req Request) intakeRecord {
 	release, ok := p.tryAdmit(ctx, req.ThreadKey)
+	if ok && job.Err() != nil {
+		release()
+		ok = false
+	}
 	if !ok {
 		t, err := p.store.TurnInsert(ctx, p.newTurn(req))
 		return intakeRecord{turn: t, err: err}
