@@ -174,8 +174,10 @@ func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID stri
 	switch {
 	case res.TimedOut:
 		return runtime.Result{}, fmt.Errorf("claude-code: the turn took longer than %s and was stopped", p.Timeout)
-	case strings.Contains(errText, "No conversation found"):
-		// The transcript vanished between Session and Prompt (or was never written).
+	case (result == nil || result.IsError) && strings.Contains(errText, "No conversation found"):
+		// The transcript vanished between Session and Prompt (or was never written); claude then gives
+		// no answer. The same words beside a successful result were printed by something else (a hook,
+		// a process of the agent's): that turn ran, and running it again on a new session would be wrong.
 		return runtime.Result{}, fmt.Errorf("claude-code: session %s: %w", sessionID, runtime.ErrSessionMissing)
 	case result == nil:
 		if res.ExitCode == 126 || res.ExitCode == 127 {
