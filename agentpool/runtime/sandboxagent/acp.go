@@ -160,13 +160,31 @@ func (r *Runtime) subscribe(callerCtx context.Context, sb sandbox.Sandbox, lastI
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
 		resp.Body.Close()
 		cancel()
-		// 404: the ACP server is gone (the sandbox-agent process restarted since Session).
-		return nil, fmt.Errorf("sandbox-agent: subscribing to events: %s: %s: %w", resp.Status, strings.TrimSpace(string(msg)), runtime.ErrSessionMissing)
+		return nil, fmt.Errorf("sandbox-agent: subscribing to events: %s: %s: %w", resp.Status, strings.TrimSpace(string(msg)), subscribeClass(resp.StatusCode))
 	}
 	s := &stream{c: make(chan frame, 64), cancel: cancel, done: make(chan struct{})}
 	go s.pump(ctx, resp.Body)
 	return s, nil
 }
+
+// subscribeClass is the class of a refused subscription. Only a 404 says the ACP server is gone (the
+// sandbox-agent process restarted since Session), and its sessions with it; a server error is the
+// sandbox failing (re-resolve it, keep the session); anything else is neither, and retrying would
+// meet it again.
+func subscribeClass(status int) error {
+	switch {
+	case status == http.StatusNotFound:
+		return runtime.ErrSessionMissing
+	case status == http.StatusUnauthorized:
+		return errUnauthorized
+	case status >= 500:
+		return runtime.ErrSandboxDown
+	}
+	return errRefused
+}
+
+// errRefused is a subscription refused for a reason that is no recovery class.
+var errRefused = errors.New("refused")
 
 func (s *stream) pump(ctx context.Context, body io.ReadCloser) {
 	defer close(s.done)
