@@ -284,7 +284,7 @@ func (r *Runtime) barrier(ctx context.Context, sb sandbox.Sandbox, ev *stream) e
 			if !ok {
 				return ev.ended("")
 			}
-			r.state.with(sb, func(st *sbState) { st.lastEventID = f.id })
+			r.state.with(sb, func(st *sbState) { st.setLastEventID(f.id) })
 			if string(f.msg.ID) == string(want) && f.msg.Method == "" {
 				return nil
 			}
@@ -309,7 +309,7 @@ func (r *Runtime) follow(ctx context.Context, sb sandbox.Sandbox, ev *stream, tu
 			if !ok {
 				return nil, ev.ended(" mid-turn")
 			}
-			r.state.with(sb, func(st *sbState) { st.lastEventID = f.id })
+			r.state.with(sb, func(st *sbState) { st.setLastEventID(f.id) })
 			switch {
 			case f.msg.Method == "" && string(f.msg.ID) == string(want):
 				return &f.msg, nil

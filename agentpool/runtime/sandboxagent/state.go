@@ -1,6 +1,7 @@
 package sandboxagent
 
 import (
+	"strings"
 	"sync"
 
 	"github.com/threadbox/threadbox/agentpool/runtime/internal/sandboxhttp"
@@ -54,6 +55,20 @@ func (s *states) with(sb sandbox.Sandbox, f func(st *sbState)) {
 
 func (s *states) setWorkDir(sb sandbox.Sandbox, dir string) {
 	s.with(sb, func(st *sbState) { st.workDir = dir })
+}
+
+// maxEventID bounds a remembered event id; sandbox-agent's are sequence numbers.
+const maxEventID = 128
+
+// setLastEventID records the last event seen, for the next subscription's Last-Event-ID. The id is
+// the server's (outside input): one that is long, or no valid header value (which the HTTP client
+// would refuse on every later subscription), is not kept, and the next subscription replays what
+// the server buffers, which the barrier skips.
+func (st *sbState) setLastEventID(id string) {
+	if len(id) > maxEventID || strings.IndexFunc(id, func(r rune) bool { return r < 0x21 || r > 0x7e }) >= 0 {
+		id = ""
+	}
+	st.lastEventID = id
 }
 
 // forget drops what belonged to the previous server process.
