@@ -108,7 +108,7 @@ func (r *Runtime) Session(ctx context.Context, sb sandbox.Sandbox, prevID, title
 		}
 		var best *session
 		for i, s := range found {
-			if s.Title == title && (best == nil || s.Time.Updated > best.Time.Updated) {
+			if s.Title == title && runtime.CheckSessionID(s.ID) == nil && (best == nil || s.Time.Updated > best.Time.Updated) {
 				best = &found[i]
 			}
 		}
@@ -118,6 +118,9 @@ func (r *Runtime) Session(ctx context.Context, sb sandbox.Sandbox, prevID, title
 	}
 	var created session
 	if _, err := r.request(ctx, sb, http.MethodPost, "/session", map[string]any{"title": title}, &created); err != nil {
+		return "", false, fmt.Errorf("opencode: creating a session: %w", err)
+	}
+	if err := runtime.CheckSessionID(created.ID); err != nil {
 		return "", false, fmt.Errorf("opencode: creating a session: %w", err)
 	}
 	return created.ID, true, nil

@@ -129,6 +129,9 @@ func (r *Runtime) Session(ctx context.Context, sb sandbox.Sandbox, prevID, title
 	if err := r.callResult(ctx, sb, "session/new", map[string]any{"cwd": workDir, "mcpServers": []any{}}, &created); err != nil {
 		return "", false, fmt.Errorf("sandbox-agent: creating a session: %w", err)
 	}
+	if err := runtime.CheckSessionID(created.SessionID); err != nil {
+		return "", false, fmt.Errorf("sandbox-agent: creating a session: %w", err)
+	}
 	r.state.with(sb, func(st *sbState) { st.loaded[created.SessionID] = true })
 	return created.SessionID, true, nil
 }
