@@ -191,9 +191,9 @@ func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID stri
 		ExitCode: res.ExitCode,
 		Duration: time.Duration(result.DurationMS) * time.Millisecond,
 		Usage: runtime.Usage{
-			InputTokens:  result.Usage.InputTokens + result.Usage.CacheCreationInputTokens + result.Usage.CacheReadInputTokens,
-			OutputTokens: result.Usage.OutputTokens,
-			CostUSD:      result.TotalCostUSD,
+			InputTokens:  runtime.SumTokens(result.Usage.InputTokens, result.Usage.CacheCreationInputTokens, result.Usage.CacheReadInputTokens),
+			OutputTokens: runtime.SumTokens(result.Usage.OutputTokens),
+			CostUSD:      runtime.SumCost(result.TotalCostUSD),
 		},
 	}
 	if out.Duration == 0 {

@@ -225,9 +225,10 @@ func outcome(msgs []message) (answer string, usage runtime.Usage, apiErr *apiErr
 		if m.Info.Role != "assistant" {
 			continue
 		}
-		usage.InputTokens += m.Info.Tokens.Input + m.Info.Tokens.Cache.Read + m.Info.Tokens.Cache.Write
-		usage.OutputTokens += m.Info.Tokens.Output
-		usage.CostUSD += m.Info.Cost
+		// The numbers come from the server in the sandbox: summed without going negative or overflowing.
+		usage.InputTokens = runtime.SumTokens(usage.InputTokens, m.Info.Tokens.Input, m.Info.Tokens.Cache.Read, m.Info.Tokens.Cache.Write)
+		usage.OutputTokens = runtime.SumTokens(usage.OutputTokens, m.Info.Tokens.Output)
+		usage.CostUSD = runtime.SumCost(usage.CostUSD, m.Info.Cost)
 		if m.Info.Error != nil {
 			apiErr = m.Info.Error
 		}

@@ -238,3 +238,15 @@ func TestTurnStateRemembersBoundedParts(t *testing.T) {
 	send("message.part.delta", map[string]any{"sessionID": "ses_a", "partID": "prt_text", "field": "text", "delta": "hello"})
 	require.Equal(t, []string{"hello"}, texts, "a part remembered before the flood still streams")
 }
+
+// TestOutcomeUsageIsBounded: the messages' numbers come from the server in the sandbox.
+func TestOutcomeUsageIsBounded(t *testing.T) {
+	var msgs []message
+	require.NoError(t, json.Unmarshal([]byte(`[
+		{"info":{"role":"user"}},
+		{"info":{"role":"assistant","cost":-5,"tokens":{"input":-10,"output":9223372036854775807,"cache":{"read":9223372036854775807}}}},
+		{"info":{"role":"assistant","cost":0.5,"tokens":{"input":20,"output":7}}}
+	]`), &msgs))
+	_, usage, _, _ := outcome(msgs)
+	require.Equal(t, runtime.Usage{InputTokens: runtime.MaxUsageTokens, OutputTokens: runtime.MaxUsageTokens, CostUSD: 0.5}, usage)
+}

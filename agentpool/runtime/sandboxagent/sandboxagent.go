@@ -259,7 +259,8 @@ func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID stri
 	if err := json.Unmarshal(final.Result, &pr); err != nil {
 		return runtime.Result{}, fmt.Errorf("sandbox-agent: session/prompt result: %w", err)
 	}
-	res.Usage = runtime.Usage{InputTokens: pr.Usage.InputTokens, OutputTokens: pr.Usage.OutputTokens, CostUSD: turn.costUSD}
+	res.Usage = runtime.Usage{InputTokens: runtime.SumTokens(pr.Usage.InputTokens), OutputTokens: runtime.SumTokens(pr.Usage.OutputTokens),
+		CostUSD: runtime.SumCost(turn.costUSD)}
 	if pr.StopReason != "end_turn" && pr.StopReason != "" {
 		res.IsError = true
 		if res.Answer == "" || pr.StopReason != "max_tokens" {
