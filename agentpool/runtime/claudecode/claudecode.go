@@ -116,7 +116,15 @@ func (r *Runtime) hasTranscript(ctx context.Context, sb sandbox.Sandbox, id stri
 	if err != nil {
 		return false, fmt.Errorf("claude-code: looking for session %s: %w", id, runtime.SandboxDown(err))
 	}
-	return res.ExitCode == 0, nil
+	switch {
+	case res.ExitCode == 0 && !res.TimedOut:
+		return true, nil
+	case res.ExitCode == 1 && !res.TimedOut:
+		return false, nil
+	}
+	// The look-up did not run to its answer (killed, timed out, no shell): that says nothing about the
+	// transcript, and a new session would lose the agent's memory of the thread for good.
+	return false, fmt.Errorf("claude-code: looking for session %s: the look-up exited %d: %w", id, res.ExitCode, runtime.ErrSandboxDown)
 }
 
 // promptScript resumes the session when its transcript exists and creates it otherwise, in one exec

@@ -22,8 +22,12 @@ type printingSandbox struct {
 func (s printingSandbox) Handle() sandbox.Handle { return sandbox.Handle{Provider: "test", ID: "sb1"} }
 
 func (s printingSandbox) Exec(_ context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
-	_, _ = req.Stdout.Write([]byte(s.stdout))
-	_, _ = req.Stderr.Write([]byte(s.stderr))
+	if req.Stdout != nil {
+		_, _ = req.Stdout.Write([]byte(s.stdout))
+	}
+	if req.Stderr != nil {
+		_, _ = req.Stderr.Write([]byte(s.stderr))
+	}
 	return sandbox.ExecResult{ExitCode: s.exit}, nil
 }
 
