@@ -55,7 +55,13 @@ type Runtime struct {
 	cfg     Config
 	clients *sandboxhttp.Clients
 	state   states
+	// initTimeout bounds an initialize call (default initTimeout).
+	initTimeout time.Duration
 }
+
+// initTimeout bounds initialize, which spawns the agent process at most: the server's health check
+// answers while the agent behind it is wedged, and nothing else would notice before the watchdog.
+const initTimeout = 2 * time.Minute
 
 var _ runtime.Runtime = (*Runtime)(nil)
 
@@ -85,7 +91,7 @@ func New(cfg Config) (*Runtime, error) {
 	// No header timeout: a session/prompt call answers only when the turn is over. A 202 answer is not
 	// decoded.
 	clients := &sandboxhttp.Clients{Port: cfg.Port, AcceptedIsEmpty: true}
-	return &Runtime{cfg: cfg, clients: clients, state: states{m: map[string]*sbState{}}}, nil
+	return &Runtime{cfg: cfg, clients: clients, state: states{m: map[string]*sbState{}}, initTimeout: initTimeout}, nil
 }
 
 // Name implements runtime.Runtime.
@@ -139,10 +145,17 @@ func (r *Runtime) Session(ctx context.Context, sb sandbox.Sandbox, prevID, title
 // initialize spawns the agent process if needed (the first POST with ?agent= does) and notes which
 // ACP server generation the remembered sessions belong to.
 func (r *Runtime) initialize(ctx context.Context, sb sandbox.Sandbox) error {
-	err := r.callResult(ctx, sb, "initialize", map[string]any{
+	ictx, cancel := context.WithTimeout(ctx, r.initTimeout)
+	defer cancel()
+	err := r.callResult(ictx, sb, "initialize", map[string]any{
 		"protocolVersion":    1,
 		"clientCapabilities": map[string]any{"fs": map[string]bool{"readTextFile": false, "writeTextFile": false}, "terminal": false},
 	}, nil)
+	if err != nil && ctx.Err() == nil && ictx.Err() != nil {
+		// The server answers its health check but not the agent: the next Ensure restarts it.
+		r.state.with(sb, func(st *sbState) { st.wedged = true })
+		return fmt.Errorf("sandbox-agent: initialize: no answer within %s: %w", r.initTimeout, runtime.ErrSandboxDown)
+	}
 	if err != nil {
 		return fmt.Errorf("sandbox-agent: initialize: %w", err)
 	}

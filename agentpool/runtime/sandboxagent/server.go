@@ -20,6 +20,8 @@ import (
 var (
 	// errUnauthorized: the server refused our token (it was started with another secret).
 	errUnauthorized = errors.New("sandbox-agent refused the token")
+	// errWedged: the server answered its health check, but its agent did not answer initialize.
+	errWedged = errors.New("the agent did not answer")
 	// errNoAnswer: a health check got no answer in time.
 	errNoAnswer = sandboxhttp.ErrNoAnswer
 )
@@ -117,9 +119,14 @@ func (r *Runtime) launch(ctx context.Context, sb sandbox.Sandbox, restart bool) 
 // wait, backing off from 20 ms. A server with another token, or one that never becomes healthy, is
 // killed and launched again, once.
 func (r *Runtime) Ensure(ctx context.Context, sb sandbox.Sandbox) error {
+	var wedged bool
+	r.state.with(sb, func(st *sbState) { wedged = st.wedged })
 	err := r.healthy(ctx, sb, 3*time.Second)
-	if err == nil {
+	if err == nil && !wedged {
 		return nil
+	}
+	if err == nil {
+		err = errWedged
 	}
 	if ctx.Err() != nil {
 		return fmt.Errorf("sandbox-agent: %w", context.Cause(ctx))
@@ -129,7 +136,7 @@ func (r *Runtime) Ensure(ctx context.Context, sb sandbox.Sandbox) error {
 		ctx, cancel = context.WithTimeout(ctx, 2*time.Minute)
 		defer cancel()
 	}
-	restart := errors.Is(err, errUnauthorized)
+	restart := errors.Is(err, errUnauthorized) || wedged
 	for round := 0; round < 2; round++ {
 		started, workDir, err := r.launch(ctx, sb, restart)
 		if err != nil {

@@ -22,6 +22,9 @@ type sbState struct {
 	systemSent map[string]bool
 	// lastEventID is the last event seen (without it: the server's buffer is replayed and skipped).
 	lastEventID string
+	// wedged is set when the agent did not answer initialize while the server answered its health
+	// check: the next Ensure restarts the server (without it: the next initialize finds out again).
+	wedged bool
 	// running holds, per session, a channel closed when its in-flight prompt ends (Abort waits on it).
 	running map[string]chan struct{}
 }
@@ -74,7 +77,7 @@ func (st *sbState) setLastEventID(id string) {
 // forget drops what belonged to the previous server process.
 func (s *states) forget(sb sandbox.Sandbox) {
 	s.with(sb, func(st *sbState) {
-		st.gen, st.lastEventID = 0, ""
+		st.gen, st.lastEventID, st.wedged = 0, "", false
 		clear(st.loaded)
 		clear(st.systemSent)
 	})
