@@ -16,6 +16,8 @@ import (
 var (
 	// errUnauthorized: the server refused our password (it was started with another secret).
 	errUnauthorized = errors.New("opencode server refused the password")
+	// errWedged: the server answers its health check but left a call unanswered.
+	errWedged = errors.New("opencode server left a call unanswered")
 	// errNoAnswer: a health check got no answer in time.
 	errNoAnswer = sandboxhttp.ErrNoAnswer
 )
@@ -110,9 +112,15 @@ const logPath = ".cache/threadbox/opencode.log"
 // wait for it, backing off from 20 ms. A server that answers with another password (the secret
 // changed) or never becomes healthy is killed and launched again, once.
 func (r *Runtime) Ensure(ctx context.Context, sb sandbox.Sandbox) error {
+	// A server whose health check passes may still leave calls unanswered (a wedged session loop):
+	// one that did is restarted, or every turn would wait out the header timeout again.
+	wedged := r.clients.Unanswered(sb)
 	err := r.healthy(ctx, sb, 3*time.Second)
-	if err == nil {
+	if err == nil && !wedged {
 		return nil
+	}
+	if err == nil {
+		err = errWedged
 	}
 	if ctx.Err() != nil {
 		return fmt.Errorf("opencode: %w", context.Cause(ctx))
@@ -122,11 +130,14 @@ func (r *Runtime) Ensure(ctx context.Context, sb sandbox.Sandbox) error {
 		ctx, cancel = context.WithTimeout(ctx, 2*time.Minute)
 		defer cancel()
 	}
-	restart := errors.Is(err, errUnauthorized)
+	restart := errors.Is(err, errUnauthorized) || wedged
 	for round := 0; round < 2; round++ {
 		started, err := r.launch(ctx, sb, restart)
 		if err != nil {
 			return err
+		}
+		if restart {
+			r.clients.Answered(sb)
 		}
 		err = sandboxhttp.WaitHealthy(ctx, started, errUnauthorized, func(ctx context.Context, attempt time.Duration) error {
 			return r.healthy(ctx, sb, attempt)

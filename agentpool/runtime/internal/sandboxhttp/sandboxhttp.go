@@ -41,8 +41,34 @@ type Clients struct {
 	// MaxBody bounds a decoded answer (0: MaxBodyBytes); a bigger one fails with sandbox.ErrTooLarge.
 	MaxBody int64
 
-	mu sync.Mutex // protects m
+	mu sync.Mutex // protects m and unanswered
 	m  map[string]*http.Client
+	// unanswered lists the sandboxes whose server accepted a call and never answered it (within
+	// ResponseHeaderTimeout): its health check may still pass, so the caller's Ensure asks here.
+	unanswered map[string]bool
+}
+
+// Unanswered reports whether a call to sb's server went unanswered since the last Answered.
+func (c *Clients) Unanswered(sb sandbox.Sandbox) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.unanswered[sb.Handle().ID]
+}
+
+// Answered clears Unanswered, once the server was restarted.
+func (c *Clients) Answered(sb sandbox.Sandbox) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.unanswered, sb.Handle().ID)
+}
+
+func (c *Clients) markUnanswered(sb sandbox.Sandbox) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.unanswered == nil || len(c.unanswered) >= MaxClients {
+		c.unanswered = map[string]bool{}
+	}
+	c.unanswered[sb.Handle().ID] = true
 }
 
 // Get returns the client of sb.
@@ -113,6 +139,15 @@ func (c *Clients) Do(sb sandbox.Sandbox, req *http.Request, out any) (int, error
 		c.Reset(sb)
 		if ctx.Err() != nil {
 			return 0, context.Cause(ctx)
+		}
+		var timeout interface{ Timeout() bool }
+		if c.ResponseHeaderTimeout > 0 && errors.As(err, &timeout) && timeout.Timeout() {
+			c.markUnanswered(sb)
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			// The transport's own timeout (the caller's ctx is live) matches DeadlineExceeded, which
+			// would read as the caller giving up: it is the sandbox not answering.
+			return 0, fmt.Errorf("%w: %v", runtime.ErrSandboxDown, err)
 		}
 		return 0, fmt.Errorf("%w: %w", runtime.ErrSandboxDown, err)
 	}
