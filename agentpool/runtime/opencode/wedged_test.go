@@ -13,25 +13,7 @@ import (
 
 	"github.com/threadbox/threadbox/agentpool/runtime"
 	"github.com/threadbox/threadbox/agentpool/runtime/runtimetest"
-	"github.com/threadbox/threadbox/sandbox"
 )
-
-// launchSandbox is a DialSandbox whose every exec is the launch script: it notes whether it was
-// asked to restart the server.
-type launchSandbox struct {
-	runtimetest.DialSandbox
-	restarted *atomic.Bool
-}
-
-func (s launchSandbox) Exec(_ context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
-	if len(req.Cmd) > 6 && req.Cmd[6] == "1" {
-		s.restarted.Store(true)
-	}
-	if req.Stdout != nil {
-		_, _ = req.Stdout.Write([]byte("started\n"))
-	}
-	return sandbox.ExecResult{}, nil
-}
 
 // TestWedgedServerIsRestarted: opencode answers /global/health while its session calls hang. Each
 // turn then waited out the header timeout and failed as sandbox-down, and Ensure, seeing a healthy
@@ -55,7 +37,7 @@ func TestWedgedServerIsRestarted(t *testing.T) {
 	r, err := New(Config{Secret: "s", Model: Model{Name: "m"}})
 	require.NoError(t, err)
 	r.clients.ResponseHeaderTimeout = 50 * time.Millisecond
-	sb := launchSandbox{DialSandbox: runtimetest.DialSandbox{Addr: srv.Listener.Addr().String()}, restarted: &restarted}
+	sb := runtimetest.LaunchSandbox{DialSandbox: runtimetest.DialSandbox{Addr: srv.Listener.Addr().String()}, Output: "started\n", Restarted: &restarted}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second) // only so that a regression fails rather than hangs
 	defer cancel()
 

@@ -14,25 +14,7 @@ import (
 	"github.com/threadbox/threadbox/agentpool/runtime"
 	"github.com/threadbox/threadbox/agentpool/runtime/opencode"
 	"github.com/threadbox/threadbox/agentpool/runtime/runtimetest"
-	"github.com/threadbox/threadbox/sandbox"
 )
-
-// launchSandbox is a DialSandbox whose every exec is the launch script: it notes whether it was
-// asked to restart the server, and reports a server started in /workspace.
-type launchSandbox struct {
-	runtimetest.DialSandbox
-	restarted *atomic.Bool
-}
-
-func (s launchSandbox) Exec(_ context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
-	if len(req.Cmd) > 6 && req.Cmd[6] == "1" {
-		s.restarted.Store(true)
-	}
-	if req.Stdout != nil {
-		_, _ = req.Stdout.Write([]byte("/workspace\nstarted\n"))
-	}
-	return sandbox.ExecResult{}, nil
-}
 
 // TestWedgedAgentIsRestarted: sandbox-agent's health check answers while the ACP agent behind it is
 // wedged (initialize never answers). Session must not wait on it for the whole turn (the watchdog's
@@ -61,7 +43,7 @@ func TestWedgedAgentIsRestarted(t *testing.T) {
 	r, err := New(Config{Secret: "s", Model: opencode.Model{Name: "m"}})
 	require.NoError(t, err)
 	r.initTimeout = 50 * time.Millisecond
-	sb := launchSandbox{DialSandbox: runtimetest.DialSandbox{Addr: srv.Listener.Addr().String()}, restarted: &restarted}
+	sb := runtimetest.LaunchSandbox{DialSandbox: runtimetest.DialSandbox{Addr: srv.Listener.Addr().String()}, Output: "/workspace\nstarted\n", Restarted: &restarted}
 	r.state.setWorkDir(sb, "/workspace")
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second) // only so that a regression fails rather than hangs
 	defer cancel()
