@@ -3,6 +3,7 @@ package deploy
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -10,6 +11,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/threadbox/threadbox/sandbox/sandboxtest"
 
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
@@ -142,7 +145,8 @@ func composeVolume(t *testing.T, n yaml.Node) mount {
 }
 
 // helm returns the command that runs Helm: helm on PATH, else the version `make lint-deploy` pins,
-// through the Go module proxy (cached once make lint has run). Without either, the test is skipped.
+// through the Go module proxy (cached once make lint has run). Without either, the test is skipped,
+// or fails when THREADBOX_REQUIRE_SERVICES is set (make test).
 func helm(t *testing.T) []string {
 	t.Helper()
 	if p, err := exec.LookPath("helm"); err == nil {
@@ -154,7 +158,7 @@ func helm(t *testing.T) []string {
 	require.NotNil(t, m, "HELM_VERSION in the Makefile")
 	cmd := []string{"go", "run", "helm.sh/helm/v3/cmd/helm@" + string(m[1])}
 	if out, err := exec.Command(cmd[0], append(cmd[1:], "version")...).CombinedOutput(); err != nil {
-		t.Skipf("helm not installed and not runnable through the module proxy: %v\n%s", err, out)
+		sandboxtest.RequireService(t, "helm (installed, or through the module proxy)", fmt.Errorf("%w: %s", err, out))
 	}
 	return cmd
 }

@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"testing"
 
+	"github.com/threadbox/threadbox/sandbox/sandboxtest"
+
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 )
@@ -18,11 +20,11 @@ import (
 func TestComposeEnvFileIsIgnored(t *testing.T) {
 	git, err := exec.LookPath("git")
 	if err != nil {
-		t.Skip("git not installed")
+		sandboxtest.RequireService(t, "git", err)
 	}
 	root := filepath.Join("..", "..", "..")
 	if err := exec.Command(git, "-C", root, "rev-parse", "--git-dir").Run(); err != nil {
-		t.Skip("not in a git checkout")
+		sandboxtest.RequireService(t, "a git checkout", err)
 	}
 	err = exec.Command(git, "-C", root, "check-ignore", "-q", "--no-index", "deploy/.env").Run()
 	var exit *exec.ExitError
