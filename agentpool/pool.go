@@ -402,7 +402,8 @@ func (p *Pool) Depth(threadKey string) int { return p.q.depth(threadKey) }
 func (p *Pool) Busy() int { return p.q.activeKeys() }
 
 // Cancel stops the thread's running turn (turns queued behind it still run). It reports whether a turn
-// was running.
+// was running. Other work running on the thread's queue (a reset, a provider or runtime move, an admin
+// job) is left to finish: it reports false then.
 func (p *Pool) Cancel(threadKey string) bool { return p.q.cancelRunning(threadKey, 0, ErrCancelled) }
 
 // CancelTurn stops one turn, if it is the one running on its thread in this process, with cause (the

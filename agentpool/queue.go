@@ -40,8 +40,12 @@ type keyQueue struct {
 }
 
 type job struct {
-	// id names the turn the job runs (0 for other work), so a cancel can target one turn.
-	id     int64
+	// id names the turn the job runs (0 for other work, and for a turn not recorded yet), so a
+	// cancel can target one turn.
+	id int64
+	// turn marks a job that runs a user's turn, as opposed to other work on the thread's queue (a
+	// reset's destroy, a provider move, an admin job, a recovered reply): stop cancels only turns.
+	turn   bool
 	run    func(ctx context.Context)
 	drop   func(reason error) // called instead of run when the job is discarded unrun
 	cancel context.CancelCauseFunc
@@ -98,14 +102,15 @@ func (q *queues) unreserveLocked(s *slot) {
 
 // addInto is add, filling s (if not nil) in the same step, so the place is never counted twice.
 func (q *queues) addInto(s *slot, key string, id int64, run func(context.Context), drop func(reason error)) (ahead int, err error) {
-	ahead, _, err = q.push(s, key, &job{id: id, run: run, drop: drop}, false)
+	ahead, _, err = q.push(s, key, &job{id: id, turn: id != 0, run: run, drop: drop}, false)
 	return ahead, err
 }
 
-// addIfIdle queues run under key only if key has no work, so that it starts now, filling s (if not
-// nil) when it does, and reports whether it did. The job returned is for setID.
+// addIfIdle queues run, a turn not recorded yet, under key only if key has no work, so that it
+// starts now, filling s (if not nil) when it does, and reports whether it did. The job returned is
+// for setID.
 func (q *queues) addIfIdle(s *slot, key string, run func(context.Context), drop func(reason error)) (*job, bool, error) {
-	j := &job{run: run, drop: drop}
+	j := &job{turn: true, run: run, drop: drop}
 	_, ok, err := q.push(s, key, j, true)
 	return j, ok, err
 }
@@ -215,13 +220,15 @@ func (q *queues) depthLocked(key string) int {
 	return n
 }
 
-// cancelRunning cancels key's running job with cause, if any, and reports whether there was one. With
-// id non-zero it cancels only the job for that turn.
+// cancelRunning cancels key's running turn with cause, if a turn is what runs, and reports whether
+// it did. With id non-zero it cancels only the job for that turn. Other work on the queue (a reset's
+// destroy, a provider move, an admin job, a recovered reply) is never cut by it: a user's stop must
+// not leave a half-done reset or move behind.
 func (q *queues) cancelRunning(key string, id int64, cause error) bool {
 	q.mu.Lock()
 	kq := q.byKey[key]
 	var cancel context.CancelCauseFunc
-	if kq != nil && kq.running != nil && (id == 0 || kq.running.id == id) {
+	if kq != nil && kq.running != nil && kq.running.turn && (id == 0 || kq.running.id == id) {
 		cancel = kq.running.cancel
 	}
 	q.mu.Unlock()

@@ -87,8 +87,8 @@ func TestQueueCancelRunningOnly(t *testing.T) {
 		q := newQueues(context.Background())
 		started := make(chan struct{})
 		var second bool
-		_, _ = q.add("k", 0, func(ctx context.Context) { close(started); <-ctx.Done() }, nil)
-		_, _ = q.add("k", 0, func(ctx context.Context) { second = ctx.Err() == nil }, nil)
+		_, _ = q.add("k", 1, func(ctx context.Context) { close(started); <-ctx.Done() }, nil)
+		_, _ = q.add("k", 2, func(ctx context.Context) { second = ctx.Err() == nil }, nil)
 		<-started
 		require.True(t, q.cancelRunning("k", 0, ErrCancelled))
 		require.NoError(t, q.wait(context.Background()))
@@ -120,5 +120,51 @@ func drainGoroutines() int {
 			return strings.Count(string(buf[:n]), "agentpool.(*queues).drain(")
 		}
 		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// A user's stop (cancelRunning with id 0) cuts a running turn, and never other work on the thread's
+// queue: a reset's destroy, a provider move or an admin job cut half way would leave it half done.
+func TestQueueStopCancelsTurnsOnly(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		add  func(q *queues, run func(context.Context)) error
+		want bool
+	}{
+		{"recorded turn", func(q *queues, run func(context.Context)) error {
+			_, err := q.add("k", 7, run, nil)
+			return err
+		}, true},
+		{"turn started at intake, before its record", func(q *queues, run func(context.Context)) error {
+			_, ok, err := q.addIfIdle(nil, "k", run, nil)
+			require.True(t, ok)
+			return err
+		}, true},
+		{"other work (reset, move, admin job)", func(q *queues, run func(context.Context)) error {
+			_, err := q.add("k", 0, run, nil)
+			return err
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				q := newQueues(context.Background())
+				started, finish := make(chan struct{}), make(chan struct{})
+				var cut bool
+				require.NoError(t, tc.add(q, func(ctx context.Context) {
+					close(started)
+					select {
+					case <-ctx.Done():
+						cut = true
+					case <-finish:
+					}
+				}))
+				<-started
+				require.Equal(t, tc.want, q.cancelRunning("k", 0, ErrCancelled))
+				synctest.Wait()
+				close(finish)
+				require.NoError(t, q.wait(context.Background()))
+				require.Equal(t, tc.want, cut)
+			})
+		})
 	}
 }
