@@ -154,7 +154,8 @@ func benchAck(b *testing.B, n, rate int, setup func(*testing.B, *Options) burstH
 	hooks := setup(b, &opts)
 	ad, err := New(opts)
 	require.NoError(b, err)
-	srv := &http.Server{Handler: ad.EventsHandler(), ReadHeaderTimeout: 5 * time.Second}
+	timed := &handlerTimes{next: ad.EventsHandler()}
+	srv := &http.Server{Handler: timed, ReadHeaderTimeout: 5 * time.Second}
 	url := serveLoopback(b, srv)
 	b.Cleanup(func() { _ = ad.Close() })
 	_, real := opts.Handler.(*bot.Handler)
@@ -182,9 +183,10 @@ func benchAck(b *testing.B, n, rate int, setup func(*testing.B, *Options) burstH
 	slices.Sort(wl)
 	b.Logf("warm-up, %d events at %d/s (not counted): ack p50 %.2f ms, p99 %.2f ms", len(wl), rate,
 		ms(wl[len(wl)/2]), ms(wl[min(len(wl)-1, len(wl)*99/100)]))
-	var all []time.Duration
+	var all, inBot []time.Duration
 	burst.N, burst.Prefix = n, "C"
 	for range b.N {
+		timed.take() // the warm-up's and the answers' requests are not counted
 		hooks.run(hooks.before)
 		gcs, cpu, began := gcCount(), readCPUSplit(fake.Pid()), time.Now()
 		stopProfile := burstProfile(b, len(all) == 0)
@@ -196,6 +198,7 @@ func benchAck(b *testing.B, n, rate int, setup func(*testing.B, *Options) burstH
 		require.NoError(b, err)
 		require.Zero(b, errs, "every event acknowledged with 200")
 		all = append(all, lat...)
+		inBot = append(inBot, timed.take()...)
 		b.Logf("worst ack (ms) of each 25 ms of the burst, in order, %d collections meanwhile: %v", gcCount()-gcs, worstPer(lat, rate/40))
 		hooks.run(hooks.after)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -211,10 +214,42 @@ func benchAck(b *testing.B, n, rate int, setup func(*testing.B, *Options) burstH
 	b.ReportMetric(pct(0.99), "p99-ms")
 	b.ReportMetric(pct(1), "max-ms")
 	b.ReportMetric(float64(rate), "events/s")
-	b.Logf("%d events at %d/s: ack p50 %.2f ms, p99 %.2f ms, max %.2f ms", len(all), rate, pct(0.5), pct(0.99), pct(1))
+	slices.Sort(inBot)
+	handler := float64(inBot[min(len(inBot)-1, len(inBot)*99/100)].Microseconds()) / 1000
+	b.ReportMetric(handler, "handler-p99-ms")
+	b.Logf("%d events at %d/s: ack p50 %.2f ms, p99 %.2f ms, max %.2f ms; in the bot's handler alone p99 %.2f ms",
+		len(all), rate, pct(0.5), pct(0.99), pct(1), handler)
 	if pct(0.99) > 10 {
 		b.Logf("WARNING: ack p99 %.1f ms is over the 10 ms target", pct(0.99))
 	}
+}
+
+// handlerTimes records how long each request spent in the bot's handler, from ServeHTTP's call to its
+// return: the ack's latency less what the sender and the network (here, the peer's scheduling on the
+// shared CPUs and loopback) add. The benchmark's figure stays the sender's, which counts everything;
+// this one says how much of it is the bot's own.
+type handlerTimes struct {
+	next http.Handler
+	mu   sync.Mutex // protects took
+	took []time.Duration
+}
+
+func (h *handlerTimes) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	h.next.ServeHTTP(w, r)
+	d := time.Since(start)
+	h.mu.Lock()
+	h.took = append(h.took, d)
+	h.mu.Unlock()
+}
+
+// take returns the times recorded since the last take.
+func (h *handlerTimes) take() []time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t := h.took
+	h.took = nil
+	return t
 }
 
 // burstProfile writes a CPU profile of the first counted burst alone to the file named by
