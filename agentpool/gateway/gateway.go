@@ -21,6 +21,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -70,11 +71,15 @@ type Price struct {
 	Input, Output float64
 }
 
-// Prices is the price table, by model id. A key prices the model of that id, or failing that the
-// models it is a prefix of ("claude-sonnet-4-5" prices "claude-sonnet-4-5-20250929"; the longest key
-// wins); "*" prices every other model. A model it does not price costs what the dearest entries cost
-// (Dearest; and is logged): the model is the agent's to name, and one the table misses must not be
-// free against the money budgets.
+// Prices is the price table, by model id. A key prices the model of that id and its dated snapshots
+// ("claude-sonnet-4-5" prices "claude-sonnet-4-5-20250929", "gpt-4.1" prices "gpt-4.1-2025-04-14",
+// and "-latest", "@20250929" or a provider's tail after the date alike), but not the other models
+// whose ids it begins: "o3" does not price "o3-pro", nor "gpt-5" "gpt-5-pro", which cost many times
+// more. A key ending in "*" prices every id it is a prefix of, for whoever wants a family priced
+// alike ("claude-sonnet*"); "*" alone prices every other model. The longest key that applies wins. A
+// model it does not price costs what the dearest entries cost (Dearest; and is logged): the model is
+// the agent's to name, and one the table misses must not be free, or cheap, against the money
+// budgets.
 type Prices map[string]Price
 
 // Lookup finds the price of model.
@@ -82,18 +87,33 @@ func (p Prices) Lookup(model string) (Price, bool) {
 	if pr, ok := p[model]; ok {
 		return pr, true
 	}
-	best, found := "", false
+	best, bestLen := "", -1
 	for k := range p {
-		if k != "*" && strings.HasPrefix(model, k) && len(k) > len(best) {
-			best, found = k, true
+		n := -1
+		switch {
+		case k == "*":
+		case strings.HasSuffix(k, "*"):
+			if strings.HasPrefix(model, k[:len(k)-1]) {
+				n = len(k) - 1
+			}
+		case strings.HasPrefix(model, k) && snapshotSuffix.MatchString(model[len(k):]):
+			n = len(k)
+		}
+		if n > bestLen || (n == bestLen && n >= 0 && k < best) {
+			best, bestLen = k, n
 		}
 	}
-	if found {
+	if bestLen >= 0 {
 		return p[best], true
 	}
 	pr, ok := p["*"]
 	return pr, ok
 }
+
+// snapshotSuffix is what follows a model's id in the id of one of its snapshots: a date (20250929,
+// 2025-04-14) or "latest", after "-" or "@", then optionally the provider's own tail
+// ("-v1:0" on Bedrock).
+var snapshotSuffix = regexp.MustCompile(`^[-@](?:\d{8}|\d{4}-\d{2}-\d{2}|latest)(?:[-:@].*)?$`)
 
 // Dearest is the table's highest input and highest output price, what a model it misses costs.
 func (p Prices) Dearest() Price {

@@ -284,16 +284,28 @@ func TestMoneyBudgets(t *testing.T) {
 }
 
 func TestPricesLookup(t *testing.T) {
-	p := Prices{"claude-sonnet-4-5": {Input: 3}, "claude-sonnet": {Input: 2}, "gpt-5": {Input: 1.25}, "*": {Input: 9}}
+	p := Prices{
+		"claude-sonnet-4-5": {Input: 3}, "claude-sonnet*": {Input: 2}, "gpt-5": {Input: 1.25}, "gpt-4.1": {Input: 2.5},
+		"o3": {Input: 2}, "*": {Input: 9},
+	}
 	tests := []struct {
 		model string
 		want  float64
 	}{
 		{"claude-sonnet-4-5", 3},
-		{"claude-sonnet-4-5-20250929", 3}, // the longest prefix wins
-		{"claude-sonnet-4-0", 2},
-		{"gpt-5", 1.25},
-		{"o3", 9}, // "*"
+		{"claude-sonnet-4-5-20250929", 3},      // a dated snapshot of a priced model
+		{"claude-sonnet-4-5@20250929", 3},      // Vertex's form
+		{"claude-sonnet-4-5-20250929-v1:0", 3}, // a provider's tail after the date
+		{"claude-sonnet-4-0", 2},               // the family, priced on purpose with "claude-sonnet*"
+		{"gpt-4.1-2025-04-14", 2.5},            // a dashed date
+		{"gpt-5", 1.25},                        // exact
+		{"gpt-5-pro", 9},                       // not a snapshot of gpt-5: "*"
+		{"o3-pro", 9},                          // nor of o3, many times dearer
+		{"o3-pro-2025-06-10", 9},               // a snapshot of o3-pro, which is not priced
+		{"gpt-5-latest", 1.25},                 // an alias of the newest snapshot
+		{"gpt-5-20250807x", 9},                 // not a date
+		{"anthropic.claude-sonnet-4-5", 9},     // keys are not suffixes
+		{"o4", 9},                              // "*"
 	}
 	for _, tc := range tests {
 		got, ok := p.Lookup(tc.model)

@@ -265,8 +265,8 @@ type Gateway struct {
 	// Port is the forwarder's port on the sandbox's loopback.
 	Port   int           `koanf:"port"`
 	Budget GatewayBudget `koanf:"budget"`
-	// Prices is the price table per model id (a key also prices the ids it is a prefix of; "*"
-	// every other model), per million tokens; it turns usage into money for the money budgets and
+	// Prices is the price table per model id (a key also prices its dated snapshots; a key ending
+	// in "*" every id it begins; "*" every other model), per million tokens; it turns usage into money for the money budgets and
 	// for status and admin stats. Empty: no costs.
 	Prices map[string]GatewayPrice `koanf:"prices"`
 	// Currency names the price table's currency in replies (default USD).
