@@ -2,14 +2,11 @@ package main
 
 import (
 	"cmp"
-	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"net"
 	"net/http"
 	"time"
-
-	"go.uber.org/zap"
 )
 
 // httpTimeouts bound what one client can hold of the server.
@@ -44,40 +41,6 @@ func newHTTPServer(h http.Handler, t httpTimeouts) *http.Server {
 		WriteTimeout:      cmp.Or(t.Write, d.Write),
 		IdleTimeout:       cmp.Or(t.Idle, d.Idle),
 	}
-}
-
-// pinger and drainer are what /readyz asks: db.Store and *agentpool.Pool implement them.
-type (
-	pinger interface {
-		Ping(ctx context.Context) error
-	}
-	drainer interface{ Draining() bool }
-)
-
-// readyHandler is GET /readyz. It is unauthenticated (load balancers call it), so it says only which
-// dependency is down: the database's own error can name hosts, users and paths, and goes to the log.
-func readyHandler(store pinger, pool drainer, provider func(context.Context) string, log *zap.Logger) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		pctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		if err := store.Ping(pctx); err != nil {
-			log.Warn("readyz: database ping failed", zap.Error(err))
-			http.Error(w, "database: unavailable", http.StatusServiceUnavailable)
-			return
-		}
-		if pool.Draining() {
-			// After `admin drain` this replica takes no turns: take it out of rotation.
-			http.Error(w, "draining: not taking new turns", http.StatusServiceUnavailable)
-			return
-		}
-		status := "ready\n"
-		if provider != nil {
-			// The provider is reported, not required: an outage delays turns (they wait for it), and
-			// taking every replica out of rotation would refuse the messages it only delays.
-			status += provider(pctx) + "\n"
-		}
-		_, _ = w.Write([]byte(status))
-	})
 }
 
 // metricsHandler guards GET /metrics. The listener is public when http.addr is not loopback (and then

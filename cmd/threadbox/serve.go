@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -17,7 +16,6 @@ import (
 	"github.com/threadbox/threadbox/agentpool"
 	"github.com/threadbox/threadbox/cmd/threadbox/config"
 	"github.com/threadbox/threadbox/db"
-	"github.com/threadbox/threadbox/sandbox"
 )
 
 // startRecoverWait bounds the recovery pass before the listeners open.
@@ -58,13 +56,7 @@ func (m *Main) runServe(ctx context.Context) error {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.Handle("GET /metrics", metricsHandler(m.Config.HTTP.Token, a.metrics.Handler()))
-	ready := readyHandler(a.store, a.pool, func(ctx context.Context) string {
-		st := make([]string, len(a.provs))
-		for i, p := range a.provs {
-			st[i] = providerStatus(ctx, p, log)
-		}
-		return strings.Join(st, "; ")
-	}, log)
+	ready := readyHandler(a.store, a.pool, newProviderStatus(a.provs, log), log)
 	mux.Handle("GET /readyz", ready)
 	// The public webhooks get their own listener when http.public_addr is set, so the web chat and
 	// the admin API can stay on loopback; the health checks answer on both.
@@ -195,20 +187,4 @@ func browsable(a net.Addr) string {
 		host = "127.0.0.1"
 	}
 	return net.JoinHostPort(host, port)
-}
-
-// providerStatus is /readyz's line about the sandbox provider. An outage does not fail readiness:
-// turns wait for the provider (lifecycle.provider_wait), and a replica taken out of rotation could not
-// even accept them. The line says so for operators; the error itself goes to the log, not to
-// unauthenticated callers.
-func providerStatus(ctx context.Context, prov sandbox.Provider, log *zap.Logger) string {
-	pg, ok := sandbox.As[sandbox.Pinger](prov)
-	if !ok {
-		return "provider " + prov.Name() + ": ok"
-	}
-	if err := pg.Ping(ctx); err != nil {
-		log.Warn("readyz: sandbox provider does not answer", zap.String("provider", prov.Name()), zap.Error(err))
-		return "provider " + prov.Name() + ": unavailable (turns wait for it)"
-	}
-	return "provider " + prov.Name() + ": ok"
 }
