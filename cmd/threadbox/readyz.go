@@ -20,7 +20,8 @@ type (
 	drainer interface{ Draining() bool }
 )
 
-// readyTimeout bounds each dependency's answer to one /readyz (the chart's probe allows 3 s).
+// readyTimeout bounds one /readyz (the chart's probe allows 3 s): the database's ping, then the
+// providers' pings together, within the same deadline.
 const readyTimeout = 2 * time.Second
 
 // readyHandler is GET /readyz. It is unauthenticated (load balancers call it), so it says only which
@@ -47,7 +48,7 @@ func readyHandler(store pinger, pool drainer, provider func(context.Context) str
 		if provider != nil {
 			// The provider is reported, not required: an outage delays turns (they wait for it), and
 			// taking every replica out of rotation would refuse the messages it only delays.
-			status += provider(r.Context()) + "\n"
+			status += provider(pctx) + "\n"
 		}
 		_, _ = w.Write([]byte(status))
 	})
@@ -56,8 +57,8 @@ func readyHandler(store pinger, pool drainer, provider func(context.Context) str
 // newProviderStatus returns /readyz's line about the sandbox providers. An outage does not fail
 // readiness: turns wait for the provider (lifecycle.provider_wait), and a replica taken out of
 // rotation could not even accept them. The line says so for operators; the error itself goes to the
-// log, on change only, not to unauthenticated callers. The providers are asked at once, each within
-// its own readyTimeout, so that one slow cloud API cannot make the others look down.
+// log, on change only, not to unauthenticated callers. The providers are asked at once, so that one
+// slow cloud API cannot spend the others' time and make them look down.
 func newProviderStatus(provs []sandbox.Provider, log *zap.Logger) func(context.Context) string {
 	changes := &downLog{log: log, down: map[string]bool{}}
 	return func(ctx context.Context) string {

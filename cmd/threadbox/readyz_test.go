@@ -108,7 +108,7 @@ func TestReadyzLogsOutagesOnChange(t *testing.T) {
 	}, got)
 }
 
-// A provider that hangs costs the others nothing: each is asked at once, within its own budget.
+// A provider that hangs costs the others nothing: they are asked at once, not one after another.
 func TestReadyzProvidersAskedApart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		slow := newPinging("daytona", nil)
