@@ -177,6 +177,10 @@ func (b *artBox) ReadFile(ctx context.Context, p string, max int64) ([]byte, err
 	return append([]byte(nil), d...), nil
 }
 
+func (b *artBox) ReadTree(context.Context, string, sandbox.TreeLimits) (sandbox.Tree, error) {
+	return sandbox.Tree{}, sandbox.ErrUnsupported
+}
+
 func (b *artBox) Exec(context.Context, sandbox.ExecRequest) (sandbox.ExecResult, error) {
 	return sandbox.ExecResult{}, sandbox.ErrUnsupported
 }

@@ -14,6 +14,9 @@ type Sandbox interface {
 	WriteFile(ctx context.Context, path string, data []byte, mode fs.FileMode) error
 	ReadFile(ctx context.Context, path string, max int64) ([]byte, error)
 	ListFiles(ctx context.Context, dir string) ([]FileInfo, error)
+	// ReadTree lists dir and reads its regular files in one pass (see TreeReader), or fails with
+	// ErrUnsupported: then ListFiles and ReadFile do the same, at more calls.
+	ReadTree(ctx context.Context, dir string, lim TreeLimits) (Tree, error)
 	// Dial reaches a TCP port inside the sandbox, or fails with ErrUnsupported.
 	Dial(ctx context.Context, port int) (net.Conn, error)
 }
@@ -44,6 +47,16 @@ func (b bound) ReadFile(ctx context.Context, path string, max int64) ([]byte, er
 
 func (b bound) ListFiles(ctx context.Context, dir string) ([]FileInfo, error) {
 	return b.p.ListFiles(ctx, b.h, dir)
+}
+
+// ReadTree finds the capability through wrappers (As): a wrapper such as the gateway's socket set
+// adds to a sandbox's lifecycle, never to its files, so it need not pass it through.
+func (b bound) ReadTree(ctx context.Context, dir string, lim TreeLimits) (Tree, error) {
+	tr, ok := As[TreeReader](b.p)
+	if !ok {
+		return Tree{}, fmt.Errorf("read tree %s on %s: %w", dir, b.p.Name(), ErrUnsupported)
+	}
+	return tr.ReadTree(ctx, b.h, dir, lim)
 }
 
 func (b bound) Dial(ctx context.Context, port int) (net.Conn, error) {

@@ -3,7 +3,7 @@
 //
 // The seam follows database/sql/driver and Nomad's task drivers: a small required interface (Provider)
 // with ctx on every call, optional capabilities discovered by type assertion (Dialer, StatsReader,
-// Snapshotter), and sentinel errors matched with errors.Is:
+// Snapshotter, TreeReader), and sentinel errors matched with errors.Is:
 //
 //   - ErrNotFound means the sandbox is gone: the caller recreates it.
 //   - ErrNotRunning means it exists but is stopped: the caller starts it.

@@ -89,6 +89,7 @@ func Run(t *testing.T, cfg Config) {
 		{"NetworkNone", s.testNetworkNone},
 		{"ReadOnlyRoot", s.testReadOnlyRoot},
 		{"Files", s.testFiles},
+		{"ReadTree", s.testReadTree},
 		{"Dial", s.testDial},
 	}
 	for _, tc := range tests {

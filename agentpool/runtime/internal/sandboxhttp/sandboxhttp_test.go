@@ -33,6 +33,9 @@ func (b dialBox) ReadFile(context.Context, string, int64) ([]byte, error) {
 func (b dialBox) ListFiles(context.Context, string) ([]sandbox.FileInfo, error) {
 	return nil, sandbox.ErrUnsupported
 }
+func (b dialBox) ReadTree(context.Context, string, sandbox.TreeLimits) (sandbox.Tree, error) {
+	return sandbox.Tree{}, sandbox.ErrUnsupported
+}
 func (b dialBox) Dial(ctx context.Context, _ int) (net.Conn, error) {
 	var d net.Dialer
 	return d.DialContext(ctx, "tcp", b.addr)
