@@ -2,6 +2,7 @@ package docker_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"testing"
 	"time"
@@ -153,4 +154,65 @@ func BenchmarkExec(b *testing.B) {
 		timed(b, &d.raw, func() error { return rawExec(ctx, cli, h.ID) })
 	}
 	d.report(b)
+}
+
+// BenchmarkCollect200Files: what collecting a turn's files costs when output/display holds 200 small
+// ones, listed and then read one by one (before ReadTree) against ReadTree. It reports:
+//
+//	list-read-ns/op     ListFiles, then ReadFile per file
+//	tree-ns/op          ReadTree
+//	speedup             list-read / tree
+//	list-read-calls/op  daemon calls of the first (counted once, through a proxy)
+//	tree-calls/op       daemon calls of ReadTree
+func BenchmarkCollect200Files(b *testing.B) {
+	p := dockertest.New(b, docker.Options{})
+	ctx := b.Context()
+	h, err := p.Create(ctx, benchSpec())
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = p.Destroy(context.Background(), h) })
+	_, err = p.Exec(ctx, h, sandbox.ExecRequest{Cmd: []string{"sh", "-c",
+		`mkdir -p output/display && cd output/display && for i in $(seq 1 200); do echo "small file $i" > f$i.txt; done`}})
+	require.NoError(b, err)
+	const dir = "output/display"
+	lim := sandbox.TreeLimits{MaxFileBytes: 10 << 20}
+	listRead := func(p *docker.Provider) error {
+		list, err := p.ListFiles(ctx, h, dir)
+		if err != nil {
+			return err
+		}
+		for _, fi := range list {
+			if fi.IsRegular() {
+				if _, err := p.ReadFile(ctx, h, dir+"/"+fi.Path, lim.MaxFileBytes); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	readTree := func(p *docker.Provider) error {
+		tree, err := p.ReadTree(ctx, h, dir, lim)
+		if err == nil && len(tree.Files) != 200 {
+			err = fmt.Errorf("read %d files, want 200", len(tree.Files))
+		}
+		return err
+	}
+
+	counted, count := dockertest.NewCounted(b, docker.Options{})
+	require.NoError(b, listRead(counted))
+	listCalls := len(count.Calls())
+	count.Reset()
+	require.NoError(b, readTree(counted))
+	treeCalls := len(count.Calls())
+
+	var before, after time.Duration
+	for b.Loop() {
+		timed(b, &before, func() error { return listRead(p) })
+		timed(b, &after, func() error { return readTree(p) })
+	}
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(float64(before.Nanoseconds())/float64(b.N), "list-read-ns/op")
+	b.ReportMetric(float64(after.Nanoseconds())/float64(b.N), "tree-ns/op")
+	b.ReportMetric(float64(before)/float64(after), "speedup")
+	b.ReportMetric(float64(listCalls), "list-read-calls/op")
+	b.ReportMetric(float64(treeCalls), "tree-calls/op")
 }

@@ -140,7 +140,8 @@ func (p *Provider) readFileOnce(ctx context.Context, id, abs string, max int64) 
 }
 
 // ListFiles implements sandbox.Provider. The archive endpoint sends file contents along with the
-// headers, so listing a large tree costs its size in transfer (over the daemon's socket).
+// headers, so listing a large tree costs its size in transfer (over the daemon's socket); ReadTree
+// lists and reads in that one pass, and bounds it.
 func (p *Provider) ListFiles(ctx context.Context, h sandbox.Handle, dir string) ([]sandbox.FileInfo, error) {
 	st, err := p.meta(ctx, h)
 	if err != nil {

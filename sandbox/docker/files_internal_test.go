@@ -89,6 +89,9 @@ func TestFilesMissingPathOrContainer(t *testing.T) {
 			_, err = p.ListFiles(t.Context(), h, tc.path)
 			require.ErrorIs(t, err, tc.want, "list")
 			require.NotErrorIs(t, err, tc.never, "list")
+			_, err = p.ReadTree(t.Context(), h, tc.path, sandbox.TreeLimits{})
+			require.ErrorIs(t, err, tc.want, "read tree")
+			require.NotErrorIs(t, err, tc.never, "read tree")
 		})
 	}
 }
@@ -169,10 +172,17 @@ func TestFilesRewrittenWhileRead(t *testing.T) {
 	data, err := p.ReadFile(t.Context(), h, "out/a", 1000)
 	require.NoError(t, err)
 	require.Len(t, data, 100)
+	p = fakeRewrittenFile(t, id, 2) // its first two archives of out end short again
+	tree, err := p.ReadTree(t.Context(), h, "out", sandbox.TreeLimits{})
+	require.NoError(t, err)
+	require.Len(t, tree.Files, 2)
+	require.Len(t, tree.Files[0].Data, 100)
 
 	p = fakeRewrittenFile(t, id, 1000)
 	_, err = p.ListFiles(t.Context(), h, "out")
 	require.ErrorIs(t, err, io.ErrUnexpectedEOF)
 	_, err = p.ReadFile(t.Context(), h, "out/a", 1000)
+	require.ErrorIs(t, err, io.ErrUnexpectedEOF)
+	_, err = p.ReadTree(t.Context(), h, "out", sandbox.TreeLimits{})
 	require.ErrorIs(t, err, io.ErrUnexpectedEOF)
 }

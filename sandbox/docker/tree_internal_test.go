@@ -1,0 +1,166 @@
+package docker
+
+import (
+	"archive/tar"
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/client"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+
+	"github.com/threadbox/threadbox/sandbox"
+)
+
+// fakeTreeDaemon answers every stat with a directory and every archive download with serve's bytes,
+// and counts what it wrote.
+func fakeTreeDaemon(t *testing.T, id string, serve func(w io.Writer)) (*Provider, *atomic.Int64) {
+	t.Helper()
+	var written atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Path, "/containers/"+id+"/archive") {
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(map[string]any{"Id": id, "State": map[string]any{"Status": "running"}})
+			return
+		}
+		stat, _ := json.Marshal(map[string]any{"name": "out", "mode": uint32(fs.ModeDir | 0o755), "mtime": time.Now()})
+		w.Header().Set("X-Docker-Container-Path-Stat", base64.StdEncoding.EncodeToString(stat))
+		if r.Method == http.MethodHead {
+			return
+		}
+		w.Header().Set("Content-Type", "application/x-tar")
+		serve(countWriter{w, &written})
+	}))
+	t.Cleanup(srv.Close)
+	cli, err := client.NewClientWithOpts(client.WithHost("tcp://"+srv.Listener.Addr().String()), client.WithVersion("1.45"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cli.Close() })
+	return &Provider{cli: cli, log: zap.NewNop(), stopTimeout: time.Second, cpu: cpuSamples{last: map[string]cpuSample{}}}, &written
+}
+
+type countWriter struct {
+	w io.Writer
+	n *atomic.Int64
+}
+
+func (c countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+func tarOf(t *testing.T, hdrs ...*tar.Header) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, hdr := range hdrs {
+		if hdr.Typeflag == 0 {
+			hdr.Typeflag, hdr.Mode = tar.TypeReg, 0o644
+		}
+		require.NoError(t, tw.WriteHeader(hdr))
+		if hdr.Typeflag == tar.TypeReg {
+			_, err := tw.Write(bytes.Repeat([]byte("x"), int(hdr.Size)))
+			require.NoError(t, err)
+		}
+	}
+	require.NoError(t, tw.Close())
+	return buf.Bytes()
+}
+
+// The archive's names are the agent's file names, sent by a daemon that may be remote: a name that
+// no archive of the directory holds (absolute, climbing out, outside the directory, far too long)
+// refuses the whole tree rather than be taken as a path.
+func TestReadTreeRefusesBadNames(t *testing.T) {
+	const id = "c0ffee"
+	h := newHandle(id, handleState{Volume: "v", User: "1000:1000", UID: 1000, GID: 1000, WorkDir: "/workspace"})
+	root := &tar.Header{Name: "out/", Typeflag: tar.TypeDir, Mode: 0o755}
+	for _, tc := range []struct {
+		name string
+		hdr  *tar.Header
+		want string // "" : accepted
+	}{
+		{"plain", &tar.Header{Name: "out/a.txt", Size: 3}, ""},
+		{"dots inside a name", &tar.Header{Name: "out/..a..", Size: 3}, ""},
+		{"absolute", &tar.Header{Name: "/etc/passwd", Size: 3}, "not below out"},
+		{"climbing out", &tar.Header{Name: "out/../../etc/passwd", Size: 3}, "not below out"},
+		{"dot element", &tar.Header{Name: "out/./a", Size: 3}, "not below out"},
+		{"empty element", &tar.Header{Name: "out//a", Size: 3}, "not below out"},
+		{"another directory", &tar.Header{Name: "elsewhere/a", Size: 3}, "not below out"},
+		{"too long", &tar.Header{Name: "out/" + strings.Repeat("n", maxTreeName), Size: 3}, "more than 4096"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			archive := tarOf(t, root, tc.hdr)
+			p, _ := fakeTreeDaemon(t, id, func(w io.Writer) { _, _ = w.Write(archive) })
+			tree, err := p.ReadTree(t.Context(), h, "out", sandbox.TreeLimits{})
+			if tc.want != "" {
+				require.ErrorContains(t, err, tc.want)
+				return
+			}
+			require.NoError(t, err)
+			require.Len(t, tree.Files, 1)
+			require.Equal(t, strings.TrimPrefix(tc.hdr.Name, "out/"), tree.Files[0].Path)
+			require.Equal(t, "xxx", string(tree.Files[0].Data))
+		})
+	}
+}
+
+// A hard link is sent as a link to the entry that carried the contents: it is read as that file
+// (within the caps: it counts towards the total), and a link to nothing earlier is listed unread.
+func TestReadTreeHardLinks(t *testing.T) {
+	const id = "c0ffee"
+	h := newHandle(id, handleState{Volume: "v", User: "1000:1000", UID: 1000, GID: 1000, WorkDir: "/workspace"})
+	archive := tarOf(t, &tar.Header{Name: "out/", Typeflag: tar.TypeDir, Mode: 0o755},
+		&tar.Header{Name: "out/a", Size: 6},
+		&tar.Header{Name: "out/b", Typeflag: tar.TypeLink, Linkname: "out/a", Mode: 0o644},
+		&tar.Header{Name: "out/c", Typeflag: tar.TypeLink, Linkname: "out/a", Mode: 0o644},
+		&tar.Header{Name: "out/d", Typeflag: tar.TypeLink, Linkname: "out/nowhere", Mode: 0o644})
+	p, _ := fakeTreeDaemon(t, id, func(w io.Writer) { _, _ = w.Write(archive) })
+	tree, err := p.ReadTree(t.Context(), h, "out", sandbox.TreeLimits{MaxTotalBytes: 12})
+	require.NoError(t, err)
+	require.Len(t, tree.Files, 4)
+	for i, want := range []struct {
+		read bool
+		size int64
+	}{{true, 6}, {true, 6}, {false, 6}, {false, 0}} {
+		f := tree.Files[i]
+		require.True(t, f.IsRegular(), f.Path)
+		require.Equal(t, want.read, f.Read, f.Path)
+		require.Equal(t, want.size, f.Size, f.Path)
+		if f.Read {
+			require.Equal(t, "xxxxxx", string(f.Data), f.Path)
+		}
+	}
+}
+
+// An archive that never ends (here: extended headers without end, which the tar reader follows
+// without returning an entry) is read no further than the caps and the entries' headers allow.
+func TestReadTreeEndlessArchive(t *testing.T) {
+	const id = "c0ffee"
+	h := newHandle(id, handleState{Volume: "v", User: "1000:1000", UID: 1000, GID: 1000, WorkDir: "/workspace"})
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	require.NoError(t, tw.WriteHeader(&tar.Header{Name: "out/" + strings.Repeat("p", 300), Typeflag: tar.TypeDir, Mode: 0o755, Format: tar.FormatPAX}))
+	require.NoError(t, tw.Flush())
+	pax := buf.Bytes()[:buf.Len()-512] // the PAX header and its records, without the entry they describe
+	p, written := fakeTreeDaemon(t, id, func(w io.Writer) {
+		for {
+			if _, err := w.Write(pax); err != nil {
+				return
+			}
+		}
+	})
+	lim := sandbox.TreeLimits{MaxFileBytes: 1, MaxTotalBytes: 1, MaxSkipBytes: 1}
+	_, err := p.ReadTree(t.Context(), h, "out", lim)
+	require.ErrorIs(t, err, sandbox.ErrTooLarge)
+	bound := int64(2 + (sandbox.MaxListEntries+2)*maxTreeHeaderBytes)
+	require.Less(t, written.Load(), bound+8<<20, "read no further than the bound (and what buffers hold)")
+}
