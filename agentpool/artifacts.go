@@ -46,6 +46,11 @@ const (
 // thousands of files must not turn every reply into thousands of reads.
 const maxArtifactEntries = 1000
 
+// maxArtifactSkipBytes bounds what one collection reads past (files over the per-file cap, and
+// those beyond what it keeps) on a provider whose listing carries contents (Docker): about a second
+// from a local daemon. A directory holding more than that is collected up to there (Tree.Partial).
+const maxArtifactSkipBytes = sandbox.DefaultMaxTreeSkip
+
 // maxSkippedListed bounds the skipped files listed one by one (each is a line of the reply); the
 // rest are counted in one SkipMore entry.
 const maxSkippedListed = 20
@@ -120,6 +125,10 @@ const (
 	// SkipUnreadable: output/display (the error is logged, not shown), or one file under it, could
 	// not be read.
 	SkipUnreadable SkipReason = "unreadable"
+	// SkipUnreached: output/display holds more than Limit bytes that one collection does not keep
+	// (files over the per-file cap, mostly), and the files after them were not looked at; how many
+	// there are is not known.
+	SkipUnreached SkipReason = "unreached"
 	// SkipMore: Count more files were not uploaded, for the reasons above, past the Limit listed.
 	SkipMore SkipReason = "more"
 )
@@ -134,13 +143,16 @@ const (
 // nothing to upload. A file that cannot be read is skipped (SkipUnreadable); only a failure of the
 // sandbox as a whole (gone, stopped, its service out, ctx ended) is an error.
 //
+// Where the provider can (sandbox.TreeReader), the directory is listed and its files read in one
+// pass; otherwise, and for the files that pass did not keep, each file is read on its own.
+//
 // Uploads are not recorded here: call RecordArtifacts once the platform confirmed them.
 func CollectArtifacts(ctx context.Context, sb sandbox.Sandbox, store db.ArtifactStore, threadKey string, lim ArtifactLimits) (found []Artifact, skipped []SkippedArtifact, err error) {
 	lim = lim.withDefaults()
 	if err := lim.validate(); err != nil {
 		return nil, nil, err
 	}
-	entries, err := sb.ListFiles(ctx, ArtifactDir)
+	tree, err := readArtifactTree(ctx, sb, lim)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, nil, nil
@@ -153,7 +165,8 @@ func CollectArtifacts(ctx context.Context, sb sandbox.Sandbox, store db.Artifact
 	case err != nil:
 		return nil, nil, fmt.Errorf("agentpool: list %s: %w", ArtifactDir, err)
 	}
-	slices.SortFunc(entries, func(a, b sandbox.FileInfo) int { return strings.Compare(a.Path, b.Path) })
+	entries := tree.Files
+	slices.SortFunc(entries, func(a, b sandbox.TreeFile) int { return strings.Compare(a.Path, b.Path) })
 
 	var (
 		total   int64
@@ -171,6 +184,11 @@ func CollectArtifacts(ctx context.Context, sb sandbox.Sandbox, store db.Artifact
 	defer func() {
 		if more > 0 && err == nil {
 			skipped = append(skipped, SkippedArtifact{Reason: SkipMore, Count: more, Limit: maxSkippedListed})
+		}
+	}()
+	defer func() {
+		if tree.Partial && err == nil {
+			skipped = append(skipped, SkippedArtifact{Name: ArtifactDir, Reason: SkipUnreached, Limit: maxArtifactSkipBytes})
 		}
 	}()
 	for i, e := range entries {
@@ -191,7 +209,10 @@ func CollectArtifacts(ctx context.Context, sb sandbox.Sandbox, store db.Artifact
 			break
 		}
 		checked++
-		data, err := sb.ReadFile(ctx, ArtifactDir+"/"+e.Path, lim.MaxFileBytes)
+		data, err := e.Data, error(nil)
+		if !e.Read {
+			data, err = sb.ReadFile(ctx, ArtifactDir+"/"+e.Path, lim.MaxFileBytes)
+		}
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 			continue // removed since the listing
@@ -241,7 +262,28 @@ func sandboxWide(ctx context.Context, err error) bool {
 		errors.Is(err, sandbox.ErrUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
-func countRegular(es []sandbox.FileInfo) int {
+// readArtifactTree lists output/display and reads its files in one pass where the sandbox can, or
+// lists it alone (no file read: each is read on its own). The pass keeps up to what a reply may
+// carry plus one file, as much as reading files one by one held at most.
+func readArtifactTree(ctx context.Context, sb sandbox.Sandbox, lim ArtifactLimits) (sandbox.Tree, error) {
+	tree, err := sb.ReadTree(ctx, ArtifactDir, sandbox.TreeLimits{
+		MaxFileBytes: lim.MaxFileBytes, MaxTotalBytes: lim.MaxTurnBytes + lim.MaxFileBytes, MaxSkipBytes: maxArtifactSkipBytes,
+	})
+	if !errors.Is(err, sandbox.ErrUnsupported) {
+		return tree, err
+	}
+	list, err := sb.ListFiles(ctx, ArtifactDir)
+	if err != nil {
+		return sandbox.Tree{}, err
+	}
+	tree.Files = make([]sandbox.TreeFile, len(list))
+	for i, fi := range list {
+		tree.Files[i] = sandbox.TreeFile{FileInfo: fi}
+	}
+	return tree, nil
+}
+
+func countRegular(es []sandbox.TreeFile) int {
 	n := 0
 	for _, e := range es {
 		if e.Mode.IsRegular() {

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -95,7 +97,7 @@ func TestArtifactLimitsDefaultsAndValidation(t *testing.T) {
 }
 
 // artBox is a sandbox.Sandbox holding output/display in memory. It records every read, so tests
-// can prove that a file was never read.
+// can prove that a file was never read. Its ReadTree is unsupported unless tree is set.
 type artBox struct {
 	mu      sync.Mutex // protects the following
 	entries []sandbox.FileInfo
@@ -103,6 +105,9 @@ type artBox struct {
 	listErr error
 	readErr map[string]error
 	reads   []string
+	tree    bool
+	// stopAt makes ReadTree stop, Partial, at that entry (in path order).
+	stopAt string
 }
 
 var _ sandbox.Sandbox = (*artBox)(nil)
@@ -177,8 +182,33 @@ func (b *artBox) ReadFile(ctx context.Context, p string, max int64) ([]byte, err
 	return append([]byte(nil), d...), nil
 }
 
-func (b *artBox) ReadTree(context.Context, string, sandbox.TreeLimits) (sandbox.Tree, error) {
-	return sandbox.Tree{}, sandbox.ErrUnsupported
+// ReadTree reads the listed regular files in path order while they fit the caps.
+func (b *artBox) ReadTree(_ context.Context, dir string, lim sandbox.TreeLimits) (sandbox.Tree, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case !b.tree:
+		return sandbox.Tree{}, sandbox.ErrUnsupported
+	case dir != ArtifactDir:
+		return sandbox.Tree{}, fmt.Errorf("read tree %s: %w", dir, fs.ErrNotExist)
+	case b.listErr != nil:
+		return sandbox.Tree{}, b.listErr
+	}
+	var tree sandbox.Tree
+	var total int64
+	for _, e := range slices.SortedFunc(slices.Values(b.entries), func(x, y sandbox.FileInfo) int { return strings.Compare(x.Path, y.Path) }) {
+		f := sandbox.TreeFile{FileInfo: e}
+		if d := b.data[e.Path]; e.Mode.IsRegular() && e.Size <= lim.MaxFileBytes && total+e.Size <= lim.MaxTotalBytes {
+			f.Data, f.Read = append([]byte{}, d...), true
+			total += e.Size
+		}
+		tree.Files = append(tree.Files, f)
+		if e.Path == b.stopAt {
+			tree.Partial = true
+			break
+		}
+	}
+	return tree, nil
 }
 
 func (b *artBox) Exec(context.Context, sandbox.ExecRequest) (sandbox.ExecResult, error) {
@@ -221,6 +251,11 @@ func TestCollectArtifactsCapsAndKinds(t *testing.T) {
 		wantSkipped []SkippedArtifact
 		wantReads   []string
 		wantErr     error
+		// The same box read in one pass (ReadTree) gives the same files and skips, reading on its
+		// own only wantTreeReads; listOnly cases are about files that change between listing and
+		// reading, which a pass cannot see.
+		wantTreeReads []string
+		listOnly      bool
 	}{
 		{
 			name: "no output/display",
@@ -276,6 +311,18 @@ func TestCollectArtifactsCapsAndKinds(t *testing.T) {
 			wantReads:   []string{"a", "b", "c", "d"},
 		},
 		{
+			// One pass keeps what a reply carries plus a file (here 200 bytes); the files it did
+			// not keep are read on their own.
+			name: "more than one pass keeps",
+			box: newArtBox().put("a", strings.Repeat("a", 60)).put("b", strings.Repeat("b", 60)).
+				put("c", strings.Repeat("c", 60)).put("d", strings.Repeat("d", 60)).put("e", "small"),
+			lim:           ArtifactLimits{MaxFileBytes: 100, MaxTurnBytes: 100, MaxCount: 10},
+			wantFound:     []string{"a=a", "e=e"},
+			wantSkipped:   []SkippedArtifact{{Name: "b", Size: 60, Reason: SkipReplyTooLarge, Limit: 100}, {Name: "c", Size: 60, Reason: SkipReplyTooLarge, Limit: 100}, {Name: "d", Size: 60, Reason: SkipReplyTooLarge, Limit: 100}},
+			wantReads:     []string{"a", "b", "c", "d", "e"},
+			wantTreeReads: []string{"d"},
+		},
+		{
 			name:      "display names are sanitized and unique in the turn",
 			box:       newArtBox().put("x/report.pdf", "1").put("y/report.pdf", "2").put("z/.report.pdf", "3").put("-w\u202E.txt", "4"),
 			wantFound: []string{"-w\u202E.txt=w.txt", "x/report.pdf=report.pdf", "y/report.pdf=report-2.pdf", "z/.report.pdf=report-3.pdf"},
@@ -291,6 +338,7 @@ func TestCollectArtifactsCapsAndKinds(t *testing.T) {
 				return b
 			}(),
 			lim:       ArtifactLimits{MaxFileBytes: 100},
+			listOnly:  true,
 			wantFound: []string{"fine=fine"},
 			wantSkipped: []SkippedArtifact{
 				{Name: "grew", Size: 101, Reason: SkipFileTooLarge, Limit: 100},
@@ -319,6 +367,7 @@ func TestCollectArtifactsCapsAndKinds(t *testing.T) {
 		},
 		{
 			name:      "read fails: the sandbox service is out",
+			listOnly:  true,
 			box:       func() *artBox { b := newArtBox().put("a", "1"); b.readErr["a"] = outage; return b }(),
 			wantErr:   outage,
 			wantReads: []string{"a"},
@@ -332,30 +381,67 @@ func TestCollectArtifactsCapsAndKinds(t *testing.T) {
 				b.readErr["deep"] = errors.New("docker stat: request returned 500 Internal Server Error")
 				return b
 			}(),
+			listOnly:    true,
 			wantFound:   []string{"a=a", "z=z"},
 			wantSkipped: []SkippedArtifact{{Name: "deep", Size: 1, Reason: SkipUnreadable}},
 			wantReads:   []string{"a", "deep", "z"},
 		},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			found, skipped, err := CollectArtifacts(context.Background(), tt.box, noArtifacts{}, "web:t", tt.lim)
-			require.ErrorIs(t, err, tt.wantErr)
-			if tt.wantErr != nil {
-				require.Nil(t, found)
-				return
+		for _, tree := range []bool{false, true} {
+			if tree && tt.listOnly {
+				continue
 			}
-			require.Equal(t, append([]string{}, tt.wantFound...), names(found))
-			require.Equal(t, tt.wantSkipped, skipped)
-			require.Equal(t, tt.wantReads, tt.box.readPaths())
-			for _, a := range found {
-				sum := sha256.Sum256(a.Data)
-				require.Equal(t, hex.EncodeToString(sum[:]), a.SHA256)
-				require.Equal(t, int64(len(a.Data)), a.Size)
-				require.NotContains(t, string(a.Data), "root:x:0:0", "a special file's target was never read")
-			}
-		})
+			mode := map[bool]string{false: "list and read", true: "one pass"}[tree]
+			t.Run(tt.name+"/"+mode, func(t *testing.T) {
+				box := tt.box.clone()
+				box.tree = tree
+				wantReads := tt.wantReads
+				if tree {
+					wantReads = tt.wantTreeReads
+				}
+				found, skipped, err := CollectArtifacts(context.Background(), box, noArtifacts{}, "web:t", tt.lim)
+				require.ErrorIs(t, err, tt.wantErr)
+				if tt.wantErr != nil {
+					require.Nil(t, found)
+					return
+				}
+				require.Equal(t, append([]string{}, tt.wantFound...), names(found))
+				require.Equal(t, tt.wantSkipped, skipped)
+				require.Equal(t, wantReads, box.readPaths())
+				for _, a := range found {
+					sum := sha256.Sum256(a.Data)
+					require.Equal(t, hex.EncodeToString(sum[:]), a.SHA256)
+					require.Equal(t, int64(len(a.Data)), a.Size)
+					require.NotContains(t, string(a.Data), "root:x:0:0", "a special file's target was never read")
+				}
+			})
+		}
 	}
+}
+
+// clone copies the box, so that each mode of a table test starts from the same one.
+func (b *artBox) clone() *artBox {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return &artBox{entries: slices.Clone(b.entries), data: maps.Clone(b.data), listErr: b.listErr,
+		readErr: maps.Clone(b.readErr), tree: b.tree, stopAt: b.stopAt}
+}
+
+// A provider that stops its pass at a file of gigabytes (Tree.Partial) costs the files after it:
+// the reply says some may not have been looked at, besides what was.
+func TestCollectArtifactsPartialTree(t *testing.T) {
+	box := newArtBox().put("a.txt", "a").put("z.txt", "z")
+	box.entries = append(box.entries, sandbox.FileInfo{Path: "m-huge.bin", Size: 2 << 30, Mode: 0o644})
+	box.tree, box.stopAt = true, "m-huge.bin"
+	found, skipped, err := CollectArtifacts(context.Background(), box, noArtifacts{}, "web:t", ArtifactLimits{})
+	require.NoError(t, err)
+	require.Equal(t, []string{"a.txt=a.txt"}, names(found))
+	require.Equal(t, []SkippedArtifact{
+		{Name: "m-huge.bin", Size: 2 << 30, Reason: SkipFileTooLarge, Limit: DefaultArtifactMaxFileBytes},
+		{Name: ArtifactDir, Reason: SkipUnreached, Limit: maxArtifactSkipBytes},
+	}, skipped)
+	require.Empty(t, box.readPaths(), "nothing read on its own")
 }
 
 func TestCollectArtifactsUploadsOnlyNewOrChanged(t *testing.T) {

@@ -212,6 +212,8 @@ func TestSkippedLine(t *testing.T) {
 		{agentpool.SkippedArtifact{Reason: agentpool.SkipUnchecked, Limit: 1000, Count: 7},
 			"not uploaded: 7 more files: output/display holds more than 1000 files; only the first were checked"},
 		{agentpool.SkippedArtifact{Name: "output/display", Reason: agentpool.SkipUnreadable}, "not uploaded: output/display (0 B): could not be read"},
+		{agentpool.SkippedArtifact{Name: "output/display", Reason: agentpool.SkipUnreached, Limit: 256 << 20},
+			"not uploaded: possibly more files: output/display holds more than 256 MiB that cannot be uploaded, so not all of it was checked"},
 		{agentpool.SkippedArtifact{Reason: agentpool.SkipMore, Limit: 20, Count: 9980},
 			"not uploaded: 9980 more files (only the first 20 skipped are listed)"},
 	}
