@@ -209,6 +209,16 @@ func CollectArtifacts(ctx context.Context, sb sandbox.Sandbox, store db.Artifact
 			break
 		}
 		checked++
+		if !e.Read && e.SHA256 != "" {
+			// Passed over whole but not kept (past what the pass keeps): its digest tells an
+			// unchanged file, uploaded before, without reading it again.
+			switch _, err := store.ArtifactLookup(ctx, threadKey, e.Path, e.SHA256); {
+			case err == nil:
+				continue
+			case !errors.Is(err, db.ErrNotFound):
+				return nil, nil, fmt.Errorf("agentpool: artifact %s: %w", e.Path, err)
+			}
+		}
 		data, err := e.Data, error(nil)
 		if !e.Read {
 			data, err = sb.ReadFile(ctx, ArtifactDir+"/"+e.Path, lim.MaxFileBytes)

@@ -3,6 +3,10 @@ package agentpool
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -151,4 +155,48 @@ dd if=/dev/zero of=huge.bin bs=1 count=0 seek=1073741824 2>/dev/null`)
 		// The pass stopped at huge.bin: the reply says it may have missed files after it.
 		{Name: ArtifactDir, Reason: SkipUnreached, Limit: maxArtifactSkipBytes},
 	}, skipped)
+}
+
+// A long thread's output/display holds more than one collection keeps, nearly all of it uploaded
+// before: the files the pass passed over are told unchanged by the digest it took on the way, not
+// read again one by one, and only the new file is offered.
+func TestDockerArtifactsUnchangedPastTheCapNotReadAgain(t *testing.T) {
+	ctx := context.Background()
+	dep := "art-" + maintRandom()
+	p, count := dockertest.NewCounted(t, docker.Options{Deployment: dep, StopTimeout: time.Second})
+	const thread = "web:docker-art-seen"
+	sb := sandbox.Bind(p, maintDockerBox(t, p, dep, thread))
+	shell(t, sb, `set -e
+mkdir -p output/display && cd output/display
+for i in $(seq 100 299); do printf 'old file %0100d\n' $i > f$i.txt; done
+echo new > zz-new.txt`)
+	seen := seenArtifacts{}
+	for i := 100; i < 300; i++ {
+		sum := sha256.Sum256(fmt.Appendf(nil, "old file %0100d\n", i))
+		seen[fmt.Sprintf("f%d.txt", i)] = hex.EncodeToString(sum[:])
+	}
+
+	count.Reset()
+	// The pass keeps 2 KiB and a file: about twenty of the 200 old files.
+	found, skipped, err := CollectArtifacts(ctx, sb, seen, thread, ArtifactLimits{MaxCount: 10, MaxTurnBytes: 1 << 10, MaxFileBytes: 1 << 10})
+	require.NoError(t, err)
+	require.Empty(t, skipped)
+	require.Len(t, found, 1)
+	require.Equal(t, "zz-new.txt", found[0].Path)
+	calls := count.Calls()
+	require.LessOrEqual(t, len(calls), 3, "no file read on its own; the first calls: %v", calls[:min(len(calls), 6)])
+}
+
+// seenArtifacts is an ArtifactStore that uploaded each path with the content whose digest it maps to.
+type seenArtifacts map[string]string
+
+func (seenArtifacts) ArtifactRecord(context.Context, db.NewArtifact) (db.Artifact, error) {
+	return db.Artifact{}, errors.New("not recording")
+}
+
+func (s seenArtifacts) ArtifactLookup(_ context.Context, _, path, sum string) (db.Artifact, error) {
+	if s[path] == sum {
+		return db.Artifact{Path: path, SHA256: sum}, nil
+	}
+	return db.Artifact{}, db.ErrNotFound
 }

@@ -65,4 +65,9 @@ type TreeFile struct {
 	// Data is the file's content when Read is set (it may be shared with another entry that is a
 	// hard link to the same file), nil otherwise.
 	Data []byte
+	// SHA256, when not empty, is the hex sha256 of a regular file within MaxFileBytes that the
+	// provider passed over whole without keeping it (past MaxTotalBytes): a caller that only needs
+	// the files it has not seen before can tell an unchanged one without reading it again. Providers
+	// may leave it empty.
+	SHA256 string
 }

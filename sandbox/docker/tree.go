@@ -2,7 +2,10 @@ package docker
 
 import (
 	"archive/tar"
+	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -127,15 +130,29 @@ func (t *treeReader) add(hdr *tar.Header, r io.Reader) (stop bool, err error) {
 			t.kept += f.Size
 		} else if t.skipped += f.Size; t.skipped > t.lim.MaxSkipBytes {
 			stop = true // not read past: the archive is dropped instead
+		} else if f.Size <= t.lim.MaxFileBytes {
+			// Read past anyway: its digest costs no transfer, and spares the caller reading an
+			// unchanged file again.
+			h := sha256.New()
+			if n, err := io.Copy(h, r); err != nil || n != f.Size {
+				return false, fmt.Errorf("%s: %w", rel, noEOF(cmp.Or(err, io.ErrUnexpectedEOF)))
+			}
+			f.SHA256 = hex.EncodeToString(h.Sum(nil))
 		}
 	case tar.TypeLink:
 		// A file with several names is sent in full once, then as links to that (earlier) entry.
 		if i, ok := t.byName[strings.TrimSuffix(hdr.Linkname, "/")]; ok {
 			target := t.tree.Files[i]
 			f.Size = target.Size
-			if target.Read && t.fits(f.Size) {
+			switch {
+			case target.Read && t.fits(f.Size):
 				f.Data, f.Read = target.Data, true
 				t.kept += f.Size
+			case target.Read:
+				sum := sha256.Sum256(target.Data)
+				f.SHA256 = hex.EncodeToString(sum[:])
+			default:
+				f.SHA256 = target.SHA256
 			}
 		}
 	}

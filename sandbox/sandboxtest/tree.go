@@ -1,6 +1,8 @@
 package sandboxtest
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -82,9 +84,16 @@ mkdir total && for f in 1 2 3 4 5; do printf %0100d 0 | tr 0 "$f" > total/f$f; d
 		requireTree(t, tree, lim)
 		read := 0
 		for _, f := range tree.Files {
+			want := strings.Repeat(f.Path[1:], 100)
 			if f.Read {
 				read++
-				require.Equal(t, strings.Repeat(f.Path[1:], 100), string(f.Data), "%s's own content", f.Path)
+				require.Equal(t, want, string(f.Data), "%s's own content", f.Path)
+			}
+			if f.SHA256 != "" {
+				// A provider that passed over a file may say its digest; it must be that file's.
+				sum := sha256.Sum256([]byte(want))
+				require.False(t, f.Read, "%s: a digest only for a file not kept", f.Path)
+				require.Equal(t, hex.EncodeToString(sum[:]), f.SHA256, "%s's digest", f.Path)
 			}
 		}
 		require.Equal(t, 2, read, "files are read while they fit the total")
