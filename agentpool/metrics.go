@@ -121,6 +121,8 @@ const (
 	EventPromptOK          = "sandbox.prompt.ok"
 	EventPromptRecoverable = "sandbox.prompt.recoverable_fail"
 	EventPromptFatal       = "sandbox.prompt.fatal_fail"
+	// EventPromptCut: the agent got the prompt and the runtime lost the run; not retried.
+	EventPromptCut = "sandbox.prompt.cut"
 )
 
 // turnFields are the fields every seed 004 event carries.

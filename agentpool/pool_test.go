@@ -168,6 +168,7 @@ func TestPromptFailureClassesRecoverOnce(t *testing.T) {
 		{"sandbox down: re-resolve, retry", []error{fmt.Errorf("conn refused: %w", runtime.ErrSandboxDown)}, true, 2, false, 1},
 		{"down twice: give up after one retry", []error{runtime.ErrSandboxDown, runtime.ErrSandboxDown}, false, 2, false, 1},
 		{"fatal: no retry", []error{errors.New("model refused")}, false, 1, false, 1},
+		{"cut after the agent got it: no retry", []error{runtime.PromptCut(runtime.ErrSandboxDown)}, false, 1, false, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -358,6 +358,15 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch,
 		case runtime.ClassNone:
 			p.log.Info(EventPromptOK, fields(zap.Duration("took", took), zap.Bool("is_error", res.IsError))...)
 			return p.finishAnswer(ctx, r, res, out)
+		case runtime.ClassInterrupted:
+			// The agent got the prompt, and the runtime lost the run before it ended: sending the
+			// prompt again could do the work twice (agents edit files, push, call APIs). The turn ends
+			// as interrupted, which the user can run again on purpose (retry); a run that lives on
+			// unobserved is stopped, so that it does not finish the work behind their back.
+			p.log.Warn(EventPromptCut, fields(zap.Int("attempt", attempt), zap.Duration("took", took), zap.Error(err))...)
+			p.abort(r, sid)
+			out.Err = &Error{Code: EINTERRUPTED, Op: "prompt", Err: err}
+			return out
 		case runtime.ClassSessionMissing, runtime.ClassSandboxDown:
 			lastRecoverErr = err
 			forceNew = forceNew || class == runtime.ClassSessionMissing
@@ -494,6 +503,10 @@ func (p *Pool) endTurn(req Request, turnID int64, out Outcome, start time.Time) 
 	}
 	if out.Err != nil {
 		result.Error = out.Err.Error()
+		if ErrorCode(out.Err) == EINTERRUPTED {
+			// The marker retry looks for; the cause (a cut event stream) is in the log.
+			result.Error = InterruptedText
+		}
 	}
 	if out.Usage != (runtime.Usage{}) {
 		result.Usage, _ = json.Marshal(out.Usage)
@@ -550,6 +563,8 @@ func className(c runtime.Class) string {
 		return "session_missing"
 	case runtime.ClassSandboxDown:
 		return "sandbox_down"
+	case runtime.ClassInterrupted:
+		return "interrupted"
 	case runtime.ClassNone:
 		return "none"
 	}

@@ -129,7 +129,7 @@ func userText(code agentpool.Code) (text string, ok bool) {
 	case agentpool.EINTERNAL:
 		return "Something went wrong on my side. Try again; if it keeps happening, tell an operator and quote the ref.", true
 	case agentpool.EINTERRUPTED:
-		return "This message was interrupted by a restart before it finished. I did not run it again on my own, since it may have done part of its work: send \"retry\" to run it again.", true
+		return "This message was interrupted by a restart, or by a lost connection to its agent, before it finished. I did not run it again on my own, since it may have done part of its work: send \"retry\" to run it again.", true
 	case agentpool.ELIMIT:
 		return "This thread's sandbox hit one of its limits (memory or disk). Use less at once, delete files you no longer need, or \"reset\" for a fresh sandbox.", true
 	case agentpool.EINVALID:

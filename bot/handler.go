@@ -116,7 +116,7 @@ Commands (alone in a message):
 • reset: destroy this thread's sandbox and start fresh
 • use <provider>: run this thread's sandbox on another enabled provider (a sandbox it has is replaced, the conversation replayed); "use" alone lists them
 • runtime <name>: use another enabled agent runtime in this thread (a sandbox it has is replaced, the conversation replayed); "runtime" alone lists them
-• retry: run again the message a restart interrupted
+• retry: run again the message a restart or a lost connection interrupted
 • push: push this thread's branch (threadbox/…) and open or update its pull request
 • repo owner/name[@branch]: choose this thread's repository; later, move the thread to another one (refused while work is not pushed, unless you add --force)
 • admin <command>: operator commands (admins only; "admin help" lists them)
@@ -333,7 +333,8 @@ func WaitGroupContext(ctx context.Context, wg *sync.WaitGroup) error {
 	}
 }
 
-// retry submits again the thread's last prompt that a restart interrupted. The retry's event id
+// retry submits again the thread's last prompt that was interrupted (a restart, a run the runtime
+// lost track of). The retry's event id
 // names the interrupted turn, so a second retry of it is a duplicate.
 func (h *Handler) retry(ctx context.Context, msg Message, r Replier) error {
 	t, err := h.store.TurnLastFailedWith(ctx, msg.Thread.String(), agentpool.InterruptedText)

@@ -120,11 +120,22 @@ type Result struct {
 
 // Error classes for prompt failures (seed 003's send-failure classification). The pool re-resolves
 // at most once and retries the prompt at most once for the first two; anything else is reported.
+//
+// Prompt returns those two only while the prompt surely has not reached the agent (the connection was
+// refused, the server was not started, the session was missing before the prompt was taken): agents
+// have side effects, so a prompt the agent got is never sent again on our own. Once it may have got
+// it, a failure to follow the run to its end is ErrPromptCut.
 var (
 	// ErrSessionMissing: the agent session is gone; create a new one and replay history.
 	ErrSessionMissing = errors.New("agent session missing")
 	// ErrSandboxDown: connection refused, 5xx, sandbox not started; re-resolve the sandbox.
 	ErrSandboxDown = errors.New("sandbox down")
+	// ErrPromptCut: the agent got the prompt (or may have), and then the runtime lost the run before
+	// it ended and could not find it again (its event stream dropped for good, the server or the
+	// sandbox died): the agent may have done part of the work, or all of it. The pool does not retry;
+	// it ends the turn as interrupted, and the user may run it again on purpose. It wins over the
+	// other classes when an error wraps several.
+	ErrPromptCut = errors.New("the agent's run was cut off after it got the prompt")
 )
 
 // SandboxDown marks a failure to reach the sandbox at all (an exec or a connection that failed) as
@@ -137,6 +148,15 @@ func SandboxDown(err error) error {
 	return fmt.Errorf("%w: %w", ErrSandboxDown, err)
 }
 
+// PromptCut marks err, a failure after the prompt may have reached the agent, as ErrPromptCut (unless
+// it is marked already), so the pool does not send the prompt again.
+func PromptCut(err error) error {
+	if errors.Is(err, ErrPromptCut) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrPromptCut, err)
+}
+
 // Class is a prompt failure's recovery class.
 type Class int
 
@@ -145,14 +165,20 @@ const (
 	ClassSessionMissing
 	ClassSandboxDown
 	ClassFatal
+	// ClassInterrupted: the prompt reached the agent and its outcome is unknown (ErrPromptCut); never
+	// retried.
+	ClassInterrupted
 )
 
 // Classify maps an error to its recovery class. Provider errors count as sandbox-down when the
-// sandbox is gone or stopped.
+// sandbox is gone or stopped. ErrPromptCut is looked at first: a cut run whose cause was the sandbox
+// going down must not be retried as a plain sandbox-down.
 func Classify(err error) Class {
 	switch {
 	case err == nil:
 		return ClassNone
+	case errors.Is(err, ErrPromptCut):
+		return ClassInterrupted
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return ClassFatal
 	case errors.Is(err, ErrSessionMissing):

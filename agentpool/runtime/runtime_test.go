@@ -38,3 +38,28 @@ func TestSandboxDown(t *testing.T) {
 		})
 	}
 }
+
+// TestClassifyPromptCut: a run cut after the agent got the prompt is never a retryable class, even
+// when its cause is the sandbox going down or the session vanishing.
+func TestClassifyPromptCut(t *testing.T) {
+	down := fmt.Errorf("the event stream ended: %w", ErrSandboxDown)
+	tests := []struct {
+		name string
+		err  error
+		want Class
+	}{
+		{"sandbox down before the prompt", down, ClassSandboxDown},
+		{"session missing before the prompt", ErrSessionMissing, ClassSessionMissing},
+		{"cut: the sandbox went down after", PromptCut(down), ClassInterrupted},
+		{"cut: the session vanished after", PromptCut(ErrSessionMissing), ClassInterrupted},
+		{"cut, wrapped again", fmt.Errorf("opencode: %w", PromptCut(errors.New("gone"))), ClassInterrupted},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			require.Equal(t, tt.want, Classify(tt.err))
+		})
+	}
+	cut := PromptCut(down)
+	require.True(t, PromptCut(cut) == cut, "marked already: unchanged")
+	require.ErrorIs(t, cut, ErrSandboxDown, "the cause stays matchable")
+}
