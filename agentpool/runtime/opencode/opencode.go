@@ -1,13 +1,15 @@
 // Package opencode drives `opencode serve` inside a sandbox, reached through the provider's Dial (so
 // it works with network none). The server is protected by a per-sandbox password derived from the
 // service secret; sessions are titled by thread key and found again by title; a turn is prompt_async
-// followed by the /event stream until session.idle; abort is verified by the session going idle.
+// followed by the /event stream until session.idle (a stream that drops mid-turn is subscribed again
+// and the run found where it stands: resume.go); abort is verified by the session going idle.
 package opencode
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -45,6 +47,9 @@ type Config struct {
 type Runtime struct {
 	cfg     Config
 	clients *sandboxhttp.Clients
+	// resumeWindow bounds the attempts to follow a run again after its event stream dropped
+	// (default DefaultResumeWindow).
+	resumeWindow time.Duration
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -140,7 +145,11 @@ func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID stri
 	if err != nil {
 		return runtime.Result{}, err
 	}
-	defer ev.close()
+	defer func() { ev.close() }()
+	base, err := r.baseline(ctx, sb, sessionID)
+	if err != nil {
+		return runtime.Result{}, err
+	}
 
 	body := map[string]any{
 		"parts": []any{map[string]string{"type": "text", "text": prompts.Message(p.History, p.Text)}},
@@ -153,12 +162,16 @@ func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID stri
 	switch {
 	case status == http.StatusNotFound:
 		return runtime.Result{}, fmt.Errorf("opencode: session %s: %w", sessionID, runtime.ErrSessionMissing)
+	case err != nil && errors.Is(err, sandboxhttp.ErrSentUnanswered):
+		// The server got the prompt and may be running it: the turn may not be sent again.
+		return runtime.Result{}, fmt.Errorf("opencode: sending the prompt: %w", runtime.PromptCut(err))
 	case err != nil:
 		return runtime.Result{}, fmt.Errorf("opencode: sending the prompt: %w", err)
 	}
 
+	// From here on the agent has the prompt: no failure may read as one to send it again.
 	turn := newTurnState(sessionID, emit)
-	if err := r.follow(ctx, sb, ev, turn); err != nil {
+	if err := r.follow(ctx, sb, &ev, turn, base); err != nil {
 		if ctx.Err() != nil {
 			r.stop(ctx, sb, ev, turn)
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) && p.Timeout > 0 {
@@ -169,9 +182,9 @@ func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID stri
 		return runtime.Result{}, err
 	}
 
-	var msgs []message
-	if _, err := r.request(ctx, sb, http.MethodGet, "/session/"+url.PathEscape(sessionID)+"/message?limit=50", nil, &msgs); err != nil {
-		return runtime.Result{}, fmt.Errorf("opencode: reading the answer: %w", err)
+	msgs, err := r.answer(ctx, sb, sessionID)
+	if err != nil {
+		return runtime.Result{}, err
 	}
 	answer, usage, apiErr, took := outcome(msgs)
 	if apiErr == nil {
@@ -188,19 +201,30 @@ func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID stri
 }
 
 // follow reads the session's events until it is idle, answering permission requests and questions
-// on the way (nobody can answer them in a chat turn).
-func (r *Runtime) follow(ctx context.Context, sb sandbox.Sandbox, ev *events, turn *turnState) error {
+// on the way (nobody can answer them in a chat turn). A stream that drops is replaced (resume), and
+// *ev is then the new one.
+func (r *Runtime) follow(ctx context.Context, sb sandbox.Sandbox, ev **events, turn *turnState, base string) error {
 	for !turn.idle {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case e, ok := <-ev.c:
+		case e, ok := <-(*ev).c:
 			if !ok {
-				if err := ev.err(); errors.Is(err, sandbox.ErrTooLarge) {
-					// Not the sandbox failing: retrying the prompt would meet the same event.
-					return fmt.Errorf("opencode: the event stream: %w", err)
+				cause := (*ev).err()
+				if errors.Is(cause, sandbox.ErrTooLarge) {
+					// Not the stream failing: following the run again would meet the same event.
+					return fmt.Errorf("opencode: the event stream: %w", cause)
 				}
-				return fmt.Errorf("opencode: the event stream ended mid-turn: %w: %w", runtime.ErrSandboxDown, ev.err())
+				if cause == nil {
+					cause = io.EOF
+				}
+				nev, err := r.resume(ctx, sb, turn, base, cause)
+				if err != nil {
+					return err
+				}
+				(*ev).close()
+				*ev = nev
+				continue
 			}
 			turn.handle(e)
 			r.answerRequests(ctx, sb, turn)

@@ -12,7 +12,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/threadbox/threadbox/agentpool/runtime"
@@ -21,6 +23,12 @@ import (
 
 // ErrUnauthorized is a 401 answer; callers report it as their own error.
 var ErrUnauthorized = errors.New("unauthorized")
+
+// ErrSentUnanswered marks a call that failed after the whole request went out (the connection was cut,
+// or no answer came): the server may have acted on it. Do still reports it as runtime.ErrSandboxDown,
+// which is right for a read; a caller whose request starts the agent's work (a prompt) must not send
+// it again.
+var ErrSentUnanswered = errors.New("the request was sent and not answered")
 
 // MaxClients bounds the cache; past it, the idle connections of all sandboxes are dropped.
 const MaxClients = 256
@@ -130,10 +138,15 @@ func NewRequest(ctx context.Context, method, url string, in any) (*http.Request,
 }
 
 // Do sends req to the server in sb and decodes a 2xx JSON answer into out. Failures are classified:
-// no answer at all or a 5xx is runtime.ErrSandboxDown (the pool re-resolves), 401 is ErrUnauthorized;
-// the status is returned for the caller's own cases (404).
+// no answer at all or a 5xx is runtime.ErrSandboxDown (the pool re-resolves), and no answer to a
+// request that went out whole also ErrSentUnanswered; 401 is ErrUnauthorized; the status is returned
+// for the caller's own cases (404).
 func (c *Clients) Do(sb sandbox.Sandbox, req *http.Request, out any) (int, error) {
 	ctx := req.Context()
+	var wrote atomic.Bool
+	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteRequest: func(info httptrace.WroteRequestInfo) { wrote.Store(info.Err == nil) },
+	}))
 	resp, err := c.Get(sb).Do(req)
 	if err != nil {
 		c.Reset(sb)
@@ -147,7 +160,10 @@ func (c *Clients) Do(sb sandbox.Sandbox, req *http.Request, out any) (int, error
 		if errors.Is(err, context.DeadlineExceeded) {
 			// The transport's own timeout (the caller's ctx is live) matches DeadlineExceeded, which
 			// would read as the caller giving up: it is the sandbox not answering.
-			return 0, fmt.Errorf("%w: %v", runtime.ErrSandboxDown, err)
+			err = errors.New(err.Error())
+		}
+		if wrote.Load() {
+			return 0, fmt.Errorf("%w: %w: %w", runtime.ErrSandboxDown, ErrSentUnanswered, err)
 		}
 		return 0, fmt.Errorf("%w: %w", runtime.ErrSandboxDown, err)
 	}

@@ -99,3 +99,34 @@ func TestDoDefaultCap(t *testing.T) {
 	require.ErrorIs(t, err, sandbox.ErrTooLarge)
 	require.Empty(t, out)
 }
+
+// TestDoSaysWhetherTheRequestWentOut: a call whose connection is cut after the server read the
+// request may have been acted on (ErrSentUnanswered, beside ErrSandboxDown); one that never reached
+// a server (nothing listens) surely was not.
+func TestDoSaysWhetherTheRequestWentOut(t *testing.T) {
+	read := make(chan struct{}, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		read <- struct{}{}
+		conn, _, err := http.NewResponseController(w).Hijack()
+		require.NoError(t, err)
+		_ = conn.Close() // cut, no answer
+	}))
+	defer srv.Close()
+	c := &Clients{}
+	req, err := NewRequest(t.Context(), http.MethodPost, "http://box/prompt", map[string]string{"text": "hi"})
+	require.NoError(t, err)
+	_, err = c.Do(dialBox{addr: srv.Listener.Addr().String()}, req, nil)
+	<-read
+	require.ErrorIs(t, err, runtime.ErrSandboxDown)
+	require.ErrorIs(t, err, ErrSentUnanswered)
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close()) // nothing listens: connection refused
+	req, err = NewRequest(t.Context(), http.MethodPost, "http://box/prompt", map[string]string{"text": "hi"})
+	require.NoError(t, err)
+	_, err = (&Clients{}).Do(dialBox{addr: addr}, req, nil)
+	require.ErrorIs(t, err, runtime.ErrSandboxDown)
+	require.NotErrorIs(t, err, ErrSentUnanswered)
+}
