@@ -217,14 +217,15 @@ func (s *stream) err() error {
 	return s.failed
 }
 
-// ended explains a stream that closed: a sandbox-down error, which makes the pool re-resolve and
-// retry, unless an event was over its cap, which a retry would meet again.
-func (s *stream) ended(during string) error {
+// ended explains a stream that closed before the prompt was sent: a sandbox-down error, which makes
+// the pool re-resolve and retry, unless an event was over its cap, which a retry would meet again.
+// (Once the prompt is sent, a stream that closes is followed again: resume.)
+func (s *stream) ended() error {
 	err := s.err()
 	if errors.Is(err, sandbox.ErrTooLarge) {
 		return fmt.Errorf("sandbox-agent: the event stream: %w", err)
 	}
-	return fmt.Errorf("sandbox-agent: the event stream ended%s: %w: %w", during, runtime.ErrSandboxDown, err)
+	return fmt.Errorf("sandbox-agent: the event stream ended: %w: %w", runtime.ErrSandboxDown, err)
 }
 
 func (s *stream) close() {

@@ -32,7 +32,7 @@ func TestLastEventIDIsBounded(t *testing.T) {
 			id, _ := json.Marshal(promptID)
 			s := &stream{c: make(chan frame, 1), cancel: func() {}, done: make(chan struct{})}
 			s.c <- frame{id: tc.id, msg: message{ID: id, Result: json.RawMessage(`{"stopReason":"end_turn"}`)}}
-			_, err = r.follow(t.Context(), sb, s, newTurnState("s1", nil), promptID, nil)
+			_, err = r.follow(t.Context(), sb, &run{ev: s, promptID: promptID}, newTurnState("s1", nil))
 			require.NoError(t, err)
 			var got string
 			r.state.with(sb, func(st *sbState) { got = st.lastEventID })

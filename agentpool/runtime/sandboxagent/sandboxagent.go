@@ -57,6 +57,9 @@ type Runtime struct {
 	state   states
 	// initTimeout bounds an initialize call (default initTimeout).
 	initTimeout time.Duration
+	// resumeWindow bounds the attempts to follow a run again after its event stream dropped
+	// (default DefaultResumeWindow).
+	resumeWindow time.Duration
 }
 
 // initTimeout bounds initialize, which spawns the agent process at most: the server's health check
@@ -226,10 +229,12 @@ func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID stri
 	if err != nil {
 		return runtime.Result{}, err
 	}
-	defer ev.close()
+	run := &run{ev: ev, promptID: newID("prompt")}
+	defer func() { run.ev.close() }()
 	if err := r.barrier(ctx, sb, ev); err != nil {
 		return runtime.Result{}, err
 	}
+	r.state.with(sb, func(st *sbState) { run.last = st.lastEventID })
 
 	var blocks []any
 	if p.System != "" && !sysSent {
@@ -237,21 +242,23 @@ func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID stri
 		blocks = append(blocks, map[string]string{"type": "text", "text": "<instructions>\n" + p.System + "\n</instructions>"})
 	}
 	blocks = append(blocks, map[string]string{"type": "text", "text": prompts.Message(p.History, p.Text)})
-	promptID := newID("prompt")
 	pctx, pcancel := context.WithCancel(detached)
 	defer pcancel()
-	posted := make(chan error, 1)
+	posted := make(chan postOutcome, 1)
+	run.posted = posted
 	go func() {
-		_, err := r.call(pctx, sb, promptID, "session/prompt", map[string]any{"sessionId": sessionID, "prompt": blocks})
-		posted <- err
+		raw, _ := json.Marshal(run.promptID)
+		var resp message
+		status, err := r.request(pctx, sb, http.MethodPost, r.acpPath(), rpcEnvelope(raw, "session/prompt", map[string]any{"sessionId": sessionID, "prompt": blocks}), &resp)
+		posted <- postOutcome{status: status, err: err}
 	}()
 
 	turn := newTurnState(sessionID, emit)
 	start := time.Now()
-	final, err := r.follow(ctx, sb, ev, turn, promptID, posted)
+	final, err := r.follow(ctx, sb, run, turn)
 	if err != nil {
 		if ctx.Err() != nil {
-			r.cancelTurn(ctx, sb, sessionID, ev, promptID, posted)
+			r.cancelTurn(ctx, sb, sessionID, run)
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) && p.Timeout > 0 {
 				return runtime.Result{}, fmt.Errorf("sandbox-agent: the turn took longer than %s and was stopped", p.Timeout)
 			}
@@ -299,7 +306,7 @@ func (r *Runtime) barrier(ctx context.Context, sb sandbox.Sandbox, ev *stream) e
 			return fmt.Errorf("sandbox-agent: the event stream did not catch up: %w: %w", runtime.ErrSandboxDown, bctx.Err())
 		case f, ok := <-ev.c:
 			if !ok {
-				return ev.ended("")
+				return ev.ended()
 			}
 			r.state.with(sb, func(st *sbState) { st.setLastEventID(f.id) })
 			if string(f.msg.ID) == string(want) && f.msg.Method == "" {
@@ -310,21 +317,31 @@ func (r *Runtime) barrier(ctx context.Context, sb sandbox.Sandbox, ev *stream) e
 }
 
 // follow reads the stream until the prompt's response is echoed, reporting progress and granting
-// the agent's permission requests (the sandbox is the boundary; nobody is there to approve).
-func (r *Runtime) follow(ctx context.Context, sb sandbox.Sandbox, ev *stream, turn *turnState, promptID string, posted <-chan error) (*message, error) {
-	want, _ := json.Marshal(promptID)
+// the agent's permission requests (the sandbox is the boundary; nobody is there to approve). A stream
+// that drops is subscribed again after the last event seen (resume).
+func (r *Runtime) follow(ctx context.Context, sb sandbox.Sandbox, run *run, turn *turnState) (*message, error) {
+	want, _ := json.Marshal(run.promptID)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case err := <-posted:
-			if err != nil {
-				return nil, fmt.Errorf("sandbox-agent: session/prompt: %w", err)
+		case p := <-run.posted:
+			run.posted = nil
+			if err := p.failure(); err != nil {
+				return nil, err
 			}
-			posted = nil // answered; its echo on the stream is what ends the turn, in order
-		case f, ok := <-ev.c:
+		case f, ok := <-run.ev.c:
 			if !ok {
-				return nil, ev.ended(" mid-turn")
+				if err := r.resume(ctx, sb, run); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			if !run.next(f.id) {
+				continue // replayed, seen already
+			}
+			if run.lost {
+				return nil, fmt.Errorf("sandbox-agent: the event stream was followed again, but events of the run were lost: %w", runtime.ErrPromptCut)
 			}
 			r.state.with(sb, func(st *sbState) { st.setLastEventID(f.id) })
 			switch {
@@ -361,14 +378,14 @@ func allowOutcome(params json.RawMessage) map[string]string {
 const stopGrace = 20 * time.Second
 
 // cancelTurn stops a turn whose caller gave up and waits (bounded) for the agent to confirm.
-func (r *Runtime) cancelTurn(ctx context.Context, sb sandbox.Sandbox, sessionID string, ev *stream, promptID string, posted <-chan error) {
+func (r *Runtime) cancelTurn(ctx context.Context, sb sandbox.Sandbox, sessionID string, run *run) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopGrace)
 	defer cancel()
 	if err := r.notify(sctx, sb, "session/cancel", map[string]string{"sessionId": sessionID}); err != nil {
 		return
 	}
 	turn := newTurnState(sessionID, nil)
-	_, _ = r.follow(sctx, sb, ev, turn, promptID, posted)
+	_, _ = r.follow(sctx, sb, run, turn)
 }
 
 // Abort implements runtime.Runtime: session/cancel, then wait for a prompt of this runtime still

@@ -68,10 +68,15 @@ const maxEventID = 128
 // would refuse on every later subscription), is not kept, and the next subscription replays what
 // the server buffers, which the barrier skips.
 func (st *sbState) setLastEventID(id string) {
+	st.lastEventID = usableEventID(id)
+}
+
+// usableEventID is id when it can be kept and sent back as Last-Event-ID, else "".
+func usableEventID(id string) string {
 	if len(id) > maxEventID || strings.IndexFunc(id, func(r rune) bool { return r < 0x21 || r > 0x7e }) >= 0 {
-		id = ""
+		return ""
 	}
-	st.lastEventID = id
+	return id
 }
 
 // forget drops what belonged to the previous server process.
