@@ -8,8 +8,10 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"io"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/threadbox/threadbox/agentpool/runtime"
@@ -156,11 +158,12 @@ func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID stri
 	}
 	parser := newStreamParser(emit)
 	var stderr tailWriter
+	in := &sentReader{r: strings.NewReader(prompts.Message(p.History, p.Text))}
 	start := time.Now()
 	res, err := sb.Exec(ctx, sandbox.ExecRequest{
 		Cmd:     args,
 		Env:     r.env(p.Env),
-		Stdin:   strings.NewReader(prompts.Message(p.History, p.Text)),
+		Stdin:   in,
 		Timeout: p.Timeout,
 		Stdout:  parser,
 		Stderr:  &stderr,
@@ -172,6 +175,15 @@ func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID stri
 		if ctx.Err() != nil {
 			return runtime.Result{}, fmt.Errorf("claude-code: turn stopped: %w", context.Cause(ctx))
 		}
+		if in.sent.Load() {
+			// claude got the prompt, and the exec failed under it (its stream cut by a daemon restart or
+			// a lost connection to the provider; the container gone): claude may have done part of the
+			// work, and may still be running. Running it again could do the work twice.
+			return runtime.Result{}, fmt.Errorf("claude-code: the turn's exec failed after claude got the prompt: %w",
+				runtime.PromptCut(runtime.SandboxDown(err)))
+		}
+		// The prompt never left: the exec did not start (the container stopped or gone, the provider
+		// unreachable), and it may be sent again.
 		return runtime.Result{}, fmt.Errorf("claude-code: %w", runtime.SandboxDown(err))
 	}
 	result, lastText, bad, perr := parser.outcome()
@@ -299,6 +311,23 @@ func newUUID() string {
 	b[6] = b[6]&0x0f | 0x40 // version 4
 	b[8] = b[8]&0x3f | 0x80 // RFC 4122 variant
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// sentReader is the prompt on its way to claude's stdin. It notes whether any of it was read: the
+// providers copy stdin to a started process (Docker, Deno, local) or upload it just before starting it
+// (Daytona), so once it was read the prompt may have reached claude, and a failure from then on is
+// not one to send the prompt again after. The prompt is only on stdin, never in argv.
+type sentReader struct {
+	r    io.Reader
+	sent atomic.Bool
+}
+
+func (s *sentReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if n > 0 {
+		s.sent.Store(true)
+	}
+	return n, err
 }
 
 // tailWriter keeps the last 4 KiB written (stderr, for error messages).

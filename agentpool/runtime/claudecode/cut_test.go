@@ -1,0 +1,155 @@
+package claudecode
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/threadbox/threadbox/agentpool/runtime"
+	"github.com/threadbox/threadbox/agentpool/runtime/llmfake"
+	"github.com/threadbox/threadbox/agentpool/runtime/runtimetest"
+	"github.com/threadbox/threadbox/sandbox"
+)
+
+// failingSandbox fails every exec with err, after reading the exec's stdin when readStdin is set
+// (and printing claude's first line, as a started claude does).
+type failingSandbox struct {
+	sandbox.Sandbox
+	readStdin bool
+	err       error
+}
+
+func (s failingSandbox) Handle() sandbox.Handle { return sandbox.Handle{Provider: "test", ID: "sb1"} }
+
+func (s failingSandbox) Exec(_ context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
+	if s.readStdin && req.Stdin != nil {
+		_, _ = io.ReadAll(req.Stdin)
+		_, _ = req.Stdout.Write([]byte(`{"type":"system","subtype":"init","session_id":"x"}` + "\n"))
+	}
+	return sandbox.ExecResult{}, s.err
+}
+
+// TestExecFailureAfterThePromptIsCut: an exec that failed before claude got the prompt (the container
+// stopped, the daemon unreachable) may be sent again: sandbox-down. One that failed after (its output
+// stream cut by a daemon restart, the container removed under it) is runtime.ErrPromptCut: claude
+// may have done part of the work, and may still be running; the pool must not send it again.
+func TestExecFailureAfterThePromptIsCut(t *testing.T) {
+	tests := []struct {
+		name      string
+		readStdin bool
+		err       error
+		want      runtime.Class
+	}{
+		{"not started: the container stopped", false, fmt.Errorf("docker exec in c1: %w", sandbox.ErrNotRunning), runtime.ClassSandboxDown},
+		{"not started: the daemon unreachable", false, fmt.Errorf("docker exec in c1: %w: %w", sandbox.ErrUnavailable, sandbox.ErrNoEffect), runtime.ClassSandboxDown},
+		{"cut mid-turn: the output stream ended", true, fmt.Errorf("exec in c1: reading output: %w", io.ErrUnexpectedEOF), runtime.ClassInterrupted},
+		{"cut mid-turn: the daemon went away", true, fmt.Errorf("docker exec inspect: %w", sandbox.ErrUnavailable), runtime.ClassInterrupted},
+		{"cut mid-turn: the container removed", true, fmt.Errorf("docker exec inspect: %w", sandbox.ErrNotFound), runtime.ClassInterrupted},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := New(Config{}).Prompt(t.Context(), failingSandbox{readStdin: tt.readStdin, err: tt.err},
+				"123e4567-e89b-42d3-a456-426614174000", runtime.Prompt{Text: "push the release"}, nil)
+			require.Error(t, err)
+			require.Equal(t, tt.want, runtime.Classify(err), "%v", err)
+		})
+	}
+}
+
+// cutExec is a sandbox whose prompt exec (the one with stdin) loses its stream once cut is closed,
+// as when the Docker daemon restarts with live-restore or the connection to a cloud provider drops:
+// the caller gets an error, and the process in the sandbox runs on. The real exec is then done.
+type cutExec struct {
+	sandbox.Sandbox
+	cut  chan struct{}
+	once sync.Once
+	done chan struct{}
+}
+
+func (s *cutExec) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
+	if req.Stdin == nil {
+		return s.Sandbox.Exec(ctx, req)
+	}
+	out := &gatedWriter{w: req.Stdout, cut: s.cut}
+	req.Stdout = out
+	go func() {
+		defer close(s.done)
+		_, _ = s.Sandbox.Exec(context.WithoutCancel(ctx), req)
+	}()
+	select {
+	case <-s.cut:
+		return sandbox.ExecResult{}, fmt.Errorf("exec in sandbox: reading output: %w", io.ErrUnexpectedEOF)
+	case <-s.done:
+		return sandbox.ExecResult{}, fmt.Errorf("the exec ended before the test cut it")
+	}
+}
+
+// gatedWriter passes output on until cut.
+type gatedWriter struct {
+	mu  sync.Mutex
+	w   io.Writer
+	cut chan struct{}
+}
+
+func (g *gatedWriter) Write(p []byte) (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	select {
+	case <-g.cut:
+		return len(p), nil
+	default:
+		return g.w.Write(p)
+	}
+}
+
+// TestExecCutMidTurnIsNotRetried runs the real claude CLI against the fake model and cuts its exec's
+// stream while a tool of the turn runs: claude is still running the prompt, so the turn is
+// ErrPromptCut (the pool tells the user it was interrupted and aborts), not sandbox-down (which made
+// the pool run claude a second time with the same prompt, beside the first). Abort then stops it.
+func TestExecCutMidTurnIsNotRetried(t *testing.T) {
+	p := runtimetest.Provider(t)
+	bin := runtimetest.BuildFake(t)
+	sb, _ := runtimetest.NewSandbox(t, p, t.Name())
+	const gate = "/tmp/tb-gate"
+	fake := runtimetest.StartFake(t, sb, bin, llmfake.Script{Rules: []llmfake.Rule{
+		{PromptContains: "TB-CUT", AfterTool: llmfake.Bool(false), Reply: llmfake.Reply{Tool: &llmfake.ToolCall{Name: "Bash",
+			Args: json.RawMessage(`{"command":"while [ ! -e ` + gate + ` ]; do sleep 0.05; done; echo open","description":"Wait for the gate"}`)}}},
+		{PromptContains: "TB-CUT", AfterTool: llmfake.Bool(true), Reply: llmfake.Reply{Text: "through"}},
+	}, Default: &llmfake.Reply{Text: "ok"}})
+	rt := New(Config{BaseURL: fake.URL, APIKey: "sk-tb-cut-test", Model: "claude-sonnet-4-5"})
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	require.NoError(t, rt.Ensure(ctx, sb))
+	sid, _, err := rt.Session(ctx, sb, "", "test")
+	require.NoError(t, err)
+
+	cs := &cutExec{Sandbox: sb, cut: make(chan struct{}), done: make(chan struct{})}
+	_, err = rt.Prompt(ctx, cs, sid, runtime.Prompt{Text: "Wait for the gate. TB-CUT", Timeout: 2 * time.Minute}, func(e runtime.Event) {
+		if e.Kind == runtime.EventTool {
+			cs.once.Do(func() { close(cs.cut) }) // claude runs the tool: cut the stream now
+		}
+	})
+	require.ErrorIs(t, err, runtime.ErrPromptCut)
+	require.Equal(t, runtime.ClassInterrupted, runtime.Classify(err), "%v", err)
+
+	// claude is still running the first prompt, at the gate: running it again would run it twice.
+	runtimetest.Sh(t, sb, `pgrep -f -- "--(resume|session-id) $1" >/dev/null`, sid)
+	require.NoError(t, rt.Abort(ctx, sb, sid), "what the pool does with a cut turn")
+	<-cs.done // the real exec ended with its process
+	reqs, err := fake.Requests(ctx)
+	require.NoError(t, err)
+	prompts := 0
+	for _, r := range reqs {
+		if strings.Contains(r.Prompt, "TB-CUT") && !r.AfterTool {
+			prompts++
+		}
+	}
+	require.Equal(t, 1, prompts, "the model got the prompt once")
+}
