@@ -3,6 +3,7 @@ package runtimetest
 import (
 	"context"
 	"net"
+	"sync"
 	"sync/atomic"
 
 	"github.com/threadbox/threadbox/sandbox"
@@ -42,4 +43,49 @@ func (s LaunchSandbox) Exec(_ context.Context, req sandbox.ExecRequest) (sandbox
 		_, _ = req.Stdout.Write([]byte(s.Output))
 	}
 	return sandbox.ExecResult{}, nil
+}
+
+// CutSandbox is a sandbox whose connections (Dial) can all be cut at once, as a hiccup of the tunnel
+// through the provider cuts them, while the sandbox and the server in it live on.
+type CutSandbox struct {
+	sandbox.Sandbox
+
+	mu    sync.Mutex // protects conns and dials
+	conns map[net.Conn]bool
+	dials int
+}
+
+// Dial implements sandbox.Sandbox, keeping the connection for Cut.
+func (s *CutSandbox) Dial(ctx context.Context, port int) (net.Conn, error) {
+	c, err := s.Sandbox.Dial(ctx, port)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conns == nil {
+		s.conns = map[net.Conn]bool{}
+	}
+	s.conns[c] = true
+	s.dials++
+	return c, nil
+}
+
+// Cut closes every connection dialled so far and returns how many there were.
+func (s *CutSandbox) Cut() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := len(s.conns)
+	for c := range s.conns {
+		_ = c.Close()
+	}
+	clear(s.conns)
+	return n
+}
+
+// Dials is how many connections were dialled.
+func (s *CutSandbox) Dials() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dials
 }

@@ -17,6 +17,7 @@ package runtimetest
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -64,6 +65,9 @@ const (
 	markWrite  = "TB-WRITE"
 	markHang   = "TB-HANG"
 	markFail   = "TB-FAIL"
+	markGate   = "TB-GATE"
+	gateText   = "Through the gate."
+	gateFile   = "/tmp/tb-gate"
 	fileBody   = "hello from the scripted model\n"
 	wroteText  = "Wrote hello.txt for you: it is in output/display."
 	defaultAns = "Noted, nothing else to do."
@@ -80,6 +84,10 @@ func Script(workDir string) llmfake.Script {
 				WriteFile: &llmfake.WriteFile{Path: workDir + "/" + artifact, Content: fileBody}}},
 			{PromptContains: markWrite, AfterTool: llmfake.Bool(true), Reply: llmfake.Reply{Text: wroteText}},
 			{PromptContains: markHang, Reply: llmfake.Reply{Hang: true}},
+			// A turn that runs until the test opens the gate (a file), for a test to act mid-turn.
+			{PromptContains: markGate, AfterTool: llmfake.Bool(false), Reply: llmfake.Reply{Tool: &llmfake.ToolCall{Name: "bash",
+				Args: json.RawMessage(`{"command":"while [ ! -e ` + gateFile + ` ]; do sleep 0.05; done; echo open","description":"Wait for the gate"}`)}}},
+			{PromptContains: markGate, AfterTool: llmfake.Bool(true), Reply: llmfake.Reply{Text: gateText}},
 			{PromptContains: markFail, Reply: llmfake.Reply{Error: &llmfake.APIError{Status: 400, Message: failText}}},
 		},
 		Default: &llmfake.Reply{Text: defaultAns},
@@ -123,6 +131,7 @@ func Run(t *testing.T, cfg Config) {
 	}{
 		{"EnsureFromCold", s.ensureFromCold},
 		{"WriteToolTurnAndArtifact", s.writeTurn},
+		{"EventStreamCutMidTurn", s.streamCut},
 		{"ResumeAfterDockerStop", s.resumeAfterStop},
 		{"ProcessKilledBetweenTurns", s.processKilled},
 		{"AbortLongTurn", s.abort},
@@ -223,6 +232,68 @@ func (s *suite) writeTurn(t *testing.T) {
 	require.True(t, first && afterTool, "the fake saw the prompt, then the tool result")
 	// Keys go to the runtime's process only: a plain exec in the sandbox must not see them.
 	require.NotContains(t, Sh(t, s.sb, "env"), s.key, "the model key leaked into the sandbox's environment")
+}
+
+// streamCut cuts every connection to the runtime's server while a turn runs (a tunnel hiccup): the
+// event stream, and any call in flight. The runtime must follow the same run to its end, and the
+// model must see the prompt once: sending it again would run the agent's work twice.
+func (s *suite) streamCut(t *testing.T) {
+	if s.cfg.Process == "" {
+		t.Skipf("%s has no server to reach: each turn is one exec", s.rt.Name())
+	}
+	ctx := t.Context()
+	cs := &CutSandbox{Sandbox: s.sb}
+	// A runtime of its own, so that every connection it makes goes through cs.
+	rt := s.cfg.New(t, Model{URL: s.fake.URL, APIKey: s.key})
+	require.NoError(t, rt.Ensure(ctx, cs))
+	sid, replaced, err := rt.Session(ctx, cs, s.sid, s.title)
+	require.NoError(t, err)
+	require.False(t, replaced)
+	require.Equal(t, s.sid, sid)
+	Sh(t, s.sb, `rm -f "$1"`, gateFile)
+
+	type outcome struct {
+		res runtime.Result
+		err error
+	}
+	tool := make(chan struct{}, 1)
+	done := make(chan outcome, 1)
+	tctx, cancel := context.WithTimeout(ctx, s.cfg.TurnTimeout)
+	defer cancel()
+	go func() {
+		res, err := rt.Prompt(tctx, cs, sid, runtime.Prompt{Text: "Wait for the gate. " + markGate, Timeout: s.cfg.TurnTimeout},
+			func(e runtime.Event) {
+				if e.Kind == runtime.EventTool {
+					select {
+					case tool <- struct{}{}:
+					default:
+					}
+				}
+			})
+		done <- outcome{res, err}
+	}()
+	select {
+	case <-tool: // the agent runs the tool, which waits for the gate
+	case out := <-done:
+		require.FailNow(t, "the turn ended before its tool ran", "%+v %v", out.res, out.err)
+	}
+	cut := cs.Cut()
+	require.Positive(t, cut, "connections were open mid-turn")
+	Sh(t, s.sb, `touch "$1"`, gateFile)
+	out := <-done
+	require.NoError(t, out.err, "the run is followed to its end")
+	require.Equal(t, gateText, strings.TrimSpace(out.res.Answer))
+	require.Greater(t, cs.Dials(), cut, "it connected again")
+
+	reqs, err := s.fake.Requests(ctx)
+	require.NoError(t, err)
+	prompts := 0
+	for _, r := range reqs {
+		if strings.Contains(r.Prompt, markGate) && !r.AfterTool {
+			prompts++
+		}
+	}
+	require.Equal(t, 1, prompts, "the model got the prompt once")
 }
 
 func (s *suite) resumeAfterStop(t *testing.T) {
