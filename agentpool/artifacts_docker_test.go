@@ -131,10 +131,8 @@ head -c 2048 /dev/zero > output/display/big.bin`)
 // took a listing plus three calls per file (21 s for 200), and the listing downloaded everything.
 func TestDockerArtifactsCost(t *testing.T) {
 	ctx := context.Background()
-	dep := "art-" + maintRandom()
-	p, count := dockertest.NewCounted(t, docker.Options{Deployment: dep, StopTimeout: time.Second})
 	const thread = "web:docker-art-cost"
-	sb := sandbox.Bind(p, maintDockerBox(t, p, dep, thread))
+	sb, count := countedDockerBox(t, thread)
 	shell(t, sb, `set -e
 mkdir -p output/display && cd output/display
 for i in $(seq 100 299); do echo "file $i" > f$i.txt; done
@@ -162,10 +160,8 @@ dd if=/dev/zero of=huge.bin bs=1 count=0 seek=1073741824 2>/dev/null`)
 // read again one by one, and only the new file is offered.
 func TestDockerArtifactsUnchangedPastTheCapNotReadAgain(t *testing.T) {
 	ctx := context.Background()
-	dep := "art-" + maintRandom()
-	p, count := dockertest.NewCounted(t, docker.Options{Deployment: dep, StopTimeout: time.Second})
 	const thread = "web:docker-art-seen"
-	sb := sandbox.Bind(p, maintDockerBox(t, p, dep, thread))
+	sb, count := countedDockerBox(t, thread)
 	shell(t, sb, `set -e
 mkdir -p output/display && cd output/display
 for i in $(seq 100 299); do printf 'old file %0100d\n' $i > f$i.txt; done
@@ -185,6 +181,13 @@ echo new > zz-new.txt`)
 	require.Equal(t, "zz-new.txt", found[0].Path)
 	calls := count.Calls()
 	require.LessOrEqual(t, len(calls), 3, "no file read on its own; the first calls: %v", calls[:min(len(calls), 6)])
+}
+
+// countedDockerBox is a real Docker sandbox of thread, behind a proxy that counts the daemon calls.
+func countedDockerBox(t *testing.T, thread string) (sandbox.Sandbox, *dockertest.Counter) {
+	dep := "art-" + maintRandom()
+	p, count := dockertest.NewCounted(t, docker.Options{Deployment: dep, StopTimeout: time.Second})
+	return sandbox.Bind(p, maintDockerBox(t, p, dep, thread)), count
 }
 
 // seenArtifacts is an ArtifactStore that uploaded each path with the content whose digest it maps to.
