@@ -128,9 +128,11 @@ func (t *treeReader) add(hdr *tar.Header, r io.Reader) (stop bool, err error) {
 			}
 			f.Read = true
 			t.kept += f.Size
-		} else if t.skipped += f.Size; t.skipped > t.lim.MaxSkipBytes {
-			stop = true // not read past: the archive is dropped instead
-		} else if f.Size <= t.lim.MaxFileBytes {
+		} else if f.Size > t.lim.MaxSkipBytes-t.skipped {
+			// Not read past: the archive is dropped instead. (Compared so, not summed: a size
+			// near 2^63, a sparse file on XFS, would overflow the sum and be read past.)
+			stop = true
+		} else if t.skipped += f.Size; f.Size <= t.lim.MaxFileBytes {
 			// Read past anyway: its digest costs no transfer, and spares the caller reading an
 			// unchanged file again.
 			h := sha256.New()

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"io"
 	"io/fs"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -163,4 +164,51 @@ func TestReadTreeEndlessArchive(t *testing.T) {
 	require.ErrorIs(t, err, sandbox.ErrTooLarge)
 	bound := int64(2 + (sandbox.MaxListEntries+2)*maxTreeHeaderBytes)
 	require.Less(t, written.Load(), bound+8<<20, "read no further than the bound (and what buffers hold)")
+}
+
+// A file's size comes from its header, up to 2^63-1 (a sparse file on XFS, or a lying daemon): added
+// to what was read past already it overflowed, the pass went on reading past it, and the collection
+// failed at the archive's bound instead of stopping there, Partial, with the files before it.
+func TestReadTreeSkipBoundHugeSize(t *testing.T) {
+	const id = "c0ffee"
+	h := newHandle(id, handleState{Volume: "v", User: "1000:1000", UID: 1000, GID: 1000, WorkDir: "/workspace"})
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, hdr := range []*tar.Header{
+		{Name: "out/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "out/a", Typeflag: tar.TypeReg, Mode: 0o644, Size: 3}, // kept
+		{Name: "out/b", Typeflag: tar.TypeReg, Mode: 0o644, Size: 5}, // over the per-file cap: read past
+	} {
+		require.NoError(t, tw.WriteHeader(hdr))
+		_, err := tw.Write(bytes.Repeat([]byte("x"), int(hdr.Size)))
+		require.NoError(t, err)
+	}
+	require.NoError(t, tw.WriteHeader(&tar.Header{Name: "out/huge", Typeflag: tar.TypeReg, Mode: 0o644, Size: math.MaxInt64}))
+	head := buf.Bytes() // huge's contents follow: zeros, as long as anyone reads them
+	p, written := fakeTreeDaemon(t, id, func(w io.Writer) {
+		if _, err := w.Write(head); err != nil {
+			return
+		}
+		zeros := make([]byte, 64<<10)
+		for {
+			if _, err := w.Write(zeros); err != nil {
+				return
+			}
+		}
+	})
+	tree, err := p.ReadTree(t.Context(), h, "out", sandbox.TreeLimits{MaxFileBytes: 4, MaxTotalBytes: 4, MaxSkipBytes: 1 << 20})
+	require.NoError(t, err)
+	require.True(t, tree.Partial, "stopped at huge")
+	require.Equal(t, []string{"a", "b", "huge"}, treePaths(tree))
+	require.Equal(t, int64(math.MaxInt64), tree.Files[2].Size)
+	require.Equal(t, "xxx", string(tree.Files[0].Data))
+	require.Less(t, written.Load(), int64(16<<20), "huge was not read past")
+}
+
+func treePaths(tree sandbox.Tree) []string {
+	out := []string{}
+	for _, f := range tree.Files {
+		out = append(out, f.Path)
+	}
+	return out
 }
