@@ -71,29 +71,10 @@ func (p *Provider) readTreeOnce(ctx context.Context, id, abs string, lim sandbox
 	if !stat.Mode.IsDir() {
 		return sandbox.Tree{}, fmt.Errorf("read tree %s: mode %s, not a directory: %w", abs, stat.Mode, sandbox.ErrNotRegular)
 	}
-	// Everything read is bounded: the contents kept, those read past, and the headers of at most
-	// MaxListEntries entries (and the directory's own).
-	body := &boundedReader{r: rc, n: lim.MaxTotalBytes + lim.MaxSkipBytes + (sandbox.MaxListEntries+2)*maxTreeHeaderBytes}
-	t := treeReader{lim: lim, base: path.Base(abs), byName: map[string]int{}}
-	tr := tar.NewReader(body)
-	for {
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return sandbox.Tree{}, fmt.Errorf("read tree %s: archive: %w", abs, err)
-		}
-		stop, err := t.add(hdr, tr)
-		if err != nil {
-			return sandbox.Tree{}, fmt.Errorf("read tree %s: %w", abs, err)
-		}
-		if stop {
-			t.tree.Partial = true
-			break
-		}
+	t := newTreeReader(lim, path.Base(abs))
+	if err := t.read(rc); err != nil {
+		return sandbox.Tree{}, fmt.Errorf("read tree %s: %w", abs, err)
 	}
-	sort.Slice(t.tree.Files, func(i, j int) bool { return t.tree.Files[i].Path < t.tree.Files[j].Path })
 	return t.tree, nil
 }
 
@@ -103,8 +84,44 @@ type treeReader struct {
 	base string // the archive's entries are rebased on the directory's own name
 	tree sandbox.Tree
 	// byName indexes entries by their name in the archive, for hard links.
-	byName        map[string]int
+	byName map[string]int
+	// sums holds the digests of kept files that hard links past the total needed, by index: one
+	// hash per file, not per link (10,000 links to a 10 MiB file were 100 GB to hash).
+	sums          map[int]string
 	kept, skipped int64
+	// hashed counts the bytes hashed: no more than what was read past plus what was kept.
+	hashed int64
+}
+
+func newTreeReader(lim sandbox.TreeLimits, base string) *treeReader {
+	return &treeReader{lim: lim, base: base, byName: map[string]int{}, sums: map[int]string{}}
+}
+
+// read reads the archive of the directory from r into t.tree.
+func (t *treeReader) read(r io.Reader) error {
+	// Everything read is bounded: the contents kept, those read past, and the headers of at most
+	// MaxListEntries entries (and the directory's own).
+	body := &boundedReader{r: r, n: t.lim.MaxTotalBytes + t.lim.MaxSkipBytes + (sandbox.MaxListEntries+2)*maxTreeHeaderBytes}
+	tr := tar.NewReader(body)
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("archive: %w", err)
+		}
+		stop, err := t.add(hdr, tr)
+		if err != nil {
+			return err
+		}
+		if stop {
+			t.tree.Partial = true
+			break
+		}
+	}
+	sort.Slice(t.tree.Files, func(i, j int) bool { return t.tree.Files[i].Path < t.tree.Files[j].Path })
+	return nil
 }
 
 // add adds hdr's entry, reading its contents from r when they are kept. It reports stop when the
@@ -136,7 +153,9 @@ func (t *treeReader) add(hdr *tar.Header, r io.Reader) (stop bool, err error) {
 			// Read past anyway: its digest costs no transfer, and spares the caller reading an
 			// unchanged file again.
 			h := sha256.New()
-			if n, err := io.Copy(h, r); err != nil || n != f.Size {
+			n, err := io.Copy(h, r)
+			t.hashed += n
+			if err != nil || n != f.Size {
 				return false, fmt.Errorf("%s: %w", rel, noEOF(cmp.Or(err, io.ErrUnexpectedEOF)))
 			}
 			f.SHA256 = hex.EncodeToString(h.Sum(nil))
@@ -151,8 +170,11 @@ func (t *treeReader) add(hdr *tar.Header, r io.Reader) (stop bool, err error) {
 				f.Data, f.Read = target.Data, true
 				t.kept += f.Size
 			case target.Read:
-				sum := sha256.Sum256(target.Data)
-				f.SHA256 = hex.EncodeToString(sum[:])
+				if _, ok := t.sums[i]; !ok {
+					sum := sha256.Sum256(target.Data)
+					t.sums[i], t.hashed = hex.EncodeToString(sum[:]), t.hashed+target.Size
+				}
+				f.SHA256 = t.sums[i]
 			default:
 				f.SHA256 = target.SHA256
 			}

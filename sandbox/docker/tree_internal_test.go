@@ -3,8 +3,11 @@ package docker
 import (
 	"archive/tar"
 	"bytes"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"io/fs"
 	"math"
@@ -211,4 +214,24 @@ func treePaths(tree sandbox.Tree) []string {
 		out = append(out, f.Path)
 	}
 	return out
+}
+
+// A hard link past the total to a kept file gets that file's digest: taken once for the file, not
+// once per link. 10,000 links (the most a tree lists) to a 10 MiB file were 100 GB to hash, over a
+// minute of CPU on every collection, which no ctx could end.
+func TestReadTreeHardLinksHashedOnce(t *testing.T) {
+	const size, links = 1 << 20, 1000
+	hdrs := []*tar.Header{{Name: "out/", Typeflag: tar.TypeDir, Mode: 0o755}, {Name: "out/a", Size: size}}
+	for i := range links {
+		hdrs = append(hdrs, &tar.Header{Name: fmt.Sprintf("out/l%04d", i), Typeflag: tar.TypeLink, Linkname: "out/a", Mode: 0o644})
+	}
+	r := newTreeReader(sandbox.TreeLimits{MaxFileBytes: size, MaxTotalBytes: size}.WithDefaults(), "out")
+	require.NoError(t, r.read(bytes.NewReader(tarOf(t, hdrs...))))
+	require.Len(t, r.tree.Files, 1+links)
+	sum := sha256.Sum256(bytes.Repeat([]byte("x"), size))
+	for _, f := range r.tree.Files[1:] {
+		require.False(t, f.Read, "%s is past the total", f.Path)
+		require.Equal(t, hex.EncodeToString(sum[:]), f.SHA256, "%s has a's digest", f.Path)
+	}
+	require.Equal(t, int64(size), r.hashed, "a was hashed once")
 }
