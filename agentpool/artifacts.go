@@ -144,7 +144,10 @@ const (
 // sandbox as a whole (gone, stopped, its service out, ctx ended) is an error.
 //
 // Where the provider can (sandbox.TreeReader), the directory is listed and its files read in one
-// pass; otherwise, and for the files that pass did not keep, each file is read on its own.
+// pass; otherwise each file is read on its own. A file the pass passed over, giving its digest, is
+// decided on that digest and its listed size, and read only if the reply takes it, after the pass:
+// the pass's contents are let go as they are decided on, unless the reply takes them, so that
+// reading more never holds them besides the reply's.
 //
 // Uploads are not recorded here: call RecordArtifacts once the platform confirmed them.
 func CollectArtifacts(ctx context.Context, sb sandbox.Sandbox, store db.ArtifactStore, threadKey string, lim ArtifactLimits) (found []Artifact, skipped []SkippedArtifact, err error) {
@@ -165,104 +168,196 @@ func CollectArtifacts(ctx context.Context, sb sandbox.Sandbox, store db.Artifact
 	case err != nil:
 		return nil, nil, fmt.Errorf("agentpool: list %s: %w", ArtifactDir, err)
 	}
-	entries := tree.Files
-	slices.SortFunc(entries, func(a, b sandbox.TreeFile) int { return strings.Compare(a.Path, b.Path) })
-
-	var (
-		total   int64
-		checked int
-		names   = map[string]int{}
-		more    int
-	)
-	skip := func(name string, size int64, reason SkipReason, limit int64) {
-		if len(skipped) >= maxSkippedListed {
-			more++
-			return
-		}
-		skipped = append(skipped, SkippedArtifact{Name: name, Size: size, Reason: reason, Limit: limit})
+	c := &collection{ctx: ctx, sb: sb, store: store, threadKey: threadKey, lim: lim}
+	if err := c.collect(tree.Files); err != nil {
+		return nil, nil, err
 	}
-	defer func() {
-		if more > 0 && err == nil {
-			skipped = append(skipped, SkippedArtifact{Reason: SkipMore, Count: more, Limit: maxSkippedListed})
-		}
-	}()
-	defer func() {
-		if tree.Partial && err == nil {
-			skipped = append(skipped, SkippedArtifact{Name: ArtifactDir, Reason: SkipUnreached, Limit: maxArtifactSkipBytes})
-		}
-	}()
-	for i, e := range entries {
+	if tree.Partial {
+		c.skipped = append(c.skipped, SkippedArtifact{Name: ArtifactDir, Reason: SkipUnreached, Limit: maxArtifactSkipBytes})
+	}
+	if c.more > 0 {
+		c.skipped = append(c.skipped, SkippedArtifact{Reason: SkipMore, Count: c.more, Limit: maxSkippedListed})
+	}
+	return c.found, c.skipped, nil
+}
+
+// collection is one CollectArtifacts under way.
+type collection struct {
+	ctx       context.Context
+	sb        sandbox.Sandbox
+	store     db.ArtifactStore
+	threadKey string
+	lim       ArtifactLimits
+
+	found []Artifact
+	// unread[i]: found[i] is still to be read (its Data is nil): the pass passed over it, giving
+	// its digest.
+	unread  []bool
+	total   int64 // the bytes of found
+	skipped []SkippedArtifact
+	more    int // skipped files past maxSkippedListed
+}
+
+// collect decides on each entry in path order, then reads the files the reply takes that the pass
+// did not keep, and names the reply's files. It takes entries over: each entry's Data is let go once
+// passed, unless the reply takes it.
+func (c *collection) collect(entries []sandbox.TreeFile) error {
+	slices.SortFunc(entries, func(a, b sandbox.TreeFile) int { return strings.Compare(a.Path, b.Path) })
+	checked := 0
+	for i := range entries {
+		// What the pass kept is held from here by e, then by found if the reply takes it.
+		e := entries[i]
+		entries[i].Data = nil
 		if e.Mode.IsDir() {
 			continue
 		}
-		name := sanitizeName(e.Path, lim.MaxNameLen)
+		name := sanitizeName(e.Path, c.lim.MaxNameLen)
 		if !e.Mode.IsRegular() {
-			skip(name, e.Size, SkipNotRegular, 0)
+			c.skip(name, e.Size, SkipNotRegular, 0)
 			continue
 		}
-		if e.Size > lim.MaxFileBytes {
-			skip(name, e.Size, SkipFileTooLarge, lim.MaxFileBytes)
+		if e.Size > c.lim.MaxFileBytes {
+			c.skip(name, e.Size, SkipFileTooLarge, c.lim.MaxFileBytes)
 			continue
 		}
 		if checked == maxArtifactEntries {
-			skipped = append(skipped, SkippedArtifact{Reason: SkipUnchecked, Limit: maxArtifactEntries, Count: countRegular(entries[i:])})
+			c.skipped = append(c.skipped, SkippedArtifact{Reason: SkipUnchecked, Limit: maxArtifactEntries, Count: countRegular(entries[i:])})
 			break
 		}
 		checked++
-		if !e.Read && e.SHA256 != "" {
-			// Passed over whole but not kept (past what the pass keeps): its digest tells an
-			// unchanged file, uploaded before, without reading it again.
-			switch _, err := store.ArtifactLookup(ctx, threadKey, e.Path, e.SHA256); {
-			case err == nil:
-				continue
-			case !errors.Is(err, db.ErrNotFound):
-				return nil, nil, fmt.Errorf("agentpool: artifact %s: %w", e.Path, err)
+		a := Artifact{Path: e.Path, Data: e.Data, Size: e.Size, SHA256: e.SHA256}
+		unread := !e.Read && e.SHA256 != ""
+		if !e.Read && !unread {
+			// Neither kept nor digested: read now, to know whether it changed.
+			data, ok, err := c.read(a.Path, name, e.Size)
+			if err != nil {
+				return err
 			}
+			if !ok {
+				continue
+			}
+			a.Data, a.Size = data, int64(len(data))
 		}
-		data, err := e.Data, error(nil)
-		if !e.Read {
-			data, err = sb.ReadFile(ctx, ArtifactDir+"/"+e.Path, lim.MaxFileBytes)
+		if !unread {
+			sum := sha256.Sum256(a.Data)
+			a.SHA256 = hex.EncodeToString(sum[:])
 		}
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			continue // removed since the listing
-		case errors.Is(err, sandbox.ErrNotRegular):
-			skip(name, e.Size, SkipNotRegular, 0)
+		seen, err := c.uploaded(a)
+		if err != nil {
+			return err
+		}
+		if !seen && c.fits(a, name) {
+			c.total += a.Size
+			c.found, c.unread = append(c.found, a), append(c.unread, unread)
+		}
+	}
+	// The pass's contents are let go (entries' Data are nil but the reply's): read the rest.
+	if err := c.readUnread(); err != nil {
+		return err
+	}
+	names := map[string]int{}
+	for i := range c.found {
+		c.found[i].Name = uniqueNameLen(sanitizeName(c.found[i].Path, c.lim.MaxNameLen), names, c.lim.MaxNameLen)
+	}
+	return nil
+}
+
+// readUnread reads the files the reply takes that the pass did not keep. One changed since the pass
+// is decided again on what it holds now; one gone, or no longer readable, leaves the reply.
+func (c *collection) readUnread() error {
+	found := c.found[:0]
+	for i, a := range c.found {
+		if !c.unread[i] {
+			found = append(found, a)
 			continue
-		case errors.Is(err, sandbox.ErrFileTooLarge):
-			// It grew since the listing.
-			skip(name, max(e.Size, lim.MaxFileBytes+1), SkipFileTooLarge, lim.MaxFileBytes)
-			continue
-		case err != nil && sandboxWide(ctx, err):
-			return nil, nil, fmt.Errorf("agentpool: read %s/%s: %w", ArtifactDir, e.Path, err)
-		case err != nil:
-			// The file's own failure (the agent named it so deep that the daemon cannot open it,
-			// say): it costs this file, not the others.
-			skip(name, e.Size, SkipUnreadable, 0)
+		}
+		c.total -= a.Size
+		name := sanitizeName(a.Path, c.lim.MaxNameLen)
+		data, ok, err := c.read(a.Path, name, a.Size)
+		if err != nil {
+			return err
+		}
+		if !ok {
 			continue
 		}
 		sum := sha256.Sum256(data)
-		a := Artifact{Path: e.Path, Data: data, Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:])}
-		_, err = store.ArtifactLookup(ctx, threadKey, a.Path, a.SHA256)
-		switch {
-		case err == nil:
-			continue // uploaded before with this content
-		case !errors.Is(err, db.ErrNotFound):
-			return nil, nil, fmt.Errorf("agentpool: artifact %s: %w", a.Path, err)
+		if h := hex.EncodeToString(sum[:]); h != a.SHA256 {
+			a.SHA256, a.Size = h, int64(len(data))
+			seen, err := c.uploaded(a)
+			switch {
+			case err != nil:
+				return err
+			case seen:
+				continue
+			case c.total+a.Size > c.lim.MaxTurnBytes:
+				c.skip(name, a.Size, SkipReplyTooLarge, c.lim.MaxTurnBytes)
+				continue
+			}
 		}
-		switch {
-		case len(found) >= lim.MaxCount:
-			skip(name, a.Size, SkipTooMany, int64(lim.MaxCount))
-			continue
-		case total+a.Size > lim.MaxTurnBytes:
-			skip(name, a.Size, SkipReplyTooLarge, lim.MaxTurnBytes)
-			continue
-		}
-		total += a.Size
-		a.Name = uniqueNameLen(name, names, lim.MaxNameLen)
+		a.Data = data
+		c.total += a.Size
 		found = append(found, a)
 	}
-	return found, skipped, nil
+	c.found, c.unread = found, nil
+	return nil
+}
+
+// read reads one file on its own. ok is false when it is not uploaded: gone since it was listed, or
+// skipped (recorded). An error is a failure of the sandbox as a whole.
+func (c *collection) read(rel, name string, size int64) (data []byte, ok bool, err error) {
+	data, err = c.sb.ReadFile(c.ctx, ArtifactDir+"/"+rel, c.lim.MaxFileBytes)
+	switch {
+	case err == nil:
+		return data, true, nil
+	case errors.Is(err, fs.ErrNotExist):
+		// Removed since the listing.
+	case errors.Is(err, sandbox.ErrNotRegular):
+		c.skip(name, size, SkipNotRegular, 0)
+	case errors.Is(err, sandbox.ErrFileTooLarge):
+		// It grew since the listing.
+		c.skip(name, max(size, c.lim.MaxFileBytes+1), SkipFileTooLarge, c.lim.MaxFileBytes)
+	case sandboxWide(c.ctx, err):
+		return nil, false, fmt.Errorf("agentpool: read %s/%s: %w", ArtifactDir, rel, err)
+	default:
+		// The file's own failure (the agent named it so deep that the daemon cannot open it,
+		// say): it costs this file, not the others.
+		c.skip(name, size, SkipUnreadable, 0)
+	}
+	return nil, false, nil
+}
+
+// uploaded reports whether the thread uploaded a's path with a's content before.
+func (c *collection) uploaded(a Artifact) (bool, error) {
+	_, err := c.store.ArtifactLookup(c.ctx, c.threadKey, a.Path, a.SHA256)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, db.ErrNotFound):
+		return false, nil
+	}
+	return false, fmt.Errorf("agentpool: artifact %s: %w", a.Path, err)
+}
+
+// fits reports whether the reply takes a, recording it skipped if not.
+func (c *collection) fits(a Artifact, name string) bool {
+	switch {
+	case len(c.found) >= c.lim.MaxCount:
+		c.skip(name, a.Size, SkipTooMany, int64(c.lim.MaxCount))
+	case c.total+a.Size > c.lim.MaxTurnBytes:
+		c.skip(name, a.Size, SkipReplyTooLarge, c.lim.MaxTurnBytes)
+	default:
+		return true
+	}
+	return false
+}
+
+// skip records a file not uploaded: listed up to maxSkippedListed, counted past that.
+func (c *collection) skip(name string, size int64, reason SkipReason, limit int64) {
+	if len(c.skipped) >= maxSkippedListed {
+		c.more++
+		return
+	}
+	c.skipped = append(c.skipped, SkippedArtifact{Name: name, Size: size, Reason: reason, Limit: limit})
 }
 
 // sandboxWide reports whether a failed read says nothing more can be read this time: the sandbox
@@ -274,7 +369,8 @@ func sandboxWide(ctx context.Context, err error) bool {
 
 // readArtifactTree lists output/display and reads its files in one pass where the sandbox can, or
 // lists it alone (no file read: each is read on its own). The pass keeps up to what a reply may
-// carry plus one file, as much as reading files one by one held at most.
+// carry plus one file, as much as reading files one by one held at most; CollectArtifacts lets go
+// of it before reading more.
 func readArtifactTree(ctx context.Context, sb sandbox.Sandbox, lim ArtifactLimits) (sandbox.Tree, error) {
 	tree, err := sb.ReadTree(ctx, ArtifactDir, sandbox.TreeLimits{
 		MaxFileBytes: lim.MaxFileBytes, MaxTotalBytes: lim.MaxTurnBytes + lim.MaxFileBytes, MaxSkipBytes: maxArtifactSkipBytes,

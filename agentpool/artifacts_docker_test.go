@@ -203,3 +203,31 @@ func (s seenArtifacts) ArtifactLookup(_ context.Context, _, path, sum string) (d
 	}
 	return db.Artifact{}, db.ErrNotFound
 }
+
+// A turn that leaves more new files than a reply carries, or a file with many names (hard links
+// cost the agent nothing), does not have the files past what the reply takes read one by one just
+// to be listed as skipped: their digests and sizes decide. Each was three daemon calls (440 here;
+// 10,000 links to a 10 MiB file were 1,000 reads, 10 GB).
+func TestDockerArtifactsPastTheReplyNotRead(t *testing.T) {
+	ctx := context.Background()
+	dep := "art-" + maintRandom()
+	p, count := dockertest.NewCounted(t, docker.Options{Deployment: dep, StopTimeout: time.Second})
+	const thread = "web:docker-art-past"
+	sb := &readSpy{Sandbox: sandbox.Bind(p, maintDockerBox(t, p, dep, thread))}
+	shell(t, sb, `set -e
+mkdir -p output/display && cd output/display
+for i in $(seq 100 199); do head -c 1000 /dev/urandom > f$i.bin; done
+for i in $(seq 10 59); do ln f100.bin link$i.bin; done`)
+
+	count.Reset()
+	// The pass keeps 5 KiB (five files); the reply takes four.
+	found, skipped, err := CollectArtifacts(ctx, sb, noArtifacts{}, thread, ArtifactLimits{MaxCount: 10, MaxTurnBytes: 4 << 10, MaxFileBytes: 1 << 10})
+	require.NoError(t, err)
+	require.Equal(t, []string{"f100.bin=f100.bin", "f101.bin=f101.bin", "f102.bin=f102.bin", "f103.bin=f103.bin"}, names(found))
+	require.Len(t, skipped, maxSkippedListed+1)
+	require.Equal(t, SkippedArtifact{Name: "f104.bin", Size: 1000, Reason: SkipReplyTooLarge, Limit: 4 << 10}, skipped[0])
+	require.Equal(t, SkippedArtifact{Reason: SkipMore, Count: 146 - maxSkippedListed, Limit: maxSkippedListed}, skipped[maxSkippedListed])
+	require.Empty(t, sb.takeReads(), "no file read on its own")
+	calls := count.Calls()
+	require.LessOrEqual(t, len(calls), 3, "the first calls: %v", calls[:min(len(calls), 6)])
+}

@@ -106,8 +106,14 @@ type artBox struct {
 	readErr map[string]error
 	reads   []string
 	tree    bool
-	// stopAt makes ReadTree stop, Partial, at that entry (in path order).
+	// stopAt makes ReadTree stop, Partial, at that entry (in the order the pass meets them).
 	stopAt string
+	// noSums: ReadTree gives no digest of the files it passes over without keeping them.
+	noSums bool
+	// afterTree, when set, changes the box (locked) once a ReadTree is done.
+	afterTree func(*artBox)
+	// held, when set, tracks the contents the box hands out.
+	held *heldBufs
 }
 
 var _ sandbox.Sandbox = (*artBox)(nil)
@@ -179,10 +185,13 @@ func (b *artBox) ReadFile(ctx context.Context, p string, max int64) ([]byte, err
 	if int64(len(d)) > max {
 		return nil, fmt.Errorf("read %s: %w", p, sandbox.ErrFileTooLarge)
 	}
-	return append([]byte(nil), d...), nil
+	b.held.measure()
+	return b.held.track(append([]byte(nil), d...)), nil
 }
 
-// ReadTree reads the listed regular files in path order while they fit the caps.
+// ReadTree reads the listed regular files while they fit the caps, in the order Docker's archive
+// has them (a directory's entries by name, each directory's contents after its name: "x/a" before
+// "x-y"), and gives the digest of those within the per-file cap it does not keep, as Docker does.
 func (b *artBox) ReadTree(_ context.Context, dir string, lim sandbox.TreeLimits) (sandbox.Tree, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -196,17 +205,30 @@ func (b *artBox) ReadTree(_ context.Context, dir string, lim sandbox.TreeLimits)
 	}
 	var tree sandbox.Tree
 	var total int64
-	for _, e := range slices.SortedFunc(slices.Values(b.entries), func(x, y sandbox.FileInfo) int { return strings.Compare(x.Path, y.Path) }) {
+	walk := func(x, y sandbox.FileInfo) int {
+		return slices.Compare(strings.Split(x.Path, "/"), strings.Split(y.Path, "/"))
+	}
+	for _, e := range slices.SortedFunc(slices.Values(b.entries), walk) {
 		f := sandbox.TreeFile{FileInfo: e}
-		if d := b.data[e.Path]; e.Mode.IsRegular() && e.Size <= lim.MaxFileBytes && total+e.Size <= lim.MaxTotalBytes {
-			f.Data, f.Read = append([]byte{}, d...), true
+		d := b.data[e.Path]
+		switch {
+		case !e.Mode.IsRegular() || e.Size > lim.MaxFileBytes:
+		case total+e.Size <= lim.MaxTotalBytes:
+			f.Data, f.Read = b.held.track(append([]byte{}, d...)), true
 			total += e.Size
+		case !b.noSums:
+			sum := sha256.Sum256(d)
+			f.SHA256 = hex.EncodeToString(sum[:])
 		}
 		tree.Files = append(tree.Files, f)
 		if e.Path == b.stopAt {
 			tree.Partial = true
 			break
 		}
+	}
+	slices.SortFunc(tree.Files, func(x, y sandbox.TreeFile) int { return strings.Compare(x.Path, y.Path) })
+	if b.afterTree != nil {
+		b.afterTree(b)
 	}
 	return tree, nil
 }
@@ -230,6 +252,11 @@ func (noArtifacts) ArtifactRecord(context.Context, db.NewArtifact) (db.Artifact,
 
 func (noArtifacts) ArtifactLookup(context.Context, string, string, string) (db.Artifact, error) {
 	return db.Artifact{}, db.ErrNotFound
+}
+
+func sha256Hex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
 }
 
 func names(as []Artifact) []string {
@@ -256,6 +283,11 @@ func TestCollectArtifactsCapsAndKinds(t *testing.T) {
 		// reading, which a pass cannot see.
 		wantTreeReads []string
 		listOnly      bool
+		// wantNoSumReads, when not nil, is what one pass that gives no digests reads on its own,
+		// if that is not wantTreeReads.
+		wantNoSumReads []string
+		// seen: the thread uploaded these paths before, with the content of these digests.
+		seen seenArtifacts
 	}{
 		{
 			name: "no output/display",
@@ -311,16 +343,29 @@ func TestCollectArtifactsCapsAndKinds(t *testing.T) {
 			wantReads:   []string{"a", "b", "c", "d"},
 		},
 		{
-			// One pass keeps what a reply carries plus a file (here 200 bytes); the files it did
-			// not keep are read on their own.
+			// One pass keeps what a reply carries plus a file (here 200 bytes); a file it did not
+			// keep is decided on its digest and size, and not read when the reply has no room
+			// for it. Without a digest it is read, to know whether it changed.
 			name: "more than one pass keeps",
 			box: newArtBox().put("a", strings.Repeat("a", 60)).put("b", strings.Repeat("b", 60)).
 				put("c", strings.Repeat("c", 60)).put("d", strings.Repeat("d", 60)).put("e", "small"),
-			lim:           ArtifactLimits{MaxFileBytes: 100, MaxTurnBytes: 100, MaxCount: 10},
-			wantFound:     []string{"a=a", "e=e"},
-			wantSkipped:   []SkippedArtifact{{Name: "b", Size: 60, Reason: SkipReplyTooLarge, Limit: 100}, {Name: "c", Size: 60, Reason: SkipReplyTooLarge, Limit: 100}, {Name: "d", Size: 60, Reason: SkipReplyTooLarge, Limit: 100}},
-			wantReads:     []string{"a", "b", "c", "d", "e"},
-			wantTreeReads: []string{"d"},
+			lim:            ArtifactLimits{MaxFileBytes: 100, MaxTurnBytes: 100, MaxCount: 10},
+			wantFound:      []string{"a=a", "e=e"},
+			wantSkipped:    []SkippedArtifact{{Name: "b", Size: 60, Reason: SkipReplyTooLarge, Limit: 100}, {Name: "c", Size: 60, Reason: SkipReplyTooLarge, Limit: 100}, {Name: "d", Size: 60, Reason: SkipReplyTooLarge, Limit: 100}},
+			wantReads:      []string{"a", "b", "c", "d", "e"},
+			wantNoSumReads: []string{"d"},
+		},
+		{
+			// The files the pass kept were uploaded before; the one it passed over is new, and
+			// read for the reply.
+			name: "a file the pass did not keep, new, is read for the reply",
+			box: newArtBox().put("a", strings.Repeat("a", 90)).put("b", strings.Repeat("b", 90)).
+				put("c", strings.Repeat("c", 90)),
+			seen:          seenArtifacts{"a": sha256Hex(strings.Repeat("a", 90)), "b": sha256Hex(strings.Repeat("b", 90))},
+			lim:           ArtifactLimits{MaxFileBytes: 100, MaxTurnBytes: 100},
+			wantFound:     []string{"c=c"},
+			wantReads:     []string{"a", "b", "c"},
+			wantTreeReads: []string{"c"},
 		},
 		{
 			name:      "display names are sanitized and unique in the turn",
@@ -388,19 +433,26 @@ func TestCollectArtifactsCapsAndKinds(t *testing.T) {
 		},
 	}
 	for _, tt := range tests {
-		for _, tree := range []bool{false, true} {
+		for _, mode := range []string{"list and read", "one pass", "one pass without digests"} {
+			tree := mode != "list and read"
 			if tree && tt.listOnly {
 				continue
 			}
-			mode := map[bool]string{false: "list and read", true: "one pass"}[tree]
 			t.Run(tt.name+"/"+mode, func(t *testing.T) {
 				box := tt.box.clone()
-				box.tree = tree
+				box.tree, box.noSums = tree, mode == "one pass without digests"
 				wantReads := tt.wantReads
 				if tree {
 					wantReads = tt.wantTreeReads
 				}
-				found, skipped, err := CollectArtifacts(context.Background(), box, noArtifacts{}, "web:t", tt.lim)
+				if box.noSums && tt.wantNoSumReads != nil {
+					wantReads = tt.wantNoSumReads
+				}
+				var store db.ArtifactStore = noArtifacts{}
+				if tt.seen != nil {
+					store = tt.seen
+				}
+				found, skipped, err := CollectArtifacts(context.Background(), box, store, "web:t", tt.lim)
 				require.ErrorIs(t, err, tt.wantErr)
 				if tt.wantErr != nil {
 					require.Nil(t, found)
@@ -425,7 +477,7 @@ func (b *artBox) clone() *artBox {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return &artBox{entries: slices.Clone(b.entries), data: maps.Clone(b.data), listErr: b.listErr,
-		readErr: maps.Clone(b.readErr), tree: b.tree, stopAt: b.stopAt}
+		readErr: maps.Clone(b.readErr), tree: b.tree, stopAt: b.stopAt, noSums: b.noSums, afterTree: b.afterTree}
 }
 
 // A provider that stops its pass at a file of gigabytes (Tree.Partial) costs the files after it:
