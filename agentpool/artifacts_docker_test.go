@@ -231,3 +231,65 @@ for i in $(seq 10 59); do ln f100.bin link$i.bin; done`)
 	calls := count.Calls()
 	require.LessOrEqual(t, len(calls), 3, "the first calls: %v", calls[:min(len(calls), 6)])
 }
+
+// listAndRead hides a sandbox's ReadTree: CollectArtifacts lists and reads file by file.
+type listAndRead struct{ sandbox.Sandbox }
+
+func (listAndRead) ReadTree(context.Context, string, sandbox.TreeLimits) (sandbox.Tree, error) {
+	return sandbox.Tree{}, sandbox.ErrUnsupported
+}
+
+// What an agent can leave in output/display (FIFOs and hard links to them, a symlink and a hard
+// link to it, names with a newline, control characters or 250 bytes, a file 30 directories deep,
+// a hard link whose other name is outside, names that sanitize alike, more than a pass keeps, a
+// file with many names, one over the cap) is collected in one pass as listing and reading file by
+// file collects it: the same files and contents, skips and reasons, before and after some of them
+// were uploaded and one changed.
+func TestDockerArtifactsOnePassAsListAndRead(t *testing.T) {
+	ctx := context.Background()
+	dep := "art-" + maintRandom()
+	p := maintDocker(t, dep)
+	const thread = "web:docker-art-same"
+	sb := sandbox.Bind(p, maintDockerBox(t, p, dep, thread))
+	shell(t, sb, `set -e
+mkdir -p output/display && cd output/display
+mkfifo fifo && ln fifo fifo-link
+ln -s /etc/passwd sym && ln sym sym-hard
+printf nl > "$(printf 'new\nline.txt')"
+printf ctl > "$(printf 'c\001\033[31mtl.txt')"
+printf long > "$(head -c 246 /dev/zero | tr '\0' L).txt"
+d=.; for i in $(seq 1 30); do d=$d/dddddddddddddddddddddddddddddddddddddddddddddddddd; done
+mkdir -p $d && printf deep > $d/deep.txt
+echo outside > ../../outside.txt && ln ../../outside.txt inside-link.txt
+: > empty
+for i in 1 2 3 4 5 6 7 8; do head -c 300 /dev/urandom > r$i; done
+for i in 1 2 3 4 5 6; do ln r1 r1-link$i; done
+mkdir x y && echo 1 > x/same.txt && echo 2 > y/same.txt
+head -c 2000 /dev/zero > over.bin && ln over.bin over-link.bin`)
+	seen := seenArtifacts{}
+	for round := range 2 {
+		for _, lim := range []ArtifactLimits{
+			{MaxFileBytes: 1 << 10, MaxTurnBytes: 4 << 10, MaxCount: 100},
+			{MaxFileBytes: 1 << 10, MaxTurnBytes: 1 << 10, MaxCount: 5},
+		} {
+			found, skipped, err := CollectArtifacts(ctx, sb, seen, thread, lim)
+			require.NoError(t, err)
+			wantFound, wantSkipped, err := CollectArtifacts(ctx, listAndRead{sb}, seen, thread, lim)
+			require.NoError(t, err)
+			require.NotEmpty(t, wantFound)
+			require.Equal(t, names(wantFound), names(found), "round %d, %+v", round, lim)
+			require.Equal(t, wantSkipped, skipped, "round %d, %+v", round, lim)
+			for i, a := range found {
+				require.Equal(t, wantFound[i].Data, a.Data, a.Path)
+				require.Equal(t, wantFound[i].SHA256, a.SHA256, a.Path)
+			}
+			if lim.MaxCount == 100 && round == 0 {
+				// Every other file is uploaded; then one changes.
+				for i := 0; i < len(found); i += 2 {
+					seen[found[i].Path] = found[i].SHA256
+				}
+			}
+		}
+		shell(t, sb, `head -c 300 /dev/urandom > output/display/r1`)
+	}
+}
