@@ -3,6 +3,7 @@ package docker
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -13,6 +14,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -234,4 +236,95 @@ func TestReadTreeHardLinksHashedOnce(t *testing.T) {
 		require.Equal(t, hex.EncodeToString(sum[:]), f.SHA256, "%s has a's digest", f.Path)
 	}
 	require.Equal(t, int64(size), r.hashed, "a was hashed once")
+}
+
+// Entries a daemon should never send for a directory of the sandbox (a GNU sparse file of 4 GiB
+// made of 3 bytes, an entry of an unknown type carrying megabytes) are listed unread, neither kept
+// nor hashed (the sparse one is not expanded), their contents passed by the archive reader within
+// the archive's bound, and the entries after them are read as usual. (The caller reads such a file
+// on its own, if at all.)
+func TestReadTreeEntriesNotRead(t *testing.T) {
+	const id = "c0ffee"
+	h := newHandle(id, handleState{Volume: "v", User: "1000:1000", UID: 1000, GID: 1000, WorkDir: "/workspace"})
+	root := tarOf(t, &tar.Header{Name: "out/", Typeflag: tar.TypeDir, Mode: 0o755})
+	root = root[:len(root)-1024] // without the end of the archive
+	after := tarOf(t, &tar.Header{Name: "out/z-after", Size: 5})
+	for _, tc := range []struct {
+		name  string
+		entry []byte
+	}{
+		{"gnu sparse", gnuSparse(t, "out/sparse", 4<<30, []byte("abc"))},
+		{"unknown type", rawEntry(t, &tar.Header{Name: "out/unknown", Typeflag: 'Z', Size: 3 << 20, Mode: 0o644})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			archive := slices.Concat(root, tc.entry, after)
+			p, _ := fakeTreeDaemon(t, id, func(w io.Writer) { _, _ = w.Write(archive) })
+			tree, err := p.ReadTree(t.Context(), h, "out", sandbox.TreeLimits{MaxFileBytes: 1 << 20, MaxTotalBytes: 1 << 20, MaxSkipBytes: 1 << 20})
+			require.NoError(t, err)
+			require.False(t, tree.Partial)
+			require.Len(t, tree.Files, 2)
+			f := tree.Files[0]
+			require.False(t, f.Read, f.Path)
+			require.Nil(t, f.Data, f.Path)
+			require.Empty(t, f.SHA256, f.Path)
+			require.Equal(t, "xxxxx", string(tree.Files[1].Data), "the entry after it")
+		})
+	}
+}
+
+// gnuSparse is an old GNU sparse entry: data is the only data, at offset 0, of a file of realSize
+// (under 8 GiB: octal fields).
+// (archive/tar writes no sparse entries: its header is patched.)
+func gnuSparse(t *testing.T, name string, realSize int64, data []byte) []byte {
+	t.Helper()
+	b := rawEntry(t, &tar.Header{Name: name, Typeflag: tar.TypeGNUSparse, Size: int64(len(data)), Mode: 0o644, Format: tar.FormatGNU}, data...)
+	octal := func(field []byte, v int64) { copy(field, fmt.Sprintf("%0*o\x00", len(field)-1, v)) }
+	blk := b[:512]
+	octal(blk[386:398], 0)                     // the first data's offset
+	octal(blk[398:410], int64(len(data)))      // and length
+	octal(blk[483:495], realSize)              // the file's size
+	copy(blk[148:156], strings.Repeat(" ", 8)) // the checksum, computed over blanks in its place
+	sum := 0
+	for _, c := range blk {
+		sum += int(c)
+	}
+	copy(blk[148:156], fmt.Sprintf("%06o\x00 ", sum))
+	return b
+}
+
+// rawEntry is one archive entry (no end of archive): hdr, then data, or hdr.Size bytes of "z".
+func rawEntry(t *testing.T, hdr *tar.Header, data ...byte) []byte {
+	t.Helper()
+	if data == nil {
+		data = bytes.Repeat([]byte("z"), int(hdr.Size))
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	require.NoError(t, tw.WriteHeader(hdr))
+	_, err := tw.Write(data)
+	require.NoError(t, err)
+	require.NoError(t, tw.Flush())
+	return buf.Bytes()
+}
+
+// A daemon that stops sending mid-archive (a remote one on a slow link) holds ReadTree no longer
+// than ctx: it ends with ctx's error.
+func TestReadTreeEndsWithCtx(t *testing.T) {
+	const id = "c0ffee"
+	h := newHandle(id, handleState{Volume: "v", User: "1000:1000", UID: 1000, GID: 1000, WorkDir: "/workspace"})
+	archive := tarOf(t, &tar.Header{Name: "out/", Typeflag: tar.TypeDir, Mode: 0o755}, &tar.Header{Name: "out/big", Size: 1 << 20})
+	sent, release := make(chan struct{}), make(chan struct{})
+	p, _ := fakeTreeDaemon(t, id, func(w io.Writer) {
+		_, _ = w.Write(archive[:64<<10]) // more than the server buffers: it reaches the client
+		close(sent)
+		<-release
+	})
+	t.Cleanup(func() { close(release) }) // before the server's cleanup, which waits for this handler
+	ctx, cancel := context.WithCancel(t.Context())
+	go func() {
+		<-sent
+		cancel()
+	}()
+	_, err := p.ReadTree(ctx, h, "out", sandbox.TreeLimits{MaxFileBytes: 1 << 20})
+	require.ErrorIs(t, err, context.Canceled)
 }
