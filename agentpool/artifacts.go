@@ -46,10 +46,15 @@ const (
 // thousands of files must not turn every reply into thousands of reads.
 const maxArtifactEntries = 1000
 
-// maxArtifactSkipBytes bounds what one collection reads past (files over the per-file cap, and
-// those beyond what it keeps) on a provider whose listing carries contents (Docker): about a second
-// from a local daemon. A directory holding more than that is collected up to there (Tree.Partial).
-const maxArtifactSkipBytes = sandbox.DefaultMaxTreeSkip
+// What one collection reads past on a provider whose listing carries contents (Docker):
+// ArtifactSkipBytes of files over the per-file cap (never uploaded: about a second from a local
+// daemon), and ArtifactPassBytes of the others it does not keep (a long thread's old files, told
+// unchanged by their digests, among which new ones may be). A directory holding more than that is
+// collected up to there (Tree.Partial), and the reply says so.
+const (
+	ArtifactSkipBytes = sandbox.DefaultMaxTreeSkip
+	ArtifactPassBytes = sandbox.DefaultMaxTreePass
+)
 
 // maxSkippedListed bounds the skipped files listed one by one (each is a line of the reply); the
 // rest are counted in one SkipMore entry.
@@ -125,9 +130,9 @@ const (
 	// SkipUnreadable: output/display (the error is logged, not shown), or one file under it, could
 	// not be read.
 	SkipUnreadable SkipReason = "unreadable"
-	// SkipUnreached: output/display holds more than Limit bytes that one collection does not keep
-	// (files over the per-file cap, mostly), and the files after them were not looked at; how many
-	// there are is not known.
+	// SkipUnreached: output/display holds more than one collection reads past (Limit bytes of files
+	// over the per-file cap, or ArtifactPassBytes of others), and the files after them were not
+	// looked at; how many there are is not known.
 	SkipUnreached SkipReason = "unreached"
 	// SkipMore: Count more files were not uploaded, for the reasons above, past the Limit listed.
 	SkipMore SkipReason = "more"
@@ -173,7 +178,7 @@ func CollectArtifacts(ctx context.Context, sb sandbox.Sandbox, store db.Artifact
 		return nil, nil, err
 	}
 	if tree.Partial {
-		c.skipped = append(c.skipped, SkippedArtifact{Name: ArtifactDir, Reason: SkipUnreached, Limit: maxArtifactSkipBytes})
+		c.skipped = append(c.skipped, SkippedArtifact{Name: ArtifactDir, Reason: SkipUnreached, Limit: ArtifactSkipBytes})
 	}
 	if c.more > 0 {
 		c.skipped = append(c.skipped, SkippedArtifact{Reason: SkipMore, Count: c.more, Limit: maxSkippedListed})
@@ -373,7 +378,7 @@ func sandboxWide(ctx context.Context, err error) bool {
 // of it before reading more.
 func readArtifactTree(ctx context.Context, sb sandbox.Sandbox, lim ArtifactLimits) (sandbox.Tree, error) {
 	tree, err := sb.ReadTree(ctx, ArtifactDir, sandbox.TreeLimits{
-		MaxFileBytes: lim.MaxFileBytes, MaxTotalBytes: lim.MaxTurnBytes + lim.MaxFileBytes, MaxSkipBytes: maxArtifactSkipBytes,
+		MaxFileBytes: lim.MaxFileBytes, MaxTotalBytes: lim.MaxTurnBytes + lim.MaxFileBytes, MaxSkipBytes: ArtifactSkipBytes, MaxPassBytes: ArtifactPassBytes,
 	})
 	if !errors.Is(err, sandbox.ErrUnsupported) {
 		return tree, err

@@ -151,7 +151,7 @@ dd if=/dev/zero of=huge.bin bs=1 count=0 seek=1073741824 2>/dev/null`)
 	require.Equal(t, []SkippedArtifact{
 		{Name: "huge.bin", Size: 1 << 30, Reason: SkipFileTooLarge, Limit: DefaultArtifactMaxFileBytes},
 		// The pass stopped at huge.bin: the reply says it may have missed files after it.
-		{Name: ArtifactDir, Reason: SkipUnreached, Limit: maxArtifactSkipBytes},
+		{Name: ArtifactDir, Reason: SkipUnreached, Limit: ArtifactSkipBytes},
 	}, skipped)
 }
 

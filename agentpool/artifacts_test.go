@@ -491,7 +491,7 @@ func TestCollectArtifactsPartialTree(t *testing.T) {
 	require.Equal(t, []string{"a.txt=a.txt"}, names(found))
 	require.Equal(t, []SkippedArtifact{
 		{Name: "m-huge.bin", Size: 2 << 30, Reason: SkipFileTooLarge, Limit: DefaultArtifactMaxFileBytes},
-		{Name: ArtifactDir, Reason: SkipUnreached, Limit: maxArtifactSkipBytes},
+		{Name: ArtifactDir, Reason: SkipUnreached, Limit: ArtifactSkipBytes},
 	}, skipped)
 	require.Empty(t, box.readPaths(), "nothing read on its own")
 }

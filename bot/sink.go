@@ -261,8 +261,8 @@ func skippedLine(s agentpool.SkippedArtifact) string {
 		return fmt.Sprintf("not uploaded: %d more files: %s holds more than %d files; only the first were checked",
 			s.Count, agentpool.ArtifactDir, s.Limit)
 	case agentpool.SkipUnreached:
-		return fmt.Sprintf("not uploaded: possibly more files: %s holds more than %s that cannot be uploaded, so not all of it was checked",
-			agentpool.ArtifactDir, HumanSize(s.Limit))
+		return fmt.Sprintf("not uploaded: possibly more files: %s holds more than one reply looks through (%s of files too large to upload, or %s of others), so not all of it was checked",
+			agentpool.ArtifactDir, HumanSize(s.Limit), HumanSize(agentpool.ArtifactPassBytes))
 	case agentpool.SkipMore:
 		return fmt.Sprintf("not uploaded: %d more files (only the first %d skipped are listed)", s.Count, s.Limit)
 	case agentpool.SkipNotDirectory:

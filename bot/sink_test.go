@@ -217,7 +217,7 @@ func TestSkippedLine(t *testing.T) {
 			"not uploaded: 7 more files: output/display holds more than 1000 files; only the first were checked"},
 		{agentpool.SkippedArtifact{Name: "output/display", Reason: agentpool.SkipUnreadable}, "not uploaded: output/display (0 B): could not be read"},
 		{agentpool.SkippedArtifact{Name: "output/display", Reason: agentpool.SkipUnreached, Limit: 256 << 20},
-			"not uploaded: possibly more files: output/display holds more than 256 MiB that cannot be uploaded, so not all of it was checked"},
+			"not uploaded: possibly more files: output/display holds more than one reply looks through (256 MiB of files too large to upload, or 2 GiB of others), so not all of it was checked"},
 		{agentpool.SkippedArtifact{Reason: agentpool.SkipMore, Limit: 20, Count: 9980},
 			"not uploaded: 9980 more files (only the first 20 skipped are listed)"},
 	}

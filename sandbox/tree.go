@@ -27,21 +27,31 @@ type TreeLimits struct {
 	// listed and not read (default 4 × DefaultMaxOutput). Which files are read when it binds is the
 	// provider's choice; the caller reads the others itself if it needs them.
 	MaxTotalBytes int64
-	// MaxSkipBytes bounds the contents a provider may transfer and throw away (files over a cap) to
-	// reach the entries after them, as Docker's archive stream makes it do (default
+	// MaxSkipBytes bounds the contents of files over MaxFileBytes a provider may transfer and throw
+	// away to reach the entries after them, as Docker's archive stream makes it do (default
 	// DefaultMaxTreeSkip). A provider that would pass it stops there and answers Tree.Partial.
 	MaxSkipBytes int64
+	// MaxPassBytes bounds, likewise, the contents of files within MaxFileBytes that a provider passes
+	// over without keeping them (past MaxTotalBytes), taking their digest (default
+	// DefaultMaxTreePass). Apart from MaxSkipBytes, and larger: those files may be what the caller
+	// wants (new files among a long thread's old ones), where files over the cap never are.
+	MaxPassBytes int64
 }
 
 // DefaultMaxTreeSkip is TreeLimits.MaxSkipBytes' default: about a second of transfer from a local
 // Docker daemon.
 const DefaultMaxTreeSkip = 256 << 20
 
+// DefaultMaxTreePass is TreeLimits.MaxPassBytes' default: some ten seconds of transfer from a local
+// Docker daemon, what reading such files one by one took for a few hundred MiB.
+const DefaultMaxTreePass = 2 << 30
+
 // WithDefaults fills the zero (or negative) fields.
 func (l TreeLimits) WithDefaults() TreeLimits {
 	l.MaxFileBytes = cmp.Or(max(l.MaxFileBytes, 0), DefaultMaxOutput)
 	l.MaxTotalBytes = cmp.Or(max(l.MaxTotalBytes, 0), 4*DefaultMaxOutput)
 	l.MaxSkipBytes = cmp.Or(max(l.MaxSkipBytes, 0), DefaultMaxTreeSkip)
+	l.MaxPassBytes = cmp.Or(max(l.MaxPassBytes, 0), DefaultMaxTreePass)
 	return l
 }
 
@@ -50,7 +60,8 @@ type Tree struct {
 	// Files are the entries below dir, sorted by Path.
 	Files []TreeFile
 	// Partial: the provider stopped before the end of the tree, because going on meant transferring
-	// more than MaxSkipBytes it would throw away (a file of gigabytes). Files holds the entries it
+	// more than MaxSkipBytes it would throw away (a file of gigabytes), or passing over more than
+	// MaxPassBytes. Files holds the entries it
 	// met, each as complete as otherwise, including the file it stopped at; the entries after it are
 	// missing, and nothing says how many there are.
 	Partial bool

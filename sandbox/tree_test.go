@@ -45,7 +45,7 @@ func TestBoundReadTree(t *testing.T) {
 
 func TestTreeLimitsDefaults(t *testing.T) {
 	require.Equal(t, sandbox.TreeLimits{MaxFileBytes: sandbox.DefaultMaxOutput, MaxTotalBytes: 4 * sandbox.DefaultMaxOutput,
-		MaxSkipBytes: sandbox.DefaultMaxTreeSkip}, sandbox.TreeLimits{MaxFileBytes: -1}.WithDefaults())
-	set := sandbox.TreeLimits{MaxFileBytes: 1, MaxTotalBytes: 2, MaxSkipBytes: 3}
+		MaxSkipBytes: sandbox.DefaultMaxTreeSkip, MaxPassBytes: sandbox.DefaultMaxTreePass}, sandbox.TreeLimits{MaxFileBytes: -1}.WithDefaults())
+	set := sandbox.TreeLimits{MaxFileBytes: 1, MaxTotalBytes: 2, MaxSkipBytes: 3, MaxPassBytes: 4}
 	require.Equal(t, set, set.WithDefaults())
 }

@@ -28,9 +28,10 @@ var _ sandbox.TreeReader = (*Provider)(nil)
 // and the daemon sends their holes as zeros) takes some ten seconds from a local daemon, and a
 // remote one is slower. There is no listing that skips contents: the archive endpoint has no
 // excludes, a stat names one path, and an exec needs a running sandbox and tools the image may not
-// have (minimal images have no find -printf). So what is read past is bounded by MaxSkipBytes: at
-// a file that would pass it, the archive is dropped (the daemon stops sending) and the tree is
-// Partial, listing that file but nothing after it.
+// have (minimal images have no find -printf). So what is read past is bounded, by MaxSkipBytes for
+// files over the per-file cap and by MaxPassBytes for the others: at a file that would pass its
+// bound, the archive is dropped (the daemon stops sending) and the tree is Partial, listing that
+// file but nothing after it.
 func (p *Provider) ReadTree(ctx context.Context, h sandbox.Handle, dir string, lim sandbox.TreeLimits) (sandbox.Tree, error) {
 	lim = lim.WithDefaults()
 	st, err := p.meta(ctx, h)
@@ -87,8 +88,10 @@ type treeReader struct {
 	byName map[string]int
 	// sums holds the digests of kept files that hard links past the total needed, by index: one
 	// hash per file, not per link (10,000 links to a 10 MiB file were 100 GB to hash).
-	sums          map[int]string
-	kept, skipped int64
+	sums map[int]string
+	// kept, skipped and passed count the contents kept, read past over the per-file cap, and read
+	// past within it (hashed), against MaxTotalBytes, MaxSkipBytes and MaxPassBytes.
+	kept, skipped, passed int64
 	// hashed counts the bytes hashed: no more than what was read past plus what was kept.
 	hashed int64
 }
@@ -101,7 +104,7 @@ func newTreeReader(lim sandbox.TreeLimits, base string) *treeReader {
 func (t *treeReader) read(r io.Reader) error {
 	// Everything read is bounded: the contents kept, those read past, and the headers of at most
 	// MaxListEntries entries (and the directory's own).
-	body := &boundedReader{r: r, n: t.lim.MaxTotalBytes + t.lim.MaxSkipBytes + (sandbox.MaxListEntries+2)*maxTreeHeaderBytes}
+	body := &boundedReader{r: r, n: t.lim.MaxTotalBytes + t.lim.MaxSkipBytes + t.lim.MaxPassBytes + (sandbox.MaxListEntries+2)*maxTreeHeaderBytes}
 	tr := tar.NewReader(body)
 	for {
 		hdr, err := tr.Next()
@@ -125,7 +128,8 @@ func (t *treeReader) read(r io.Reader) error {
 }
 
 // add adds hdr's entry, reading its contents from r when they are kept. It reports stop when the
-// entry is a file to read past that would take the bytes read past beyond MaxSkipBytes.
+// entry is a file to read past that would take the bytes read past beyond MaxSkipBytes (over the
+// per-file cap) or MaxPassBytes (within it).
 func (t *treeReader) add(hdr *tar.Header, r io.Reader) (stop bool, err error) {
 	rel, err := t.rel(hdr.Name)
 	if err != nil || rel == "" {
@@ -145,13 +149,20 @@ func (t *treeReader) add(hdr *tar.Header, r io.Reader) (stop bool, err error) {
 			}
 			f.Read = true
 			t.kept += f.Size
-		} else if f.Size > t.lim.MaxSkipBytes-t.skipped {
-			// Not read past: the archive is dropped instead. (Compared so, not summed: a size
-			// near 2^63, a sparse file on XFS, would overflow the sum and be read past.)
+		} else if f.Size > t.lim.MaxFileBytes {
+			// Read past for nothing (it is never kept): within MaxSkipBytes. (Compared so, not
+			// summed: a size near 2^63, a sparse file on XFS, would overflow the sum.)
+			if f.Size > t.lim.MaxSkipBytes-t.skipped {
+				stop = true // not read past: the archive is dropped instead
+			} else {
+				t.skipped += f.Size
+			}
+		} else if f.Size > t.lim.MaxPassBytes-t.passed {
 			stop = true
-		} else if t.skipped += f.Size; f.Size <= t.lim.MaxFileBytes {
-			// Read past anyway: its digest costs no transfer, and spares the caller reading an
-			// unchanged file again.
+		} else {
+			// Passed over, within MaxPassBytes: its digest costs no transfer, and spares the caller
+			// reading an unchanged file again.
+			t.passed += f.Size
 			h := sha256.New()
 			n, err := io.Copy(h, r)
 			t.hashed += n

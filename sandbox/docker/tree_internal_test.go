@@ -164,10 +164,10 @@ func TestReadTreeEndlessArchive(t *testing.T) {
 			}
 		}
 	})
-	lim := sandbox.TreeLimits{MaxFileBytes: 1, MaxTotalBytes: 1, MaxSkipBytes: 1}
+	lim := sandbox.TreeLimits{MaxFileBytes: 1, MaxTotalBytes: 1, MaxSkipBytes: 1, MaxPassBytes: 1}
 	_, err := p.ReadTree(t.Context(), h, "out", lim)
 	require.ErrorIs(t, err, sandbox.ErrTooLarge)
-	bound := int64(2 + (sandbox.MaxListEntries+2)*maxTreeHeaderBytes)
+	bound := int64(3 + (sandbox.MaxListEntries+2)*maxTreeHeaderBytes)
 	require.Less(t, written.Load(), bound+8<<20, "read no further than the bound (and what buffers hold)")
 }
 

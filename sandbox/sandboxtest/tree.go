@@ -76,7 +76,9 @@ mkdir total && for f in 1 2 3 4 5; do printf %0100d 0 | tr 0 "$f" > total/f$f; d
 		require.Equal(t, []string{"deep", "deep/n.txt"}, treePaths(sub), "paths are relative to the dir read")
 	})
 	t.Run("TotalCap", func(t *testing.T) {
-		lim := sandbox.TreeLimits{MaxFileBytes: 1024, MaxTotalBytes: 250, MaxSkipBytes: 1 << 20}
+		// Files within the per-file cap passed over count against MaxPassBytes, never against
+		// MaxSkipBytes, which is for files that can never be kept.
+		lim := sandbox.TreeLimits{MaxFileBytes: 1024, MaxTotalBytes: 250, MaxSkipBytes: 1, MaxPassBytes: 1 << 20}
 		tree, err := tr.ReadTree(ctx, h, "total", lim)
 		require.NoError(t, err)
 		require.False(t, tree.Partial)
@@ -118,6 +120,26 @@ mkdir total && for f in 1 2 3 4 5; do printf %0100d 0 | tr 0 "$f" > total/f$f; d
 		for _, f := range tree.Files {
 			require.Contains(t, full.Files, f, "what a partial tree holds is right")
 		}
+	})
+	t.Run("PassBound", func(t *testing.T) {
+		// Two of five 100-byte files kept, room to pass over one more: the provider either lists
+		// everything (its listing costs no contents) or stops at a file it could not pass over.
+		lim := sandbox.TreeLimits{MaxFileBytes: 1024, MaxTotalBytes: 250, MaxSkipBytes: 1 << 20, MaxPassBytes: 150}
+		tree, err := tr.ReadTree(ctx, h, "total", lim)
+		require.NoError(t, err)
+		requireTree(t, tree, lim)
+		if !tree.Partial {
+			require.Equal(t, []string{"f1", "f2", "f3", "f4", "f5"}, treePaths(tree))
+			return
+		}
+		passed := 0
+		for _, f := range tree.Files {
+			if !f.Read && f.SHA256 != "" {
+				passed++
+			}
+		}
+		require.LessOrEqual(t, passed, 1, "no more passed over than MaxPassBytes allows")
+		require.Less(t, len(tree.Files), 5)
 	})
 	t.Run("Refusals", func(t *testing.T) {
 		_, err := tr.ReadTree(ctx, h, "no-such-dir", lim)
