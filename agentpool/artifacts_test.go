@@ -13,11 +13,15 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 
+	"github.com/threadbox/threadbox/agentpool/runtime"
 	"github.com/threadbox/threadbox/db"
 	"github.com/threadbox/threadbox/db/dbtest"
 	"github.com/threadbox/threadbox/sandbox"
@@ -598,4 +602,25 @@ func requireDisplayName(t *testing.T, got string, maxLen int) {
 		require.False(t, unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == utf8.RuneError, "%q holds %U", got, r)
 		require.False(t, unicode.IsSpace(r) && r != ' ', "%q holds %U", got, r)
 	}
+}
+
+// stallingBox is a sandbox whose file listing never answers (a daemon that stopped sending).
+type stallingBox struct{ *artBox }
+
+func (stallingBox) ReadTree(ctx context.Context, _ string, _ sandbox.TreeLimits) (sandbox.Tree, error) {
+	<-ctx.Done()
+	return sandbox.Tree{}, fmt.Errorf("read tree: %w", ctx.Err())
+}
+
+// A provider that stops sending the files holds the answer back collectTimeout at most, and the
+// answer goes out with a note that the files could not be read.
+func TestFinishAnswerBoundsTheCollection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &Pool{log: zap.NewNop(), cfg: Config{}.withDefaults()}
+		start := time.Now()
+		out := p.finishAnswer(context.Background(), resolved{sb: stallingBox{newArtBox()}}, runtime.Result{Answer: "done"}, Outcome{TurnID: 1})
+		require.Equal(t, collectTimeout, time.Since(start))
+		require.Equal(t, "done", out.Answer)
+		require.Equal(t, []SkippedArtifact{{Name: ArtifactDir, Reason: SkipUnreadable}}, out.Skipped)
+	})
 }

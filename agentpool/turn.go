@@ -394,7 +394,11 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch,
 // finishAnswer collects artifacts after a successful prompt.
 func (p *Pool) finishAnswer(ctx context.Context, r resolved, res runtime.Result, out Outcome) Outcome {
 	out.Answer, out.IsError, out.Usage, out.Refusal = res.Answer, res.IsError, res.Usage, res.Refusal
-	found, skipped, err := CollectArtifacts(ctx, r.sb, p.store, r.sess.ThreadKey, p.cfg.Artifacts)
+	// The answer waits for the files: a provider that trickles them (a remote daemon, a cloud API
+	// under load) must not hold it back for longer than collectTimeout.
+	cctx, cancel := context.WithTimeout(ctx, collectTimeout)
+	defer cancel()
+	found, skipped, err := CollectArtifacts(cctx, r.sb, p.store, r.sess.ThreadKey, p.cfg.Artifacts)
 	if err != nil {
 		// The answer matters more than the files: deliver it, and say what went wrong.
 		p.log.Warn("collecting artifacts", zap.String("thread", r.sess.ThreadKey), zap.Error(err))
@@ -404,6 +408,11 @@ func (p *Pool) finishAnswer(ctx context.Context, r resolved, res runtime.Result,
 	out.Artifacts, out.Skipped = found, skipped
 	return out
 }
+
+// collectTimeout bounds collecting a turn's files after its answer (finishAnswer): on Docker a
+// collection reads at most some 2.3 GiB (ArtifactSkipBytes, ArtifactPassBytes), about twenty seconds
+// from a local daemon.
+const collectTimeout = 2 * time.Minute
 
 // ensureRuntime brings the runtime up, giving it a second chance (the runtime restarts its process on
 // Ensure) before marking the session as failing. It returns when the runtime answered if that is due
