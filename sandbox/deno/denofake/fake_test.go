@@ -388,3 +388,54 @@ func TestFaults(t *testing.T) {
 	require.Equal(t, http.StatusOK, mkVolume(t, f, "flt", "base").status, "the fault applied twice, then the call goes through")
 	require.Equal(t, 3, f.Calls(denofake.OpCreateVolume))
 }
+
+// TestStdinEndedBeforeSpawnIsKept: a client stream may start, carry its bytes and end before the spawn
+// that refers to it is handled (the client sends stream.start first, then the spawn, and pumps the
+// bytes at once; a short stdin is over in one enqueue). Deno holds such a stream until a request
+// claims it (cloud-apis.md §2.5); the fake dropped it at its end, refusing the spawn with "stream 0
+// was not started, or is already used", which failed every short stdin at random.
+func TestStdinEndedBeforeSpawnIsKept(t *testing.T) {
+	f := newFake(t, nil)
+	require.Equal(t, http.StatusOK, mkVolume(t, f, "stdin", "base").status)
+	ws, _, _ := boot(t, f, config(f, nil, "stdin", nil))
+	for _, m := range []string{
+		`{"jsonrpc":"2.0","method":"$sandbox.stream.start","params":{"streamId":0}}`,
+		`{"jsonrpc":"2.0","method":"$sandbox.stream.enqueue","params":{"streamId":0,"data":"` + base64.StdEncoding.EncodeToString([]byte("start\n")) + `"}}`,
+		`{"jsonrpc":"2.0","method":"$sandbox.stream.end","params":{"streamId":0}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"spawn","params":{"command":"cat","stdinStreamId":0,"stdout":"piped","stderr":"null"}}`,
+	} {
+		require.NoError(t, ws.WriteMessage(websocket.TextMessage, []byte(m)))
+	}
+	out := map[float64]string{} // server stream id → bytes, buffered before the spawn's answer names it
+	ended := map[float64]bool{}
+	var stdout *float64
+	for stdout == nil || !ended[*stdout] {
+		_, data, err := ws.ReadMessage()
+		require.NoError(t, err)
+		var m struct {
+			ID     *int `json:"id"`
+			Method string
+			Params struct {
+				StreamID float64 `json:"streamId"`
+				Data     string
+			}
+			Result struct{ OK map[string]any }
+			Error  any
+		}
+		require.NoError(t, json.Unmarshal(data, &m), "%s", data)
+		switch {
+		case m.ID != nil:
+			require.Nil(t, m.Error, "the spawn is answered: %s", data)
+			id, ok := m.Result.OK["stdoutStreamId"].(float64)
+			require.True(t, ok, "%s", data)
+			stdout = &id
+		case m.Method == "$sandbox.stream.enqueue":
+			b, err := base64.StdEncoding.DecodeString(m.Params.Data)
+			require.NoError(t, err)
+			out[m.Params.StreamID] += string(b)
+		case m.Method == "$sandbox.stream.end":
+			ended[m.Params.StreamID] = true
+		}
+	}
+	require.Equal(t, "start\n", out[*stdout], "the command read the stream's bytes, then its end")
+}

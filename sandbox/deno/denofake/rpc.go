@@ -154,15 +154,18 @@ func (c *conn) notification(method string, raw json.RawMessage) {
 		if pp := c.inbound[p.StreamID]; pp != nil && err == nil {
 			pp.write(data)
 		}
-	case "$sandbox.stream.end":
+	case "$sandbox.stream.end", "$sandbox.stream.error":
+		// A stream that ends before a request claimed it is held, bytes and end, until one does
+		// (cloud-apis.md §2.5): a short stdin is over before its spawn is handled.
 		if pp := c.inbound[p.StreamID]; pp != nil {
-			pp.closeWith(io.EOF)
-			delete(c.inbound, p.StreamID)
-		}
-	case "$sandbox.stream.error":
-		if pp := c.inbound[p.StreamID]; pp != nil {
-			pp.closeWith(errors.New("stream error"))
-			delete(c.inbound, p.StreamID)
+			if method == "$sandbox.stream.end" {
+				pp.closeWith(io.EOF)
+			} else {
+				pp.closeWith(errors.New("stream error"))
+			}
+			if pp.claimed {
+				delete(c.inbound, p.StreamID)
+			}
 		}
 	case "$sandbox.stream.cancel":
 		c.cancelled[p.StreamID] = true
@@ -293,6 +296,13 @@ func (p *pipe) closeWith(err error) {
 	}
 }
 
+// ended reports whether the stream's writer is done with it.
+func (p *pipe) ended() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err != nil
+}
+
 func (p *pipe) Read(b []byte) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -318,5 +328,8 @@ func (c *conn) inboundStream(id *int) (*pipe, error) {
 		return nil, &paramsError{fmt.Errorf("stream %d was not started, or is already used", *id)}
 	}
 	p.claimed = true
+	if p.ended() {
+		delete(c.inbound, *id) // its end came before the claim
+	}
 	return p, nil
 }
