@@ -61,8 +61,17 @@ func (p *daemonProxy) up(t *testing.T) {
 			p.mu.Lock()
 			p.conns[c], p.conns[d] = true, true
 			p.mu.Unlock()
-			p.wg.Go(func() { _, _ = io.Copy(d, c); _ = d.Close() })
-			p.wg.Go(func() { _, _ = io.Copy(c, d); _ = c.Close() })
+			// A client's half-close (the end of an exec's stdin) is passed on as one, as the daemon's
+			// own socket keeps the other direction open: closing the whole connection would cut the
+			// exec's output.
+			p.wg.Go(func() {
+				if _, err := io.Copy(d, c); err == nil {
+					_ = d.(*net.UnixConn).CloseWrite()
+					return
+				}
+				_ = d.Close()
+			})
+			p.wg.Go(func() { _, _ = io.Copy(c, d); _ = c.Close(); _ = d.Close() })
 		}
 	})
 }

@@ -9,8 +9,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/threadbox/threadbox/agentpool/runtime"
@@ -84,7 +86,10 @@ func (r *Runtime) Session(ctx context.Context, sb sandbox.Sandbox, prevID, title
 }
 
 // Prompt runs p.Text as a command. stdout and stderr stream as progress and make up the answer; a
-// non-zero exit is reported in the answer and marks the result as an error.
+// non-zero exit is reported in the answer and marks the result as an error. An exec that fails before
+// the command was handed its start signal (startScript) is sandbox-down when the sandbox is gone or
+// stopped, and the pool may run it again; one that fails after is runtime.ErrPromptCut, never run
+// again on the bot's own.
 func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID string, p runtime.Prompt, emit func(runtime.Event)) (runtime.Result, error) {
 	if p.History != "" {
 		if err := sb.WriteFile(ctx, HistoryPath, []byte(p.History), 0o644); err != nil {
@@ -98,16 +103,37 @@ func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID stri
 		sh = "sh"
 	}
 	var stdout, stderr strings.Builder
+	start := &startSignal{r: strings.NewReader(startLine)}
 	res, err := sb.Exec(ctx, sandbox.ExecRequest{
-		// "--" ends the shell's options: a message starting with '-' is still the command.
-		Cmd:     []string{sh, "-c", "--", p.Text},
+		// The command is the last argument, after the shell name startScript runs it with.
+		Cmd:     []string{sh, "-c", startScript, sh, p.Text},
 		Env:     p.Env,
 		Timeout: p.Timeout,
+		Stdin:   start,
 		Stdout:  tee{&stdout, emit, "stdout"},
 		Stderr:  tee{&stderr, emit, "stderr"},
 	})
 	if err != nil {
+		if !start.withheld() && ctx.Err() == nil {
+			// The command may have started (the container removed or stopped under it, the exec's
+			// stream cut by a daemon restart or a lost connection to a cloud provider): it may have
+			// done part of its work, or all of it, and may still run. Running it again could do the
+			// work twice (echo >> log; git push).
+			return runtime.Result{}, fmt.Errorf("shell runtime: the command's exec failed after it was handed the command: %w",
+				runtime.PromptCut(classify(err)))
+		}
+		// The start signal never left: the command did not run, and may be run again.
 		return runtime.Result{}, fmt.Errorf("shell runtime: %w", classify(err))
+	}
+	if killed(res) && ctx.Err() == nil {
+		// A sandbox stopped or removed under the command kills it, and Docker then reports the exec
+		// as exited 137 rather than failed. Told apart from a command killed inside a live sandbox
+		// (kill -9, the OOM killer) by asking the sandbox: one that no longer answers went down
+		// under the command, which the user is told as an interruption, not as its exit code.
+		if perr := probe(ctx, sb); perr != nil {
+			return runtime.Result{}, fmt.Errorf("shell runtime: the command was killed (exit %d) and the sandbox no longer answers: %w",
+				res.ExitCode, runtime.PromptCut(classify(perr)))
+		}
 	}
 	return runtime.Result{
 		Answer:   FormatAnswer(stdout.String(), stderr.String(), res),
@@ -117,7 +143,9 @@ func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID stri
 	}, nil
 }
 
-// Abort implements runtime.Runtime: the pool cancels the Exec's context, which kills the command.
+// Abort implements runtime.Runtime: the pool cancels the Exec's context, which kills the command. A
+// cut command (ErrPromptCut) is not looked for: a sandbox that went down took it with it, and a
+// provider whose exec stream failed kills the exec's processes itself where it still can.
 func (r *Runtime) Abort(ctx context.Context, sb sandbox.Sandbox, sessionID string) error { return nil }
 
 // FormatAnswer renders a command's outcome for the chat.
@@ -146,12 +174,70 @@ func FormatAnswer(stdout, stderr string, res sandbox.ExecResult) string {
 	return strings.TrimLeft(b.String(), "\n")
 }
 
+// killed reports whether the command died of a signal (128+n), not by its own exit or its timeout.
+func killed(res sandbox.ExecResult) bool {
+	return !res.TimedOut && res.ExitCode > 128 && res.ExitCode < 128+65
+}
+
+// probe checks that the sandbox still runs commands.
+func probe(ctx context.Context, sb sandbox.Sandbox) error {
+	res, err := sb.Exec(ctx, sandbox.ExecRequest{Cmd: []string{"true"}, Timeout: 30 * time.Second})
+	if err == nil && res.ExitCode != 0 {
+		err = fmt.Errorf("true exited %d", res.ExitCode)
+	}
+	return err
+}
+
 // classify marks a sandbox that went away under the command as down, so the pool re-resolves.
 func classify(err error) error {
 	if errors.Is(err, sandbox.ErrNotFound) || errors.Is(err, sandbox.ErrNotRunning) {
 		return fmt.Errorf("%w: %w", runtime.ErrSandboxDown, err)
 	}
 	return err
+}
+
+// startScript wraps the command: it runs the command ($1, in a new shell named $0, with "--" ending
+// the shell's options so that a message starting with '-' is still the command) only once it has read
+// the line startLine on stdin, and exits 125 without running it otherwise. The runtime writes that
+// line (startSignal) only to an exec that has started, so whether it was read tells "the command may
+// have run" from "it surely did not", the same way on every provider: the providers read Stdin only
+// for a process they started (Docker, Deno, local) or just before starting it (Daytona). A start line
+// cut short does not match, so a command never runs on a partial signal; and the command itself is
+// in argv, so it is never cut short. Its stdin is /dev/null, as an exec without Stdin has.
+const startScript = `IFS= read -r go && [ "$go" = start ] || { echo "threadbox: the command was not started: its start signal did not arrive" >&2; exit 125; }
+exec "$0" -c -- "$1" </dev/null`
+
+// startLine is the start signal startScript waits for.
+const startLine = "start\n"
+
+// startSignal is startLine on its way to the exec's stdin. The first Read marks it sent; withheld
+// marks it never to be sent, so that a provider that reads stdin after its Exec returned (Docker
+// copies it in a goroutine it does not wait for) cannot start a command the runtime has reported as
+// never started.
+type startSignal struct {
+	r io.Reader
+	// state is signalPending, then signalSent (a Read began) or signalWithheld, never changing again.
+	state atomic.Int32
+}
+
+const (
+	signalPending = iota
+	signalSent
+	signalWithheld
+)
+
+var errWithheld = errors.New("shell runtime: the command was reported as never started")
+
+func (s *startSignal) Read(p []byte) (int, error) {
+	if !s.state.CompareAndSwap(signalPending, signalSent) && s.state.Load() == signalWithheld {
+		return 0, errWithheld
+	}
+	return s.r.Read(p)
+}
+
+// withheld reports whether the signal was never read, and if so makes sure it never will be.
+func (s *startSignal) withheld() bool {
+	return s.state.CompareAndSwap(signalPending, signalWithheld) || s.state.Load() == signalWithheld
 }
 
 // tee collects output and reports each chunk as a progress event.
