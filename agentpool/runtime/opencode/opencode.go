@@ -204,6 +204,7 @@ func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID stri
 // on the way (nobody can answer them in a chat turn). A stream that drops is replaced (resume), and
 // *ev is then the new one.
 func (r *Runtime) follow(ctx context.Context, sb sandbox.Sandbox, ev **events, turn *turnState, base string) error {
+	var pace sandboxhttp.Pacer // a stream that keeps dropping empty is not asked for again in a tight loop
 	for !turn.idle {
 		select {
 		case <-ctx.Done():
@@ -218,6 +219,9 @@ func (r *Runtime) follow(ctx context.Context, sb sandbox.Sandbox, ev **events, t
 				if cause == nil {
 					cause = io.EOF
 				}
+				if pace.Wait(ctx) != nil {
+					return ctx.Err()
+				}
 				nev, err := r.resume(ctx, sb, turn, base, cause)
 				if err != nil {
 					return err
@@ -226,6 +230,7 @@ func (r *Runtime) follow(ctx context.Context, sb sandbox.Sandbox, ev **events, t
 				*ev = nev
 				continue
 			}
+			pace.Reset()
 			turn.handle(e)
 			r.answerRequests(ctx, sb, turn)
 		}

@@ -37,6 +37,9 @@ type run struct {
 	// after a gap: the events between are gone.
 	last, expect string
 	lost         bool
+	// pace spaces out resubscriptions that bring nothing new (a stream accepted and dropped at once,
+	// again and again), which would otherwise be asked for in a tight loop.
+	pace sandboxhttp.Pacer
 }
 
 // next records an event id, reporting false for an event seen already (a replay of one before

@@ -332,6 +332,9 @@ func (r *Runtime) follow(ctx context.Context, sb sandbox.Sandbox, run *run, turn
 			}
 		case f, ok := <-run.ev.c:
 			if !ok {
+				if run.pace.Wait(ctx) != nil {
+					return nil, ctx.Err()
+				}
 				if err := r.resume(ctx, sb, run); err != nil {
 					return nil, err
 				}
@@ -340,6 +343,7 @@ func (r *Runtime) follow(ctx context.Context, sb sandbox.Sandbox, run *run, turn
 			if !run.next(f.id) {
 				continue // replayed, seen already
 			}
+			run.pace.Reset()
 			if run.lost {
 				return nil, fmt.Errorf("sandbox-agent: the event stream was followed again, but events of the run were lost: %w", runtime.ErrPromptCut)
 			}

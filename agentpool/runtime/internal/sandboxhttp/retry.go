@@ -53,3 +53,33 @@ func Retry(ctx context.Context, window time.Duration, permanent func(error) bool
 		delay = min(2*delay, RetryMaxDelay)
 	}
 }
+
+// Pacer spaces out the resubscriptions of one run whose event stream keeps dropping before it brings
+// anything (a server, tunnel or proxy that accepts each subscription and closes it at once). Each
+// resubscription is a Retry of its own, whose backoff starts anew, so without a Pacer such a stream
+// is asked for again in a tight loop for as long as the turn lasts. The zero value is ready: the
+// first Wait does not wait, and each later one waits twice as long as the one before (from
+// RetryFirstDelay to RetryMaxDelay), until Reset.
+type Pacer struct {
+	next time.Duration
+}
+
+// Wait waits before a resubscription, or until ctx ends (its cause is returned).
+func (p *Pacer) Wait(ctx context.Context) error {
+	d := p.next
+	p.next = min(max(2*d, RetryFirstDelay), RetryMaxDelay)
+	if d == 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
+	}
+}
+
+// Reset notes that the stream brought something: the next drop is followed again at once.
+func (p *Pacer) Reset() { p.next = 0 }

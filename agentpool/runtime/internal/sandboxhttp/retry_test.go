@@ -66,3 +66,32 @@ func TestRetryCallerGivesUp(t *testing.T) {
 		require.Equal(t, 1, tries)
 	})
 }
+
+// TestPacer: drops in a row wait longer each time, up to RetryMaxDelay; progress starts over.
+func TestPacer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var p Pacer
+		waited := func() time.Duration {
+			start := time.Now()
+			require.NoError(t, p.Wait(t.Context()))
+			return time.Since(start)
+		}
+		var got []time.Duration
+		for range 8 {
+			got = append(got, waited())
+		}
+		require.Equal(t, []time.Duration{0, 25 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond,
+			200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond, time.Second}, got)
+		p.Reset()
+		require.Zero(t, waited(), "after progress, at once")
+		require.Equal(t, RetryFirstDelay, waited())
+
+		stop := errors.New("stop pressed")
+		ctx, cancel := context.WithCancelCause(t.Context())
+		done := make(chan error)
+		go func() { done <- p.Wait(ctx) }()
+		synctest.Wait()
+		cancel(stop)
+		require.ErrorIs(t, <-done, stop, "a caller that gives up is not held")
+	})
+}
