@@ -61,12 +61,13 @@ func (r *Runtime) resume(ctx context.Context, sb sandbox.Sandbox, turn *turnStat
 		return err
 	})
 	switch {
+	case err == nil:
+		// Even if ctx ended just now: the stream outlives ctx, and only the caller closes it.
+		return ev, nil
 	case ctx.Err() != nil:
 		return nil, fmt.Errorf("opencode: following the run again: %w", context.Cause(ctx))
-	case err != nil:
-		return nil, fmt.Errorf("opencode: the event stream ended mid-turn (%v), and the run could not be followed again: %w", cause, runtime.PromptCut(err))
 	}
-	return ev, nil
+	return nil, fmt.Errorf("opencode: the event stream ended mid-turn (%v), and the run could not be followed again: %w", cause, runtime.PromptCut(err))
 }
 
 // window is the resume window.

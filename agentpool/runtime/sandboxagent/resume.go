@@ -99,9 +99,11 @@ func (r *Runtime) resume(ctx context.Context, sb sandbox.Sandbox, run *run) erro
 		return err
 	})
 	switch {
+	case err == nil:
+		// Taken even if ctx ended just now: the stream outlives ctx, and only the caller closes it.
 	case ctx.Err() != nil:
 		return fmt.Errorf("sandbox-agent: following the run again: %w", context.Cause(ctx))
-	case err != nil:
+	default:
 		return fmt.Errorf("sandbox-agent: the event stream ended mid-turn (%v), and the run could not be followed again: %w", cause, runtime.PromptCut(err))
 	}
 	run.ev, run.expect = ev, ""
