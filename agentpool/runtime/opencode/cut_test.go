@@ -296,6 +296,43 @@ func TestPromptSentButUnansweredIsCut(t *testing.T) {
 	require.Equal(t, int32(1), prompts.Load())
 }
 
+// TestPromptServerErrorIsCut: a prompt_async answered with a server error (a 502 from a proxy in
+// front of the server, such as Daytona's preview proxy, whose upstream connection broke after the
+// request was forwarded; a 500 from the server itself) came after the whole prompt went out, and
+// whether the server took it is unknown: it is ErrPromptCut, as sandbox-agent has it, not
+// sandbox-down (which the pool answered by sending the prompt again, for a second run beside the
+// first).
+func TestPromptServerErrorIsCut(t *testing.T) {
+	for _, code := range []int{http.StatusInternalServerError, http.StatusBadGateway, http.StatusGatewayTimeout} {
+		t.Run(http.StatusText(code), func(t *testing.T) {
+			var prompts atomic.Int32
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				switch r.URL.Path {
+				case "/event":
+					w.Header().Set("Content-Type", "text/event-stream")
+					sendEvent(w, "server.connected", `{}`)
+					<-r.Context().Done()
+				case "/session/ses_1/message":
+					w.Header().Set("Content-Type", "application/json")
+					fmt.Fprint(w, `[]`)
+				case "/session/ses_1/prompt_async":
+					prompts.Add(1) // the run may have started upstream
+					http.Error(w, "upstream", code)
+				default:
+					http.NotFound(w, r)
+				}
+			}))
+			defer srv.Close()
+			r, err := New(Config{Secret: "s", Model: Model{Name: "m"}})
+			require.NoError(t, err)
+			_, err = r.Prompt(t.Context(), runtimetest.DialSandbox{Addr: srv.Listener.Addr().String()}, "ses_1", runtime.Prompt{Text: "hi"}, nil)
+			require.ErrorIs(t, err, runtime.ErrPromptCut)
+			require.Equal(t, runtime.ClassInterrupted, runtime.Classify(err), "%v", err)
+			require.Equal(t, int32(1), prompts.Load())
+		})
+	}
+}
+
 // TestAnswerIsReadAgain: the run finished, and reading its answer failed once (a 503 from a proxy, a
 // cut connection): the answer is read again, not the prompt sent again.
 func TestAnswerIsReadAgain(t *testing.T) {

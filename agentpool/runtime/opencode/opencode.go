@@ -162,8 +162,9 @@ func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID stri
 	switch {
 	case status == http.StatusNotFound:
 		return runtime.Result{}, fmt.Errorf("opencode: session %s: %w", sessionID, runtime.ErrSessionMissing)
-	case err != nil && errors.Is(err, sandboxhttp.ErrSentUnanswered):
-		// The server got the prompt and may be running it: the turn may not be sent again.
+	case err != nil && (errors.Is(err, sandboxhttp.ErrSentUnanswered) || status >= 500):
+		// The server got the prompt and may be running it (a server error, or a proxy's, came after
+		// the whole request went out): the turn may not be sent again.
 		return runtime.Result{}, fmt.Errorf("opencode: sending the prompt: %w", runtime.PromptCut(err))
 	case err != nil:
 		return runtime.Result{}, fmt.Errorf("opencode: sending the prompt: %w", err)
