@@ -189,7 +189,10 @@ type ExecRequest struct {
 	User string
 	// Timeout kills the command after this long (0: no limit beyond ctx).
 	Timeout time.Duration
-	// Stdin, when set, is copied to the command's standard input, which is then closed.
+	// Stdin, when set, is copied to the command's standard input, which is then closed. It is read
+	// only for a command that started or is about to start, never by an Exec that fails because the
+	// sandbox is stopped or gone: the runtimes take a read as "the command may have got its input"
+	// (a prompt, the shell's start line), after which they do not run it again on their own.
 	Stdin io.Reader
 	// Stdout and Stderr receive the streams as they arrive; nil discards.
 	Stdout, Stderr io.Writer

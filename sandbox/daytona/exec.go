@@ -86,6 +86,24 @@ func (p *Provider) Exec(ctx context.Context, h sandbox.Handle, req sandbox.ExecR
 	}
 	start := time.Now()
 
+	// The session first: a sandbox that is not running refuses it, before any of Stdin is read (the
+	// runtimes take a read stdin as "the command may have got its input").
+	sid := "threadbox-" + marker
+	if err := p.tbCallIdempotent(ctx, h, "create session", true, func(ctx context.Context) (*http.Response, error) {
+		return tb.c.CreateSession(ctx, toolbox.CreateSessionRequest{SessionId: sid})
+	}, nil); err != nil {
+		return sandbox.ExecResult{}, err
+	}
+	defer func() {
+		cctx, cancel := cleanupCtx(ctx)
+		defer cancel()
+		if err := p.tbCallIdempotent(cctx, h, "delete session", false, func(ctx context.Context) (*http.Response, error) {
+			return tb.c.DeleteSession(ctx, sid)
+		}, nil); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+			p.log.Debug("delete session failed")
+		}
+	}()
+
 	in := ""
 	if req.Stdin != nil {
 		in = "/tmp/.threadbox-stdin-" + marker
@@ -103,22 +121,6 @@ func (p *Provider) Exec(ctx context.Context, h sandbox.Handle, req sandbox.ExecR
 	}()
 	args := append(append([]string{in, st.WorkDir, dir}, env...), "--")
 	line := execLine(append(args, req.Cmd...))
-
-	sid := "threadbox-" + marker
-	if err := p.tbCallIdempotent(ctx, h, "create session", true, func(ctx context.Context) (*http.Response, error) {
-		return tb.c.CreateSession(ctx, toolbox.CreateSessionRequest{SessionId: sid})
-	}, nil); err != nil {
-		return sandbox.ExecResult{}, err
-	}
-	defer func() {
-		cctx, cancel := cleanupCtx(ctx)
-		defer cancel()
-		if err := p.tbCallIdempotent(cctx, h, "delete session", false, func(ctx context.Context) (*http.Response, error) {
-			return tb.c.DeleteSession(ctx, sid)
-		}, nil); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
-			p.log.Debug("delete session failed")
-		}
-	}()
 	var cmd toolbox.SessionExecuteResponse
 	if err := p.tbCall(ctx, h, "exec", func(ctx context.Context) (*http.Response, error) {
 		return tb.c.SessionExecuteCommand(ctx, sid, toolbox.SessionExecuteRequest{Command: line, RunAsync: ptr(true)})

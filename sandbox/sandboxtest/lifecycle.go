@@ -2,8 +2,10 @@ package sandboxtest
 
 import (
 	"context"
+	"io"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,8 +41,10 @@ func (s *suite) testLifecycle(t *testing.T) {
 	info, err = s.p.Inspect(ctx, h)
 	require.NoError(t, err)
 	require.Equal(t, sandbox.StateStopped, info.State)
-	_, err = s.p.Exec(ctx, h, sandbox.ExecRequest{Cmd: []string{"true"}})
+	in := &watchedStdin{}
+	_, err = s.p.Exec(ctx, h, sandbox.ExecRequest{Cmd: []string{"true"}, Stdin: in})
 	requireIs(t, err, sandbox.ErrNotRunning, "Exec on a stopped sandbox")
+	require.False(t, in.read.Load(), "Exec on a stopped sandbox reads none of its stdin")
 
 	require.NoError(t, s.p.Start(ctx, h))
 	info, err = s.p.Inspect(ctx, h)
@@ -72,8 +76,10 @@ func (s *suite) testOutOfBand(t *testing.T) {
 		s.cfg.RemoveOutOfBand(t, h)
 		_, err := s.p.Inspect(t.Context(), h)
 		requireIs(t, err, sandbox.ErrNotFound, "Inspect after out-of-band remove")
-		_, err = s.p.Exec(t.Context(), h, sandbox.ExecRequest{Cmd: []string{"true"}})
+		in := &watchedStdin{}
+		_, err = s.p.Exec(t.Context(), h, sandbox.ExecRequest{Cmd: []string{"true"}, Stdin: in})
 		requireIs(t, err, sandbox.ErrNotFound, "Exec after out-of-band remove")
+		require.False(t, in.read.Load(), "Exec on a removed sandbox reads none of its stdin")
 		require.NoError(t, s.p.Destroy(t.Context(), h), "Destroy of a removed sandbox succeeds")
 	})
 	t.Run("Stop", func(t *testing.T) {
@@ -82,12 +88,27 @@ func (s *suite) testOutOfBand(t *testing.T) {
 		}
 		h := s.create(t, s.spec(t))
 		s.cfg.StopOutOfBand(t, h)
+		in := &watchedStdin{}
+		_, err := s.p.Exec(t.Context(), h, sandbox.ExecRequest{Cmd: []string{"true"}, Stdin: in})
+		requireIs(t, err, sandbox.ErrNotRunning, "Exec after out-of-band stop")
+		require.False(t, in.read.Load(), "Exec on a sandbox stopped behind the provider's back reads none of its stdin")
 		info, err := s.p.Inspect(t.Context(), h)
 		require.NoError(t, err)
 		require.Equal(t, sandbox.StateStopped, info.State)
 		require.NoError(t, s.p.Start(t.Context(), h))
 		require.Equal(t, "ok", s.ok(t, h, "echo ok"))
 	})
+}
+
+// watchedStdin is an exec's stdin that notes whether it was read. The runtimes take a read as "the
+// command may have got its input" (the prompt, the shell's start line): an Exec that fails because
+// the sandbox is not running must not read it, or they would report a prompt that never left as one
+// the agent may be running, and the pool would not send it again.
+type watchedStdin struct{ read atomic.Bool }
+
+func (w *watchedStdin) Read(p []byte) (int, error) {
+	w.read.Store(true)
+	return copy(p, "x"), io.EOF
 }
 
 // testInvalidSpec: specs that can never work fail with ErrInvalidSpec, and leave nothing behind.
