@@ -200,6 +200,11 @@ func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID stri
 		// a process of the agent's): that turn ran, and running it again on a new session would be wrong.
 		return runtime.Result{}, fmt.Errorf("claude-code: session %s: %w", sessionID, runtime.ErrSessionMissing)
 	case result == nil:
+		if derr := runtime.WentDownUnder(ctx, sb, res); derr != nil {
+			// claude had the prompt (it ran) and went down with its sandbox: interrupted, which the
+			// user can retry, not a failure of claude's own.
+			return runtime.Result{}, fmt.Errorf("claude-code: claude %w", runtime.PromptCut(runtime.SandboxDown(derr)))
+		}
 		if res.ExitCode == 126 || res.ExitCode == 127 {
 			return runtime.Result{}, fmt.Errorf("claude-code: %q could not be run (exit %d): %s", r.cfg.Binary, res.ExitCode, lastLine(errText))
 		}

@@ -153,3 +153,49 @@ func TestExecCutMidTurnIsNotRetried(t *testing.T) {
 	}
 	require.Equal(t, 1, prompts, "the model got the prompt once")
 }
+
+// killedSandbox runs claude's exec to its end with exit 137 (it read the prompt, printed its first
+// line, and was killed), and then answers every later exec (the probe) with probeErr.
+type killedSandbox struct {
+	sandbox.Sandbox
+	probeErr error
+	probes   int
+}
+
+func (s *killedSandbox) Handle() sandbox.Handle { return sandbox.Handle{Provider: "test", ID: "sb1"} }
+
+func (s *killedSandbox) Exec(_ context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
+	if req.Stdin != nil {
+		_, _ = io.ReadAll(req.Stdin)
+		_, _ = req.Stdout.Write([]byte(`{"type":"system","subtype":"init","session_id":"x"}` + "\n"))
+		return sandbox.ExecResult{ExitCode: 137}, nil
+	}
+	s.probes++
+	return sandbox.ExecResult{}, s.probeErr
+}
+
+// TestKilledWithItsSandboxIsCut: claude killed because its container was stopped or removed under it
+// (Docker reports the exec as exited 137, not failed) had the prompt and may have done part of the
+// work: the turn is ErrPromptCut, which the user is told as interrupted and can retry, not a runtime
+// failure ("claude exited 137 without a result"), which retry cannot find. Killed inside a sandbox
+// that still runs (the OOM killer), it stays that failure.
+func TestKilledWithItsSandboxIsCut(t *testing.T) {
+	tests := []struct {
+		name     string
+		probeErr error
+		want     runtime.Class
+	}{
+		{"the container stopped under it", fmt.Errorf("docker exec in c1: %w", sandbox.ErrNotRunning), runtime.ClassInterrupted},
+		{"the container removed under it", fmt.Errorf("docker exec in c1: %w", sandbox.ErrNotFound), runtime.ClassInterrupted},
+		{"killed in a live sandbox", nil, runtime.ClassFatal},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sb := &killedSandbox{probeErr: tt.probeErr}
+			_, err := New(Config{}).Prompt(t.Context(), sb, "123e4567-e89b-42d3-a456-426614174000", runtime.Prompt{Text: "push the release"}, nil)
+			require.Error(t, err)
+			require.Equal(t, tt.want, runtime.Classify(err), "%v", err)
+			require.Equal(t, 1, sb.probes)
+		})
+	}
+}

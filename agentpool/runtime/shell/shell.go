@@ -125,15 +125,10 @@ func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID stri
 		// The start signal never left: the command did not run, and may be run again.
 		return runtime.Result{}, fmt.Errorf("shell runtime: %w", classify(err))
 	}
-	if killed(res) && ctx.Err() == nil {
-		// A sandbox stopped or removed under the command kills it, and Docker then reports the exec
-		// as exited 137 rather than failed. Told apart from a command killed inside a live sandbox
-		// (kill -9, the OOM killer) by asking the sandbox: one that no longer answers went down
-		// under the command, which the user is told as an interruption, not as its exit code.
-		if perr := probe(ctx, sb); perr != nil {
-			return runtime.Result{}, fmt.Errorf("shell runtime: the command was killed (exit %d) and the sandbox no longer answers: %w",
-				res.ExitCode, runtime.PromptCut(classify(perr)))
-		}
+	if derr := runtime.WentDownUnder(ctx, sb, res); derr != nil {
+		// The command ran and went down with its sandbox: the user is told it was interrupted, not
+		// its exit code.
+		return runtime.Result{}, fmt.Errorf("shell runtime: the command %w", runtime.PromptCut(classify(derr)))
 	}
 	return runtime.Result{
 		Answer:   FormatAnswer(stdout.String(), stderr.String(), res),
@@ -172,20 +167,6 @@ func FormatAnswer(stdout, stderr string, res sandbox.ExecResult) string {
 		return "(no output)"
 	}
 	return strings.TrimLeft(b.String(), "\n")
-}
-
-// killed reports whether the command died of a signal (128+n), not by its own exit or its timeout.
-func killed(res sandbox.ExecResult) bool {
-	return !res.TimedOut && res.ExitCode > 128 && res.ExitCode < 128+65
-}
-
-// probe checks that the sandbox still runs commands.
-func probe(ctx context.Context, sb sandbox.Sandbox) error {
-	res, err := sb.Exec(ctx, sandbox.ExecRequest{Cmd: []string{"true"}, Timeout: 30 * time.Second})
-	if err == nil && res.ExitCode != 0 {
-		err = fmt.Errorf("true exited %d", res.ExitCode)
-	}
-	return err
 }
 
 // classify marks a sandbox that went away under the command as down, so the pool re-resolves.
