@@ -1,7 +1,6 @@
 package opencode
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -15,31 +14,6 @@ import (
 	"github.com/threadbox/threadbox/agentpool/runtime/runtimetest"
 )
 
-// endsAfter is a context that ends once end is set, for whoever looks at it from then on: calls in
-// flight keep the Done they took. It stands for a caller that gives up in the instant after a
-// resubscription succeeded and before the turn took the new stream, a window too narrow to hit on
-// purpose with a real cancel.
-type endsAfter struct {
-	context.Context
-	end atomic.Bool
-}
-
-var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
-
-func (c *endsAfter) Done() <-chan struct{} {
-	if c.end.Load() {
-		return closed
-	}
-	return c.Context.Done()
-}
-
-func (c *endsAfter) Err() error {
-	if c.end.Load() {
-		return context.Canceled
-	}
-	return c.Context.Err()
-}
-
 // TestResumedStreamIsClosedWhenTheCallerGaveUp: a resubscription that succeeded just as the caller
 // gave up was dropped without being closed: the stream outlives ctx by design, so its connection and
 // pump goroutine stayed until the server ended the stream, which opencode's never does. The server
@@ -48,7 +22,7 @@ func TestResumedStreamIsClosedWhenTheCallerGaveUp(t *testing.T) {
 	var subs atomic.Int32
 	prompted := make(chan struct{})
 	resumedClosed := make(chan struct{})
-	ctx := &endsAfter{Context: t.Context()}
+	ctx := &runtimetest.EndsAfter{Context: t.Context()}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/event":
@@ -81,7 +55,7 @@ func TestResumedStreamIsClosedWhenTheCallerGaveUp(t *testing.T) {
 		case "/question": // the resumption's last call: the caller gives up as it is answered
 			w.Header().Set("Content-Type", "application/json")
 			fmt.Fprint(w, `[]`)
-			ctx.end.Store(true)
+			ctx.End()
 		default:
 			http.NotFound(w, r)
 		}

@@ -1,11 +1,9 @@
 package sandboxagent
 
 import (
-	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,42 +14,17 @@ import (
 	"github.com/threadbox/threadbox/agentpool/runtime/runtimetest"
 )
 
-// endsAfter is a context that ends once end is set, for whoever looks at it from then on: calls in
-// flight keep the Done they took. It stands for a caller that gives up in the instant after a
-// resubscription succeeded and before the turn took the new stream, a window too narrow to hit on
-// purpose with a real cancel.
-type endsAfter struct {
-	context.Context
-	end atomic.Bool
-}
-
-var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
-
-func (c *endsAfter) Done() <-chan struct{} {
-	if c.end.Load() {
-		return closed
-	}
-	return c.Context.Done()
-}
-
-func (c *endsAfter) Err() error {
-	if c.end.Load() {
-		return context.Canceled
-	}
-	return c.Context.Err()
-}
-
 // leakWatch is an acpFake whose resumed subscription ends the caller's ctx as it is answered, and
 // tells when the client closed it.
 type leakWatch struct {
 	*acpFake
-	ctx    *endsAfter
+	ctx    *runtimetest.EndsAfter
 	closed chan struct{}
 }
 
 func (l *leakWatch) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/acp/") && l.subs.Load() == 1 {
-		l.ctx.end.Store(true) // the caller gives up as the resubscription is answered
+		l.ctx.End() // the caller gives up as the resubscription is answered
 		defer close(l.closed)
 	}
 	l.acpFake.ServeHTTP(w, r)
@@ -65,7 +38,7 @@ func TestResumedStreamIsClosedWhenTheCallerGaveUp(t *testing.T) {
 	f := newACPFake()
 	f.dropAt = 2
 	f.onPrompt = answerAfterDrop
-	l := &leakWatch{acpFake: f, ctx: &endsAfter{Context: t.Context()}, closed: make(chan struct{})}
+	l := &leakWatch{acpFake: f, ctx: &runtimetest.EndsAfter{Context: t.Context()}, closed: make(chan struct{})}
 	srv := httptest.NewServer(l)
 	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close() }) // a stream left open would hold Close
 	r, err := New(Config{Secret: "s", Model: opencode.Model{Name: "m"}})
