@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,16 +26,23 @@ const HistoryPath = ".threadbox/history.md"
 
 // Runtime implements runtime.Runtime with plain exec.
 type Runtime struct {
-	// mu protects shells.
+	// mu protects shells and runs.
 	mu sync.Mutex
 	// shells caches which shell each sandbox has (bash, or busybox sh in minimal images).
 	shells map[string]string
+	// runs holds the tag (runEnv) of each session's last command that may still run, for Abort: set
+	// as the command is handed over, dropped once it surely ended (it exited, or never started) or
+	// Abort found none of its processes left.
+	runs map[runKey]string
 }
+
+// runKey names a session in a sandbox: a thread keeps its shell session id across sandboxes.
+type runKey struct{ sandbox, session string }
 
 var _ runtime.Runtime = (*Runtime)(nil)
 
 // New returns a shell runtime.
-func New() *Runtime { return &Runtime{shells: map[string]string{}} }
+func New() *Runtime { return &Runtime{shells: map[string]string{}, runs: map[runKey]string{}} }
 
 var _ runtime.ProcessBound = (*Runtime)(nil)
 
@@ -102,12 +110,23 @@ func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID stri
 	if sh == "" {
 		sh = "sh"
 	}
+	// Every process of this run carries its own tag, which Abort kills by: a command whose exec was
+	// cut may run on, and the thread's next command (a retry) must not find it still running.
+	key, tag := runKey{sb.Handle().ID, sessionID}, rand.Text()
+	env := maps.Clone(p.Env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	env[runEnv] = tag
+	r.mu.Lock()
+	r.runs[key] = tag
+	r.mu.Unlock()
 	var stdout, stderr strings.Builder
 	start := &startSignal{r: strings.NewReader(startLine)}
 	res, err := sb.Exec(ctx, sandbox.ExecRequest{
 		// The command is the last argument, after the shell name startScript runs it with.
 		Cmd:     []string{sh, "-c", startScript, sh, p.Text},
-		Env:     p.Env,
+		Env:     env,
 		Timeout: p.Timeout,
 		Stdin:   start,
 		Stdout:  tee{&stdout, emit, "stdout"},
@@ -117,12 +136,16 @@ func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID stri
 		if !start.withheld() && ctx.Err() == nil {
 			// The command may have started (the container removed or stopped under it, the exec's
 			// stream cut by a daemon restart or a lost connection to a cloud provider): it may have
-			// done part of its work, or all of it, and may still run. Running it again could do the
-			// work twice (echo >> log; git push).
+			// done part of its work, or all of it, and may still run (the pool then aborts it). Running
+			// it again could do the work twice (echo >> log; git push).
 			return runtime.Result{}, fmt.Errorf("shell runtime: the command's exec failed after it was handed the command: %w",
 				runtime.PromptCut(classify(err)))
 		}
-		// The start signal never left: the command did not run, and may be run again.
+		if start.withheld() {
+			r.ended(key, tag) // nothing ran that Abort could find
+		}
+		// The start signal never left, or the caller gave up (the provider killed the command, and
+		// the pool aborts): the command is not reported as cut.
 		return runtime.Result{}, fmt.Errorf("shell runtime: %w", classify(err))
 	}
 	if derr := runtime.WentDownUnder(ctx, sb, res); derr != nil {
@@ -130,6 +153,9 @@ func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID stri
 		// its exit code.
 		return runtime.Result{}, fmt.Errorf("shell runtime: the command %w", runtime.PromptCut(classify(derr)))
 	}
+	// The command exited: what it left running in the background (a server it started) is the
+	// user's, not Abort's to kill.
+	r.ended(key, tag)
 	return runtime.Result{
 		Answer:   FormatAnswer(stdout.String(), stderr.String(), res),
 		IsError:  res.ExitCode != 0,
@@ -137,11 +163,6 @@ func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID stri
 		Duration: res.Duration,
 	}, nil
 }
-
-// Abort implements runtime.Runtime: the pool cancels the Exec's context, which kills the command. A
-// cut command (ErrPromptCut) is not looked for: a sandbox that went down took it with it, and a
-// provider whose exec stream failed kills the exec's processes itself where it still can.
-func (r *Runtime) Abort(ctx context.Context, sb sandbox.Sandbox, sessionID string) error { return nil }
 
 // FormatAnswer renders a command's outcome for the chat.
 func FormatAnswer(stdout, stderr string, res sandbox.ExecResult) string {

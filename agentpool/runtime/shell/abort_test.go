@@ -1,0 +1,187 @@
+package shell
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/threadbox/threadbox/agentpool/runtime"
+	"github.com/threadbox/threadbox/sandbox"
+	"github.com/threadbox/threadbox/sandbox/daytona"
+	"github.com/threadbox/threadbox/sandbox/daytona/daytonafake"
+	"github.com/threadbox/threadbox/sandbox/deno"
+	"github.com/threadbox/threadbox/sandbox/deno/denofake"
+	"github.com/threadbox/threadbox/sandbox/docker"
+	"github.com/threadbox/threadbox/sandbox/docker/dockertest"
+	"github.com/threadbox/threadbox/sandbox/local"
+)
+
+// cutSandbox is a sandbox whose command exec (the one with stdin) loses its stream once cut is
+// closed, as when the Docker daemon restarts with live-restore or the connection to a cloud provider
+// drops: the caller gets an error, and the command in the sandbox runs on. The real exec goes on
+// until its command ends, then closes done.
+type cutSandbox struct {
+	sandbox.Sandbox
+	cut  chan struct{}
+	done chan struct{}
+}
+
+func (s *cutSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
+	if req.Stdin == nil {
+		return s.Sandbox.Exec(ctx, req)
+	}
+	req.Stdout = &gatedWriter{w: req.Stdout, cut: s.cut}
+	go func() {
+		defer close(s.done)
+		_, _ = s.Sandbox.Exec(context.WithoutCancel(ctx), req)
+	}()
+	select {
+	case <-s.cut:
+		return sandbox.ExecResult{}, fmt.Errorf("exec in sandbox: reading output: %w", io.ErrUnexpectedEOF)
+	case <-s.done:
+		return sandbox.ExecResult{}, fmt.Errorf("the exec ended before the test cut it")
+	}
+}
+
+// gatedWriter passes output on until cut.
+type gatedWriter struct {
+	mu  sync.Mutex
+	w   io.Writer
+	cut chan struct{}
+}
+
+func (g *gatedWriter) Write(p []byte) (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	select {
+	case <-g.cut:
+		return len(p), nil
+	default:
+		return g.w.Write(p)
+	}
+}
+
+// abortProviders are the providers the shell runtime runs on; the cloud ones on their fakes, whose
+// sandboxes are containers of the busybox test image.
+var abortProviders = []struct {
+	name string
+	open func(t *testing.T) (sandbox.Provider, string)
+}{
+	{"docker", func(t *testing.T) (sandbox.Provider, string) {
+		return dockertest.New(t, docker.Options{}), dockertest.Image()
+	}},
+	{"local", func(t *testing.T) (sandbox.Provider, string) {
+		p, err := local.New(local.Options{Dir: t.TempDir(), IUnderstandNoIsolation: true})
+		require.NoError(t, err)
+		return p, "host"
+	}},
+	{"daytona", func(t *testing.T) (sandbox.Provider, string) {
+		fake := daytonafake.New(t, daytonafake.Options{
+			Backend: dockertest.New(t, docker.Options{}), Snapshots: []string{dockertest.Image()},
+			Deployment: "shellabort-" + strings.ToLower(rand.Text()[:8]),
+		})
+		p, err := daytona.New(daytona.Options{APIURL: fake.APIURL(), APIKey: daytonafake.APIKey,
+			StateTimeout: 2 * time.Minute, Logger: zaptest.NewLogger(t)})
+		require.NoError(t, err)
+		return p, dockertest.Image()
+	}},
+	{"deno", func(t *testing.T) (sandbox.Provider, string) {
+		const base = "tb-base"
+		fake := denofake.New(t, denofake.Options{Backend: dockertest.New(t, docker.Options{}), Image: dockertest.Image(),
+			Snapshots: []string{base}})
+		p, err := deno.New(deno.Options{Token: denofake.Token, ConsoleURL: fake.ConsoleURL(), SandboxURL: fake.SandboxURL(),
+			Logger: zaptest.NewLogger(t)})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = p.Close() })
+		return p, base
+	}},
+}
+
+// TestAbortStopsTheCutCommandOnly: a command whose exec stream was cut runs on in the sandbox (the
+// turn is reported interrupted), and a retry would run it again beside it; Abort, which the pool
+// calls then, must stop it, the shell and what it started in the background alike, on every
+// provider; while what an earlier command of the same thread left running on purpose (a process in
+// the background) lives on. Before, Abort did nothing and the cut command ran on.
+func TestAbortStopsTheCutCommandOnly(t *testing.T) {
+	for _, pv := range abortProviders {
+		t.Run(pv.name, func(t *testing.T) {
+			p, image := pv.open(t)
+			h, err := p.Create(t.Context(), sandbox.Spec{Image: image, Labels: sandbox.Labels{Deployment: "shellabort", Thread: "t"}})
+			require.NoError(t, err)
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				require.NoError(t, p.Destroy(ctx, h))
+			})
+			sb := sandbox.Bind(p, h)
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+			defer cancel()
+			r := New()
+			require.NoError(t, r.Ensure(ctx, sb))
+			const sid = "shell-abort"
+
+			// An earlier command leaves a process waiting at a fifo in the background, and exits.
+			res, err := r.Prompt(ctx, sb, sid, runtime.Prompt{Text: `rm -f keep; mkfifo keep; cat keep >/dev/null 2>&1 & echo $!`}, nil)
+			require.NoError(t, err)
+			require.Zero(t, res.ExitCode, res.Answer)
+			keep := strings.TrimSpace(res.Answer)
+			t.Cleanup(func() { _, _ = sb.Exec(context.Background(), sandbox.ExecRequest{Cmd: []string{"kill", "-9", keep}}) })
+
+			// The next waits at another fifo, with a child in the background, and its stream is cut.
+			cs := &cutSandbox{Sandbox: sb, cut: make(chan struct{}), done: make(chan struct{})}
+			var mu sync.Mutex
+			var out strings.Builder
+			var once sync.Once
+			_, err = r.Prompt(ctx, cs, sid, runtime.Prompt{Text: `rm -f gate; mkfifo gate; cat gate >/dev/null & echo "started $$ $!"; wait`},
+				func(e runtime.Event) {
+					mu.Lock()
+					defer mu.Unlock()
+					out.WriteString(e.Text)
+					if strings.Contains(out.String(), "\n") {
+						once.Do(func() { close(cs.cut) })
+					}
+				})
+			require.ErrorIs(t, err, runtime.ErrPromptCut)
+			mu.Lock()
+			cut := strings.Fields(strings.TrimPrefix(strings.TrimSpace(out.String()), "started "))
+			mu.Unlock()
+			require.Len(t, cut, 2, "the shell's pid and its child's: %q", out.String())
+			for _, pid := range cut {
+				require.True(t, alive(t, sb, pid), "the cut command runs on: pid %s", pid)
+			}
+
+			require.NoError(t, r.Abort(ctx, sb, sid), "what the pool does with a cut turn")
+			for _, pid := range cut {
+				require.False(t, alive(t, sb, pid), "the cut command was stopped: pid %s", pid)
+			}
+			<-cs.done // its exec ended with it
+			require.True(t, alive(t, sb, keep), "the earlier command's background process lives on")
+			require.NoError(t, r.Abort(ctx, sb, sid), "a second abort finds nothing to do")
+			require.True(t, alive(t, sb, keep))
+		})
+	}
+}
+
+// alive tells, from a new exec, whether pid is a process in the sandbox that has not exited (a
+// zombie waiting to be reaped has).
+func alive(t *testing.T, sb sandbox.Sandbox, pid string) bool {
+	t.Helper()
+	var out strings.Builder
+	res, err := sb.Exec(t.Context(), sandbox.ExecRequest{
+		Cmd:    []string{"/bin/sh", "-c", `s=$(cat /proc/$1/stat 2>/dev/null) || { echo gone; exit; }; s=${s##*) }; echo "${s%% *}"`, "sh", pid},
+		Stdout: &out, Timeout: 30 * time.Second,
+	})
+	require.NoError(t, err)
+	require.Zero(t, res.ExitCode)
+	state := strings.TrimSpace(out.String())
+	require.NotEmpty(t, state)
+	return state != "gone" && state != "Z"
+}
