@@ -40,6 +40,14 @@ type acpFake struct {
 	skip int
 	// onPrompt is the agent's turn: it gets the prompt's id, and answers the POST.
 	onPrompt func(f *acpFake, id json.RawMessage, w http.ResponseWriter, r *http.Request)
+	// gen is the ACP server's createdAtMs, listed by GET /v1/acp (0: not listed).
+	gen atomic.Int64
+	// restartOnPrompt makes sandbox-agent restart just before the prompt's POST arrives, which
+	// (carrying ?agent=) creates the ACP server anew: a new gen, an empty ring whose ids start
+	// over, and the streams of the old one ended.
+	restartOnPrompt bool
+	// epoch is closed when the server restarts (protected by mu).
+	epoch chan struct{}
 
 	prompts      atomic.Int32
 	subs         atomic.Int32
@@ -47,7 +55,18 @@ type acpFake struct {
 }
 
 func newACPFake() *acpFake {
-	return &acpFake{changed: make(chan struct{}), dropped: make(chan struct{}), lastEventIDs: make(chan string, 16)}
+	return &acpFake{changed: make(chan struct{}), dropped: make(chan struct{}), lastEventIDs: make(chan string, 16),
+		epoch: make(chan struct{})}
+}
+
+// restart is sandbox-agent restarting, and the ACP server being created again.
+func (f *acpFake) restart() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.events = nil
+	close(f.epoch)
+	f.epoch = make(chan struct{})
+	f.gen.Add(1000)
 }
 
 func (f *acpFake) push(payload string) {
@@ -58,14 +77,15 @@ func (f *acpFake) push(payload string) {
 	f.changed = make(chan struct{})
 }
 
-// since returns the events after the first n, and a channel closed at the next one.
-func (f *acpFake) since(n int) ([]string, <-chan struct{}) {
+// since returns the events after the first n, a channel closed at the next one, and one closed when
+// the server restarts.
+func (f *acpFake) since(n int) ([]string, <-chan struct{}, <-chan struct{}) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if n > len(f.events) {
 		n = len(f.events)
 	}
-	return append([]string(nil), f.events[n:]...), f.changed
+	return append([]string(nil), f.events[n:]...), f.changed, f.epoch
 }
 
 func chunk(text string) string {
@@ -92,8 +112,12 @@ func (f *acpFake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.WriteHeader(http.StatusOK)
 		w.(http.Flusher).Flush()
+		_, _, epoch := f.since(0)
 		for {
-			evs, changed := f.since(n)
+			evs, changed, now := f.since(n)
+			if now != epoch {
+				return // the server restarted: its streams end
+			}
 			for _, e := range evs {
 				n++
 				fmt.Fprintf(w, "event: message\nid: %d\ndata: %s\n\n", n, e)
@@ -105,10 +129,19 @@ func (f *acpFake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			select {
 			case <-changed:
+			case <-epoch:
+				return
 			case <-r.Context().Done():
 				return
 			}
 		}
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/acp":
+		w.Header().Set("Content-Type", "application/json")
+		if gen := f.gen.Load(); gen != 0 {
+			fmt.Fprintf(w, `{"servers":[{"serverId":"threadbox-opencode","agent":"opencode","createdAtMs":%d}]}`, gen)
+			return
+		}
+		fmt.Fprint(w, `{"servers":[]}`)
 	case r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/v1/acp/"):
 		var env struct {
 			ID     json.RawMessage `json:"id"`
@@ -120,6 +153,9 @@ func (f *acpFake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		if env.Method == "session/prompt" {
 			f.prompts.Add(1)
+			if f.restartOnPrompt {
+				f.restart()
+			}
 			f.onPrompt(f, env.ID, w, r)
 			return
 		}
@@ -155,8 +191,8 @@ func (f *acpFake) prompt(t *testing.T, window time.Duration) (runtime.Result, er
 	require.NoError(t, err)
 	r.resumeWindow = window
 	sb := runtimetest.DialSandbox{Addr: srv.Listener.Addr().String()}
-	r.state.with(sb, func(st *sbState) { st.loaded["s1"] = true })
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // only so that a regression fails rather than hangs
+	r.state.with(sb, func(st *sbState) { st.loaded["s1"], st.gen = true, f.gen.Load() }) // as Session leaves it
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)                         // only so that a regression fails rather than hangs
 	defer cancel()
 	return r.Prompt(ctx, sb, "s1", runtime.Prompt{Text: "hi"}, nil)
 }

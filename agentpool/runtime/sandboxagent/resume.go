@@ -34,20 +34,32 @@ type run struct {
 	posted <-chan postOutcome
 	// last is the id of the last event seen; after a resume, expect is the id the next event must
 	// have (empty: ids are not sequence numbers, nothing to check). lost is set when an event came
-	// after a gap: the events between are gone.
-	last, expect string
-	lost         bool
+	// after a gap: the events between are gone; restarted when one came with an id below last: a new
+	// sequence, from an ACP server created anew (none of it was seen, none of it is a replay).
+	last, expect  string
+	lost, restart bool
+	// gen is the createdAtMs of the ACP server the turn began with (0: unknown), which a resumption
+	// must find again.
+	gen int64
 	// pace spaces out resubscriptions that bring nothing new (a stream accepted and dropped at once,
 	// again and again), which would otherwise be asked for in a tight loop.
 	pace sandboxhttp.Pacer
 }
 
-// next records an event id, reporting false for an event seen already (a replay of one before
-// last). Ids that are not sequence numbers are all taken as new.
+// next records an event id, reporting false for an event seen already (a replay of last). An id
+// below last is no replay: the server replays only what follows Last-Event-ID, and a stream's ids
+// only grow; it is a sequence started over by an ACP server created anew (sandbox-agent restarted
+// and a POST with ?agent= spawned the server again), whose events were never seen: it sets
+// restart. Skipping them as seen would wait for ever for the prompt's response. Ids that are not
+// sequence numbers are all taken as new.
 func (r *run) next(id string) bool {
 	n, errN := strconv.ParseUint(id, 10, 64)
 	last, errL := strconv.ParseUint(r.last, 10, 64)
-	if errN == nil && errL == nil && n <= last {
+	switch {
+	case errN == nil && errL == nil && n < last:
+		r.restart = true
+		return true
+	case errN == nil && errL == nil && n == last:
 		return false
 	}
 	if r.expect != "" && id != r.expect {
@@ -95,7 +107,13 @@ func (r *Runtime) resume(ctx context.Context, sb sandbox.Sandbox, run *run) erro
 	var ev *stream
 	err := sandboxhttp.Retry(ctx, r.window(), gone, func(ctx context.Context) error {
 		var err error
-		ev, err = r.subscribe(ctx, sb, run.last)
+		if ev, err = r.subscribe(ctx, sb, run.last); err != nil {
+			return err
+		}
+		// Asked after subscribing: a server found unchanged then is the one subscribed to.
+		if err = r.sameServer(ctx, sb, run.gen); err != nil {
+			ev.close()
+		}
 		return err
 	})
 	switch {
@@ -113,12 +131,35 @@ func (r *Runtime) resume(ctx context.Context, sb sandbox.Sandbox, run *run) erro
 	return nil
 }
 
+// errServerRestarted is an ACP server that is not the one the turn began with: sandbox-agent
+// restarted, and the agent's run went with the old one.
+var errServerRestarted = errors.New("the ACP server was created anew since the turn began")
+
+// sameServer checks that our ACP server is still the one of generation gen (its createdAtMs). A
+// resumption can otherwise subscribe to a server created anew in the meantime (sandbox-agent
+// restarted, and the prompt's POST, which carries ?agent=, spawned it again), whose event ids start
+// over below the last one seen: the turn would skip them as seen already, its prompt's response
+// among them, and wait for ever. gen 0 (not known) checks nothing.
+func (r *Runtime) sameServer(ctx context.Context, sb sandbox.Sandbox, gen int64) error {
+	if gen == 0 {
+		return nil
+	}
+	now, err := r.generation(ctx, sb)
+	switch {
+	case err != nil:
+		return err
+	case now != gen:
+		return fmt.Errorf("sandbox-agent: %w (created at %d ms, not %d; 0: not listed)", errServerRestarted, now, gen)
+	}
+	return nil
+}
+
 // gone reports whether a refused subscription says the run cannot be followed again however long we
-// try: the ACP server is gone (404: sandbox-agent restarted, and the agent's run with it), the server
-// refuses our token or the request, or the sandbox is gone or stopped.
+// try: the ACP server is gone (404: sandbox-agent restarted, and the agent's run with it) or was
+// created anew, the server refuses our token or the request, or the sandbox is gone or stopped.
 func gone(err error) bool {
 	return errors.Is(err, runtime.ErrSessionMissing) || errors.Is(err, errUnauthorized) || errors.Is(err, errRefused) ||
-		errors.Is(err, sandbox.ErrNotFound) || errors.Is(err, sandbox.ErrNotRunning)
+		errors.Is(err, errServerRestarted) || errors.Is(err, sandbox.ErrNotFound) || errors.Is(err, sandbox.ErrNotRunning)
 }
 
 // window is the resume window.

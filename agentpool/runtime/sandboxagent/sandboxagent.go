@@ -162,6 +162,18 @@ func (r *Runtime) initialize(ctx context.Context, sb sandbox.Sandbox) error {
 	if err != nil {
 		return fmt.Errorf("sandbox-agent: initialize: %w", err)
 	}
+	gen, err := r.generation(ctx, sb)
+	if err != nil {
+		return err
+	}
+	if gen != 0 {
+		r.state.setGen(sb, gen)
+	}
+	return nil
+}
+
+// generation returns our ACP server's createdAtMs, 0 when it is not listed.
+func (r *Runtime) generation(ctx context.Context, sb sandbox.Sandbox) (int64, error) {
 	var list struct {
 		Servers []struct {
 			ServerID    string `json:"serverId"`
@@ -169,14 +181,14 @@ func (r *Runtime) initialize(ctx context.Context, sb sandbox.Sandbox) error {
 		} `json:"servers"`
 	}
 	if _, err := r.request(ctx, sb, http.MethodGet, "/v1/acp", nil, &list); err != nil {
-		return fmt.Errorf("sandbox-agent: listing ACP servers: %w", err)
+		return 0, fmt.Errorf("sandbox-agent: listing ACP servers: %w", err)
 	}
 	for _, s := range list.Servers {
 		if s.ServerID == r.serverID() {
-			r.state.setGen(sb, s.CreatedAtMs)
+			return s.CreatedAtMs, nil
 		}
 	}
-	return nil
+	return 0, nil
 }
 
 // workDir is the agents' cwd: the sandbox's working directory, as the launch exec reported it.
@@ -205,10 +217,11 @@ func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID stri
 	}
 	var (
 		lastID, loaded, sysSent = "", false, false
+		gen                     int64
 		done                    = make(chan struct{})
 	)
 	r.state.with(sb, func(st *sbState) {
-		lastID, loaded, sysSent = st.lastEventID, st.loaded[sessionID], st.systemSent[sessionID]
+		lastID, loaded, sysSent, gen = st.lastEventID, st.loaded[sessionID], st.systemSent[sessionID], st.gen
 		st.running[sessionID] = done
 	})
 	defer func() {
@@ -229,7 +242,7 @@ func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID stri
 	if err != nil {
 		return runtime.Result{}, err
 	}
-	run := &run{ev: ev, promptID: newID("prompt")}
+	run := &run{ev: ev, promptID: newID("prompt"), gen: gen}
 	defer func() { run.ev.close() }()
 	if err := r.barrier(ctx, sb, ev); err != nil {
 		return runtime.Result{}, err
@@ -346,6 +359,10 @@ func (r *Runtime) follow(ctx context.Context, sb sandbox.Sandbox, run *run, turn
 			run.pace.Reset()
 			if run.lost {
 				return nil, fmt.Errorf("sandbox-agent: the event stream was followed again, but events of the run were lost: %w", runtime.ErrPromptCut)
+			}
+			if run.restart {
+				return nil, fmt.Errorf("sandbox-agent: the event stream's ids started over (%s after %s): %w: %w",
+					f.id, run.last, errServerRestarted, runtime.ErrPromptCut)
 			}
 			r.state.with(sb, func(st *sbState) { st.setLastEventID(f.id) })
 			switch {
