@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/threadbox/threadbox/agentpool/gateway"
 	"github.com/threadbox/threadbox/agentpool/runtime"
@@ -17,6 +18,7 @@ import (
 	"github.com/threadbox/threadbox/agentpool/runtime/opencode"
 	"github.com/threadbox/threadbox/agentpool/runtime/sandboxagent"
 	"github.com/threadbox/threadbox/agentpool/runtime/shell"
+	"github.com/threadbox/threadbox/cmd/threadbox/logging"
 )
 
 // Model keys, read from the bot's environment only. They reach the runtime process when it is
@@ -160,11 +162,27 @@ func defaultModel(api string) string {
 	return ""
 }
 
-// runtimeSecret is runtime.secret, or one generated once and kept next to the data.
+// runtimeSecret is runtime.secret, or one generated once and kept next to the data. A kept one is
+// then redacted as a configured one is: the log and admin replies were built before it was known.
 func (m *Main) runtimeSecret() (string, error) {
 	if s := m.Config.Runtime.Secret; s != "" {
 		return s, nil
 	}
+	secret, err := m.keptRuntimeSecret()
+	if err != nil {
+		return "", err
+	}
+	m.Config.Runtime.Secret = secret // m.secrets() has it from now on, and this is not read again
+	if m.Logger != nil {
+		m.Logger = m.Logger.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
+			return logging.NewRedactingCore(c, logging.SecretsToRedact([]string{secret}, m.Config.Public()))
+		}))
+	}
+	return secret, nil
+}
+
+// keptRuntimeSecret reads the runtime secret kept next to the data, or generates and keeps one.
+func (m *Main) keptRuntimeSecret() (string, error) {
 	if err := m.Config.ValidateServe(); err != nil {
 		return "", err // a secret kept on this machine would not match the other replicas'
 	}

@@ -1,13 +1,19 @@
 package main
 
 import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/threadbox/threadbox/agentpool/runtime"
 	"github.com/threadbox/threadbox/cmd/threadbox/config"
+	"github.com/threadbox/threadbox/cmd/threadbox/logging"
 )
 
 // wrapped marks a runtime that went through newRuntimes' wrap (the gateway's, in serve).
@@ -54,4 +60,35 @@ func TestEnabledRuntimesDriveTheGatewayAndRoot(t *testing.T) {
 	require.False(t, m.readOnlyRoot())
 	_, err := m.newRuntimes(nil, nil)
 	require.ErrorContains(t, err, "runtime.enabled claude-code: runtime claude-code with runtime.api anthropic needs ANTHROPIC_API_KEY")
+}
+
+// TestKeptRuntimeSecretIsRedacted: with no runtime.secret configured, the secret generated and kept
+// next to the data (and the one read back from there by the next start) is redacted like a
+// configured one, in the log written after it is known and in admin replies; before, the log and the
+// redaction were built from the configuration alone, so it was printed wherever it appeared.
+func TestKeptRuntimeSecretIsRedacted(t *testing.T) {
+	dir := t.TempDir()
+	for _, start := range []string{"generated", "read back"} {
+		t.Run(start, func(t *testing.T) {
+			var out bytes.Buffer
+			logger, err := logging.New(&out, logging.Options{Format: "json"})
+			require.NoError(t, err)
+			m := &Main{Config: config.Loaded{Config: config.Default()}, Logger: logger}
+			m.Config.Database.URL = "sqlite:" + filepath.Join(dir, "threadbox.db")
+			secret, err := m.runtimeSecret()
+			require.NoError(t, err)
+			require.Len(t, secret, 64)
+			kept, err := os.ReadFile(filepath.Join(dir, "runtime.secret"))
+			require.NoError(t, err)
+			require.Equal(t, secret, strings.TrimSpace(string(kept)))
+
+			m.Logger.Info("auth failed for "+secret, zap.String("header", "Basic "+secret))
+			require.NotContains(t, out.String(), secret)
+			require.Contains(t, out.String(), logging.Redacted)
+			require.Equal(t, "token "+logging.Redacted, m.redactor()("token "+secret))
+			again, err := m.runtimeSecret()
+			require.NoError(t, err)
+			require.Equal(t, secret, again)
+		})
+	}
 }
