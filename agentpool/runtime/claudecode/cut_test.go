@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -63,52 +62,6 @@ func TestExecFailureAfterThePromptIsCut(t *testing.T) {
 	}
 }
 
-// cutExec is a sandbox whose prompt exec (the one with stdin) loses its stream once cut is closed,
-// as when the Docker daemon restarts with live-restore or the connection to a cloud provider drops:
-// the caller gets an error, and the process in the sandbox runs on. The real exec is then done.
-type cutExec struct {
-	sandbox.Sandbox
-	cut  chan struct{}
-	once sync.Once
-	done chan struct{}
-}
-
-func (s *cutExec) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
-	if req.Stdin == nil {
-		return s.Sandbox.Exec(ctx, req)
-	}
-	out := &gatedWriter{w: req.Stdout, cut: s.cut}
-	req.Stdout = out
-	go func() {
-		defer close(s.done)
-		_, _ = s.Sandbox.Exec(context.WithoutCancel(ctx), req)
-	}()
-	select {
-	case <-s.cut:
-		return sandbox.ExecResult{}, fmt.Errorf("exec in sandbox: reading output: %w", io.ErrUnexpectedEOF)
-	case <-s.done:
-		return sandbox.ExecResult{}, fmt.Errorf("the exec ended before the test cut it")
-	}
-}
-
-// gatedWriter passes output on until cut.
-type gatedWriter struct {
-	mu  sync.Mutex
-	w   io.Writer
-	cut chan struct{}
-}
-
-func (g *gatedWriter) Write(p []byte) (int, error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	select {
-	case <-g.cut:
-		return len(p), nil
-	default:
-		return g.w.Write(p)
-	}
-}
-
 // TestExecCutMidTurnIsNotRetried runs the real claude CLI against the fake model and cuts its exec's
 // stream while a tool of the turn runs: claude is still running the prompt, so the turn is
 // ErrPromptCut (the pool tells the user it was interrupted and aborts), not sandbox-down (which made
@@ -130,10 +83,10 @@ func TestExecCutMidTurnIsNotRetried(t *testing.T) {
 	sid, _, err := rt.Session(ctx, sb, "", "test")
 	require.NoError(t, err)
 
-	cs := &cutExec{Sandbox: sb, cut: make(chan struct{}), done: make(chan struct{})}
+	cs := runtimetest.NewCutExec(sb)
 	_, err = rt.Prompt(ctx, cs, sid, runtime.Prompt{Text: "Wait for the gate. TB-CUT", Timeout: 2 * time.Minute}, func(e runtime.Event) {
 		if e.Kind == runtime.EventTool {
-			cs.once.Do(func() { close(cs.cut) }) // claude runs the tool: cut the stream now
+			cs.Cut() // claude runs the tool: cut the stream now
 		}
 	})
 	require.ErrorIs(t, err, runtime.ErrPromptCut)
@@ -142,7 +95,7 @@ func TestExecCutMidTurnIsNotRetried(t *testing.T) {
 	// claude is still running the first prompt, at the gate: running it again would run it twice.
 	runtimetest.Sh(t, sb, `pgrep -f -- "--(resume|session-id) $1" >/dev/null`, sid)
 	require.NoError(t, rt.Abort(ctx, sb, sid), "what the pool does with a cut turn")
-	<-cs.done // the real exec ended with its process
+	<-cs.Done // the real exec ended with its process
 	reqs, err := fake.Requests(ctx)
 	require.NoError(t, err)
 	prompts := 0

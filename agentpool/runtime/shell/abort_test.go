@@ -3,8 +3,6 @@ package shell
 import (
 	"context"
 	"crypto/rand"
-	"fmt"
-	"io"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +12,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/threadbox/threadbox/agentpool/runtime"
+	"github.com/threadbox/threadbox/agentpool/runtime/runtimetest"
 	"github.com/threadbox/threadbox/sandbox"
 	"github.com/threadbox/threadbox/sandbox/daytona"
 	"github.com/threadbox/threadbox/sandbox/daytona/daytonafake"
@@ -23,51 +22,6 @@ import (
 	"github.com/threadbox/threadbox/sandbox/docker/dockertest"
 	"github.com/threadbox/threadbox/sandbox/local"
 )
-
-// cutSandbox is a sandbox whose command exec (the one with stdin) loses its stream once cut is
-// closed, as when the Docker daemon restarts with live-restore or the connection to a cloud provider
-// drops: the caller gets an error, and the command in the sandbox runs on. The real exec goes on
-// until its command ends, then closes done.
-type cutSandbox struct {
-	sandbox.Sandbox
-	cut  chan struct{}
-	done chan struct{}
-}
-
-func (s *cutSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
-	if req.Stdin == nil {
-		return s.Sandbox.Exec(ctx, req)
-	}
-	req.Stdout = &gatedWriter{w: req.Stdout, cut: s.cut}
-	go func() {
-		defer close(s.done)
-		_, _ = s.Sandbox.Exec(context.WithoutCancel(ctx), req)
-	}()
-	select {
-	case <-s.cut:
-		return sandbox.ExecResult{}, fmt.Errorf("exec in sandbox: reading output: %w", io.ErrUnexpectedEOF)
-	case <-s.done:
-		return sandbox.ExecResult{}, fmt.Errorf("the exec ended before the test cut it")
-	}
-}
-
-// gatedWriter passes output on until cut.
-type gatedWriter struct {
-	mu  sync.Mutex
-	w   io.Writer
-	cut chan struct{}
-}
-
-func (g *gatedWriter) Write(p []byte) (int, error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	select {
-	case <-g.cut:
-		return len(p), nil
-	default:
-		return g.w.Write(p)
-	}
-}
 
 // abortProviders are the providers the shell runtime runs on; the cloud ones on their fakes, whose
 // sandboxes are containers of the busybox test image.
@@ -136,17 +90,16 @@ func TestAbortStopsTheCutCommandOnly(t *testing.T) {
 			t.Cleanup(func() { _, _ = sb.Exec(context.Background(), sandbox.ExecRequest{Cmd: []string{"kill", "-9", keep}}) })
 
 			// The next waits at another fifo, with a child in the background, and its stream is cut.
-			cs := &cutSandbox{Sandbox: sb, cut: make(chan struct{}), done: make(chan struct{})}
+			cs := runtimetest.NewCutExec(sb)
 			var mu sync.Mutex
 			var out strings.Builder
-			var once sync.Once
 			_, err = r.Prompt(ctx, cs, sid, runtime.Prompt{Text: `rm -f gate; mkfifo gate; cat gate >/dev/null & echo "started $$ $!"; wait`},
 				func(e runtime.Event) {
 					mu.Lock()
 					defer mu.Unlock()
 					out.WriteString(e.Text)
 					if strings.Contains(out.String(), "\n") {
-						once.Do(func() { close(cs.cut) })
+						cs.Cut()
 					}
 				})
 			require.ErrorIs(t, err, runtime.ErrPromptCut)
@@ -162,7 +115,7 @@ func TestAbortStopsTheCutCommandOnly(t *testing.T) {
 			for _, pid := range cut {
 				require.False(t, alive(t, sb, pid), "the cut command was stopped: pid %s", pid)
 			}
-			<-cs.done // its exec ended with it
+			<-cs.Done // its exec ended with it
 			require.True(t, alive(t, sb, keep), "the earlier command's background process lives on")
 			require.NoError(t, r.Abort(ctx, sb, sid), "a second abort finds nothing to do")
 			require.True(t, alive(t, sb, keep))
