@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,57 +14,96 @@ import (
 // runEnv tags every process of one command's run (Prompt) with a value of its own. Abort kills by
 // that tag rather than by pid or process group: children that were reparented, called setsid or
 // daemonized inherit the environment, and the exec that started them may be gone (its stream cut)
-// while they run on, which the provider's own kill of its exec cannot then reach. One tag per run,
-// not per session, so Abort never kills what an earlier command of the thread left running on
-// purpose (a server in the background).
+// while they run on, which the provider's own kill of its exec cannot then reach. A child that
+// cleared its environment (env -i, sudo) is still found while its tagged parent lives: a round
+// takes the tagged processes' descendants too. One tag per run, not per session, so Abort never
+// kills what an earlier command of the thread left running on purpose (a server in the background).
 const runEnv = "THREADBOX_SHELL_RUN"
 
-// Abort implements runtime.Runtime: it kills every process of the session's last command, if that
-// command may still run (it was cut, stopped or timed out rather than exited), and returns once none
-// is left. The pool calls it when a turn ends without the command's end: a command whose exec stream
-// was cut (a Docker daemon restart with live-restore, a lost connection to a cloud provider) runs on
-// in the sandbox, and a retry would otherwise run it a second time beside the first. A sandbox that
-// is gone or stopped took the command with it. ctx bounds it (the pool gives it seconds).
+// Abort implements runtime.Runtime: it kills every process of the session's commands that may still
+// run (cut, stopped or timed out rather than exited), and returns once none is left. The pool calls
+// it when a turn ends without the command's end: a command whose exec stream was cut (a Docker
+// daemon restart with live-restore, a lost connection to a cloud provider) runs on in the sandbox,
+// and a retry would otherwise run it a second time beside the first. A sandbox that is gone or
+// stopped took the commands with it. ctx bounds it (the pool gives it seconds). Tags it could not
+// clear stay, and the session's next command tries again before it starts.
 func (r *Runtime) Abort(ctx context.Context, sb sandbox.Sandbox, sessionID string) error {
 	key := runKey{sb.Handle().ID, sessionID}
-	r.mu.Lock()
-	tag := r.runs[key]
-	r.mu.Unlock()
-	if tag == "" {
+	tags := r.pending(key)
+	if len(tags) == 0 {
 		return nil
 	}
-	if err := killTagged(ctx, sb, runEnv+"="+tag); err != nil {
+	if err := killTagged(ctx, sb, tags); err != nil {
 		return fmt.Errorf("shell runtime: abort: %w", err)
 	}
-	r.ended(key, tag)
+	r.ended(key, tags...)
 	return nil
 }
 
-// ended forgets a run that can no longer be running, unless a later run of the session replaced it.
-func (r *Runtime) ended(key runKey, tag string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.runs[key] == tag {
-		delete(r.runs, key)
+// abortLeftovers is what Prompt does first when an Abort failed to clear an earlier command of the
+// session (its deadline passed, the sandbox was busy): one more try, within a bound of its own, so
+// the new command (a retry, often) does not run beside the old one. Whatever the outcome the tags
+// are then forgotten: a sandbox in which it cannot be done (no /proc) would otherwise be asked on
+// every command.
+func (r *Runtime) abortLeftovers(ctx context.Context, sb sandbox.Sandbox, key runKey) {
+	tags := r.pending(key)
+	if len(tags) == 0 {
+		return
 	}
+	ctx, cancel := context.WithTimeout(ctx, leftoverTimeout)
+	defer cancel()
+	_ = killTagged(ctx, sb, tags)
+	r.ended(key, tags...)
 }
 
-// maxKillRounds bounds killTagged: a round finds what the round before missed (a process forked
-// between them), so a handful suffices; more means processes that do not die.
+// leftoverTimeout bounds abortLeftovers, which delays the command it runs before.
+const leftoverTimeout = 10 * time.Second
+
+// pending returns the tags of the session's commands that may still run.
+func (r *Runtime) pending(key runKey) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.runs[key])
+}
+
+// started records a command's tag as it is handed over.
+func (r *Runtime) started(key runKey, tag string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.runs[key] = append(r.runs[key], tag)
+}
+
+// ended forgets commands that can no longer be running; those of later runs stay.
+func (r *Runtime) ended(key runKey, tags ...string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	left := slices.DeleteFunc(r.runs[key], func(t string) bool { return slices.Contains(tags, t) })
+	if len(left) == 0 {
+		delete(r.runs, key)
+		return
+	}
+	r.runs[key] = left
+}
+
+// maxKillRounds bounds killTagged: a round stops and kills all it finds, and the next checks that
+// none is left (a process in uninterruptible sleep dies late; one forked as the round listed).
 const maxKillRounds = 20
 
-// killTagged kills every process whose environment holds the entry marker, from inside the sandbox,
-// in rounds of one exec each (as the Docker provider kills an exec's processes): each round stops,
-// then kills, the pids the round before found, and lists those still carrying the marker; it ends
-// when a round finds none. Stopping them all before killing any keeps them from forking
-// replacements meanwhile. It uses only /proc, the shell's builtins and grep, which busybox images
-// have too.
-func killTagged(ctx context.Context, sb sandbox.Sandbox, marker string) error {
-	var pids []string
+// killTagged kills every process whose environment holds one of the tags, and their descendants,
+// from inside the sandbox, in rounds of one exec each. It ends after two rounds in a row find
+// nothing: one empty round can miss a chain of short-lived processes, each forked by one that
+// exited in the instant the round listed them. It uses only /proc, the shell's builtins and grep,
+// which busybox images have too.
+func killTagged(ctx context.Context, sb sandbox.Sandbox, tags []string) error {
+	markers := make([]string, len(tags))
+	for i, t := range tags {
+		markers[i] = runEnv + "=" + t
+	}
+	empty := 0
 	for range maxKillRounds {
 		var out, stderr strings.Builder
 		res, err := sb.Exec(ctx, sandbox.ExecRequest{
-			Cmd:    append([]string{"/bin/sh", "-c", killRound, "sh", marker}, pids...),
+			Cmd:    append([]string{"/bin/sh", "-c", killRound, "sh"}, markers...),
 			Stdout: &out, Stderr: &stderr, Timeout: 30 * time.Second,
 		})
 		switch {
@@ -71,28 +111,46 @@ func killTagged(ctx context.Context, sb sandbox.Sandbox, marker string) error {
 			return nil // the processes went with the sandbox
 		case err != nil:
 			return err
-		case res.ExitCode > 2:
-			// grep exits 0 (some found), 1 (none) or 2 (another user's environ was unreadable):
-			// its list is good. Anything else is the round failing.
-			return fmt.Errorf("looking for the command's processes exited %d: %s", res.ExitCode, strings.TrimSpace(stderr.String()))
+		case res.ExitCode != 0:
+			return fmt.Errorf("killing the command's processes exited %d: %s", res.ExitCode, strings.TrimSpace(stderr.String()))
 		}
-		pids = pids[:0]
-		for _, f := range strings.Fields(out.String()) {
-			if pid, ok := strings.CutSuffix(strings.TrimPrefix(f, "/proc/"), "/environ"); ok {
-				pids = append(pids, pid)
-			}
+		if strings.TrimSpace(out.String()) != "" {
+			empty = 0
+			continue
 		}
-		if len(pids) == 0 {
+		if empty++; empty == 2 {
 			return nil
 		}
 	}
-	return fmt.Errorf("the command's processes still run after %d rounds of kill: %v", maxKillRounds, pids)
+	return fmt.Errorf("the command's processes still run after %d rounds of kill", maxKillRounds)
 }
 
-// killRound is one round of killTagged: $1 is the marker, the rest the pids to kill. Zombies have an
-// empty environ and do not match; the marker is in this round's argv, never in its environment, so
-// the round does not find itself.
-const killRound = `m=$1; shift
-[ -r /proc/self/environ ] || { echo "threadbox: no /proc to find the command's processes in" >&2; exit 3; }
-[ $# -eq 0 ] || { kill -STOP "$@"; kill -KILL "$@"; } 2>/dev/null
-exec grep -lszxF "$m" /proc/[0-9]*/environ`
+// killRound is one round of killTagged; its arguments are the markers (runEnv=tag, letters and
+// digits only). It gathers the processes carrying a marker and their descendants (by the parent in
+// /proc/PID/stat; a child that cleared its environment is found so), stops them, and gathers again
+// until nothing new turns up, so none forks a replacement unseen; then it kills them all at once
+// and prints their pids (nothing: none found). Zombies have an empty environ and do not match; the
+// markers are in this round's argv, never in its environment, so the round does not find itself;
+// pid 1 and the round itself are never taken.
+const killRound = `[ -r /proc/self/environ ] || { echo "threadbox: no /proc to find the command's processes in" >&2; exit 3; }
+pats=; for m; do pats="$pats -e $m"; done
+S=" "
+while :; do
+  n=0
+  for f in $(grep -lszxF $pats /proc/[0-9]*/environ); do
+    p=${f#/proc/}; p=${p%/environ}
+    case "$S" in *" $p "*) ;; *) S="$S$p "; n=1 ;; esac
+  done
+  for f in /proc/[0-9]*/stat; do
+    { read -r l <"$f"; } 2>/dev/null || continue
+    set -- ${l##*) }
+    case "$S" in *" $2 "*) ;; *) continue ;; esac
+    p=${f#/proc/}; p=${p%/stat}
+    case "$S" in *" $p "*) ;; *) S="$S$p "; n=1 ;; esac
+  done
+  S=$(for p in $S; do [ "$p" = 1 ] || [ "$p" = $$ ] || printf ' %s' "$p"; done)" "
+  [ $n = 1 ] || break
+  [ "$S" = " " ] || kill -STOP $S 2>/dev/null
+done
+[ "$S" = " " ] || { kill -KILL $S 2>/dev/null; echo $S; }
+exit 0`

@@ -61,8 +61,8 @@ var abortProviders = []struct {
 
 // TestAbortStopsTheCutCommandOnly: a command whose exec stream was cut runs on in the sandbox (the
 // turn is reported interrupted), and a retry would run it again beside it; Abort, which the pool
-// calls then, must stop it, the shell and what it started in the background alike, on every
-// provider; while what an earlier command of the same thread left running on purpose (a process in
+// calls then, must stop it, the shell and what it started in the background alike (a child that
+// cleared its environment too), on every provider; while what an earlier command of the same thread left running on purpose (a process in
 // the background) lives on. Before, Abort did nothing and the cut command ran on.
 func TestAbortStopsTheCutCommandOnly(t *testing.T) {
 	for _, pv := range abortProviders {
@@ -89,27 +89,10 @@ func TestAbortStopsTheCutCommandOnly(t *testing.T) {
 			keep := strings.TrimSpace(res.Answer)
 			t.Cleanup(func() { _, _ = sb.Exec(context.Background(), sandbox.ExecRequest{Cmd: []string{"kill", "-9", keep}}) })
 
-			// The next waits at another fifo, with a child in the background, and its stream is cut.
+			// The next waits at another fifo, with a child in the background and one that cleared its
+			// environment (env -i, as sudo does), and its stream is cut.
 			cs := runtimetest.NewCutExec(sb)
-			var mu sync.Mutex
-			var out strings.Builder
-			_, err = r.Prompt(ctx, cs, sid, runtime.Prompt{Text: `rm -f gate; mkfifo gate; cat gate >/dev/null & echo "started $$ $!"; wait`},
-				func(e runtime.Event) {
-					mu.Lock()
-					defer mu.Unlock()
-					out.WriteString(e.Text)
-					if strings.Contains(out.String(), "\n") {
-						cs.Cut()
-					}
-				})
-			require.ErrorIs(t, err, runtime.ErrPromptCut)
-			mu.Lock()
-			cut := strings.Fields(strings.TrimPrefix(strings.TrimSpace(out.String()), "started "))
-			mu.Unlock()
-			require.Len(t, cut, 2, "the shell's pid and its child's: %q", out.String())
-			for _, pid := range cut {
-				require.True(t, alive(t, sb, pid), "the cut command runs on: pid %s", pid)
-			}
+			cut := startCut(t, ctx, r, cs, sid)
 
 			require.NoError(t, r.Abort(ctx, sb, sid), "what the pool does with a cut turn")
 			for _, pid := range cut {
@@ -137,4 +120,72 @@ func alive(t *testing.T, sb sandbox.Sandbox, pid string) bool {
 	state := strings.TrimSpace(out.String())
 	require.NotEmpty(t, state)
 	return state != "gone" && state != "Z"
+}
+
+// cutCommand waits at a fifo, with a child in the background and one that cleared its environment
+// (env -i, as sudo does, so it carries no tag), and prints its pids on a first line.
+const cutCommand = `rm -f gate; mkfifo gate; cat gate >/dev/null & a=$!; env -i /bin/sh -c 'exec cat gate >/dev/null' & echo "started $$ $a $!"; wait`
+
+// startCut runs cutCommand on cs, cuts its exec stream once the pids are out, and returns them (the
+// shell's, its child's, the env -i child's), each checked alive.
+func startCut(t *testing.T, ctx context.Context, r *Runtime, cs *runtimetest.CutExec, sid string) []string {
+	t.Helper()
+	var mu sync.Mutex
+	var out strings.Builder
+	_, err := r.Prompt(ctx, cs, sid, runtime.Prompt{Text: cutCommand}, func(e runtime.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		out.WriteString(e.Text)
+		if strings.Contains(out.String(), "\n") {
+			cs.Cut()
+		}
+	})
+	require.ErrorIs(t, err, runtime.ErrPromptCut)
+	mu.Lock()
+	cut := strings.Fields(strings.TrimPrefix(strings.TrimSpace(out.String()), "started "))
+	mu.Unlock()
+	require.Len(t, cut, 3, "the shell's pid and its children's: %q", out.String())
+	for _, pid := range cut {
+		require.True(t, alive(t, cs.Sandbox, pid), "the cut command runs on: pid %s", pid)
+	}
+	return cut
+}
+
+// TestFailedAbortIsFinishedBeforeTheNextCommand: an Abort that could not finish (its deadline passed)
+// leaves the cut command running; the session's next command (a retry, often) stops it before it
+// starts, rather than run beside it. Before, the next command replaced the cut one's tag, and it was
+// never looked for again.
+func TestFailedAbortIsFinishedBeforeTheNextCommand(t *testing.T) {
+	p := dockertest.New(t, docker.Options{})
+	h, err := p.Create(t.Context(), sandbox.Spec{Image: dockertest.Image(), Labels: sandbox.Labels{Deployment: "shellabort", Thread: "t"}})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		require.NoError(t, p.Destroy(ctx, h))
+	})
+	box := sandbox.Bind(p, h)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	r := New()
+	require.NoError(t, r.Ensure(ctx, box))
+	const sid = "shell-abort-left"
+	cs := runtimetest.NewCutExec(box)
+	cut := startCut(t, ctx, r, cs, sid)
+
+	gone, end := context.WithCancel(ctx)
+	end()
+	require.Error(t, r.Abort(gone, box, sid), "an abort out of time")
+	for _, pid := range cut {
+		require.True(t, alive(t, box, pid), "still running after the failed abort: pid %s", pid)
+	}
+
+	res, err := r.Prompt(ctx, box, sid, runtime.Prompt{Text: "echo next"}, nil)
+	require.NoError(t, err)
+	require.Contains(t, res.Answer, "next")
+	for _, pid := range cut {
+		require.False(t, alive(t, box, pid), "stopped before the next command: pid %s", pid)
+	}
+	<-cs.Done
+	require.NoError(t, r.Abort(ctx, box, sid), "nothing left to abort")
 }

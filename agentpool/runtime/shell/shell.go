@@ -30,10 +30,10 @@ type Runtime struct {
 	mu sync.Mutex
 	// shells caches which shell each sandbox has (bash, or busybox sh in minimal images).
 	shells map[string]string
-	// runs holds the tag (runEnv) of each session's last command that may still run, for Abort: set
+	// runs holds the tags (runEnv) of each session's commands that may still run, for Abort: added
 	// as the command is handed over, dropped once it surely ended (it exited, or never started) or
 	// Abort found none of its processes left.
-	runs map[runKey]string
+	runs map[runKey][]string
 }
 
 // runKey names a session in a sandbox: a thread keeps its shell session id across sandboxes.
@@ -42,7 +42,7 @@ type runKey struct{ sandbox, session string }
 var _ runtime.Runtime = (*Runtime)(nil)
 
 // New returns a shell runtime.
-func New() *Runtime { return &Runtime{shells: map[string]string{}, runs: map[runKey]string{}} }
+func New() *Runtime { return &Runtime{shells: map[string]string{}, runs: map[runKey][]string{}} }
 
 var _ runtime.ProcessBound = (*Runtime)(nil)
 
@@ -118,9 +118,8 @@ func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID stri
 		env = map[string]string{}
 	}
 	env[runEnv] = tag
-	r.mu.Lock()
-	r.runs[key] = tag
-	r.mu.Unlock()
+	r.abortLeftovers(ctx, sb, key)
+	r.started(key, tag)
 	var stdout, stderr strings.Builder
 	start := &startSignal{r: strings.NewReader(startLine)}
 	res, err := sb.Exec(ctx, sandbox.ExecRequest{
