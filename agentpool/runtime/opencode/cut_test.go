@@ -33,6 +33,8 @@ type cutServer struct {
 	cutBeforeBusy bool
 	// emitted gets every progress event the turn reports.
 	emitted chan runtime.Event
+	// startGrace is the runtime's (0: its default).
+	startGrace time.Duration
 
 	prompts  atomic.Int32
 	events   atomic.Int32
@@ -119,7 +121,7 @@ func (c *cutServer) run(t *testing.T, window time.Duration) (runtime.Result, []r
 	t.Cleanup(srv.Close)
 	r, err := New(Config{Secret: "s", Model: Model{Name: "m"}})
 	require.NoError(t, err)
-	r.resumeWindow = window
+	r.resumeWindow, r.startGrace = window, c.startGrace
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // only so that a regression fails rather than hangs
 	defer cancel()
 	var events []runtime.Event

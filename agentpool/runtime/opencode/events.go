@@ -24,6 +24,9 @@ type turnState struct {
 	busy bool
 	// idle is set by an idle event seen after busy: the turn's end.
 	idle bool
+	// unseenSince is when a resumption first found no sign of the run (not busy, no answer of its
+	// own), which it then has startGrace to give.
+	unseenSince time.Time
 	// partTypes remembers each part's type, so that text deltas of reasoning parts are not shown
 	// as the answer.
 	partTypes map[string]string

@@ -50,6 +50,9 @@ type Runtime struct {
 	// resumeWindow bounds the attempts to follow a run again after its event stream dropped
 	// (default DefaultResumeWindow).
 	resumeWindow time.Duration
+	// startGrace is how long a run that a resumption found not started yet has to show itself
+	// before the turn looks again (default DefaultStartGrace).
+	startGrace time.Duration
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -206,10 +209,27 @@ func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID stri
 // *ev is then the new one.
 func (r *Runtime) follow(ctx context.Context, sb sandbox.Sandbox, ev **events, turn *turnState, base string) error {
 	var pace sandboxhttp.Pacer // a stream that keeps dropping empty is not asked for again in a tight loop
+	var recheck *time.Timer    // runs while a run a resumption did not find has yet to show itself
+	defer func() {
+		if recheck != nil {
+			recheck.Stop()
+		}
+	}()
 	for !turn.idle {
+		var recheckC <-chan time.Time
+		if !turn.busy && !turn.unseenSince.IsZero() {
+			if recheck == nil {
+				recheck = time.NewTimer(time.Until(turn.unseenSince.Add(r.grace())))
+			}
+			recheckC = recheck.C
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-recheckC:
+			if err := r.recheck(ctx, sb, turn, base); err != nil {
+				return err
+			}
 		case e, ok := <-(*ev).c:
 			if !ok {
 				cause := (*ev).err()

@@ -23,6 +23,15 @@ import (
 // again before it gives the run up as cut.
 const DefaultResumeWindow = time.Minute
 
+// DefaultStartGrace is how long a run that a resumption found not started (the stream dropped before
+// the run showed itself, and the server was idle without its answer) has to show itself before the
+// turn looks again, and gives it up as lost if the server is still idle without it. opencode turns a
+// taken prompt into a busy session in milliseconds (it writes the user message, then starts the
+// run); a run that has not started after this never will: the server that took the prompt restarted
+// (it keeps sessions, not runs) or failed it before the run, and would otherwise hold the turn until
+// the watchdog.
+const DefaultStartGrace = 30 * time.Second
+
 // maxRunMessages is how many of the session's newest messages a turn reads: its answer, and where a
 // run it lost track of stands.
 const maxRunMessages = 50
@@ -55,7 +64,7 @@ func (r *Runtime) resume(ctx context.Context, sb sandbox.Sandbox, turn *turnStat
 		if ev, err = r.subscribe(ctx, sb); err != nil {
 			return err
 		}
-		if err = r.catchUp(ctx, sb, turn, base); err != nil {
+		if err = r.catchUp(ctx, sb, turn, base, false); err != nil {
 			ev.close()
 		}
 		return err
@@ -68,6 +77,31 @@ func (r *Runtime) resume(ctx context.Context, sb sandbox.Sandbox, turn *turnStat
 		return nil, fmt.Errorf("opencode: following the run again: %w", context.Cause(ctx))
 	}
 	return nil, fmt.Errorf("opencode: the event stream ended mid-turn (%v), and the run could not be followed again: %w", cause, runtime.PromptCut(err))
+}
+
+// recheck looks again, startGrace after a resumption found no sign of the run, at where it stands:
+// busy (follow on), finished, or still not there, which is a run the server lost (errRunNotShown, so
+// runtime.ErrPromptCut). Calls that fail are tried again within the resume window, as a resumption's.
+func (r *Runtime) recheck(ctx context.Context, sb sandbox.Sandbox, turn *turnState, base string) error {
+	err := sandboxhttp.Retry(ctx, r.window(), gone, func(ctx context.Context) error {
+		return r.catchUp(ctx, sb, turn, base, true)
+	})
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return fmt.Errorf("opencode: looking for the run again: %w", context.Cause(ctx))
+	}
+	return fmt.Errorf("opencode: the event stream ended before the run showed itself, and looking for it %s later: %w",
+		r.grace(), runtime.PromptCut(err))
+}
+
+// grace is the start grace.
+func (r *Runtime) grace() time.Duration {
+	if r.startGrace > 0 {
+		return r.startGrace
+	}
+	return DefaultStartGrace
 }
 
 // window is the resume window.
@@ -112,19 +146,26 @@ var errRefused = errors.New("refused")
 // (the server restarted under it).
 var errRunLost = errors.New("the server is idle, but the run never finished its answer")
 
+// errRunNotShown is a run that never showed itself: startGrace after a resumption found no sign of it,
+// the server is still idle without its answer (it restarted after it took the prompt, or failed it
+// before the run).
+var errRunNotShown = errors.New("the server is idle, and the run did not show itself within the start grace")
+
 // gone reports whether err says the run cannot be found again however long we try: the sandbox is
 // gone or stopped, the server refuses our password (another server), the session is gone, or the
 // server lost the run.
 func gone(err error) bool {
 	return errors.Is(err, sandbox.ErrNotFound) || errors.Is(err, sandbox.ErrNotRunning) ||
-		errors.Is(err, errUnauthorized) || errors.Is(err, runtime.ErrSessionMissing) || errors.Is(err, errRunLost)
+		errors.Is(err, errUnauthorized) || errors.Is(err, runtime.ErrSessionMissing) || errors.Is(err, errRunLost) ||
+		errors.Is(err, errRunNotShown)
 }
 
 // catchUp learns, once subscribed again, where the run stands: still running (follow on: the new
-// stream brings its end), finished while we were away (turn.idle), or lost. It also answers the
-// permission requests and questions the lost events asked, which would hang the run otherwise.
-// Subscribing first and asking after means no change of state falls between the two.
-func (r *Runtime) catchUp(ctx context.Context, sb sandbox.Sandbox, turn *turnState, base string) error {
+// stream brings its end), finished while we were away (turn.idle), not started yet, or lost. It also
+// answers the permission requests and questions the lost events asked, which would hang the run
+// otherwise. Subscribing first and asking after means no change of state falls between the two.
+// final is recheck's last look at a run not started yet: one still not there is lost.
+func (r *Runtime) catchUp(ctx context.Context, sb sandbox.Sandbox, turn *turnState, base string, final bool) error {
 	var statuses map[string]struct {
 		Type string `json:"type"`
 	}
@@ -158,9 +199,17 @@ func (r *Runtime) catchUp(ctx context.Context, sb sandbox.Sandbox, turn *turnSta
 	case turn.busy:
 		// It ran, and the server is idle with the answer unfinished: the server restarted under it.
 		return errRunLost
+	case final:
+		// Still idle without an answer of this run, startGrace after the run was first missed: the
+		// server lost it (it restarted after it took the prompt) or never started it.
+		return errRunNotShown
 	}
-	// Not started yet, or about to start: its events come on the new stream. (A server that restarted
-	// in the instant after it took the prompt leaves such a turn to the watchdog.)
+	// Not started yet, or about to start: its events come on the new stream. An unfinished answer
+	// is no proof of a lost run here (the run may have started between the two reads), nor is a
+	// missing one; follow looks again once startGrace has passed without a sign of the run.
+	if turn.unseenSince.IsZero() {
+		turn.unseenSince = time.Now()
+	}
 	return nil
 }
 
