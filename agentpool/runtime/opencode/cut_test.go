@@ -173,6 +173,19 @@ func TestDroppedStreamIsFollowedAgain(t *testing.T) {
 				<-r.Context().Done()
 			}
 		}},
+		{"a resubscription accepted and never answered (a server starting) is made again", func(c *cutServer) {
+			c.status = func() string { return `{}` }
+			c.messages = c.finished
+			c.again = func(w http.ResponseWriter, r *http.Request) {
+				if c.events.Load() == 2 {
+					<-r.Context().Done() // not even the headers: the turn must not wait for it
+					return
+				}
+				w.Header().Set("Content-Type", "text/event-stream")
+				sendEvent(w, "server.connected", `{}`)
+				<-r.Context().Done()
+			}
+		}},
 		{"cut before the run showed anything, finished while down", func(c *cutServer) {
 			c.cutBeforeBusy = true
 			c.status = func() string { return `{}` }

@@ -32,6 +32,16 @@ const DefaultResumeWindow = time.Minute
 // the watchdog.
 const DefaultStartGrace = 30 * time.Second
 
+// A resubscription is bounded until the server confirms it, from firstSubscribeAttempt, doubled up to
+// maxSubscribeAttempt after each that got no answer: a server that restarted under the turn accepts
+// connections a moment before it is ready and never answers what comes in that moment, which would
+// hold the resumption for its whole window (and cut a run that was only about to show itself). The
+// cap is the health check's (sandboxhttp.WaitHealthy): a server slower than that is not taken as up.
+const (
+	firstSubscribeAttempt = time.Second
+	maxSubscribeAttempt   = 5 * time.Second
+)
+
 // maxRunMessages is how many of the session's newest messages a turn reads: its answer, and where a
 // run it lost track of stands.
 const maxRunMessages = 50
@@ -59,9 +69,19 @@ func (r *Runtime) baseline(ctx context.Context, sb sandbox.Sandbox, sessionID st
 // or is ctx's when the caller gave up.
 func (r *Runtime) resume(ctx context.Context, sb sandbox.Sandbox, turn *turnState, base string, cause error) (*events, error) {
 	var ev *events
+	attempt := firstSubscribeAttempt
 	err := sandboxhttp.Retry(ctx, r.window(), gone, func(ctx context.Context) error {
 		var err error
-		if ev, err = r.subscribe(ctx, sb); err != nil {
+		actx, cancel := context.WithTimeout(ctx, attempt)
+		ev, err = r.subscribe(actx, sb) // a confirmed stream outlives actx
+		unanswered := err != nil && ctx.Err() == nil && actx.Err() != nil
+		cancel()
+		if unanswered {
+			err = fmt.Errorf("opencode: subscribing to events: %w: %w within %s", runtime.ErrSandboxDown, errNoAnswer, attempt)
+			attempt = min(2*attempt, maxSubscribeAttempt)
+			return err
+		}
+		if err != nil {
 			return err
 		}
 		if err = r.catchUp(ctx, sb, turn, base, false); err != nil {
