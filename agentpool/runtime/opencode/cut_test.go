@@ -278,48 +278,27 @@ func TestLostRunIsCutNotRetried(t *testing.T) {
 	}
 }
 
-// TestPromptSentButUnansweredIsCut: a prompt_async whose connection is cut after the server read it
-// may be running: it is ErrPromptCut, not sandbox-down (which the pool would answer by sending it
-// again). A prompt refused before it was sent (nothing listens) stays sandbox-down.
+// TestPromptSentButUnansweredIsCut: a prompt_async that went out whole and got no answer of the
+// server's may be running, so it is ErrPromptCut, not sandbox-down (which the pool answered by sending
+// the prompt again, for a second run beside the first): its connection cut after the server read it,
+// or a server error (a 502 from a proxy in front of the server, such as Daytona's preview proxy,
+// whose upstream connection broke after the request was forwarded; a 500 from the server itself),
+// as sandbox-agent has it.
 func TestPromptSentButUnansweredIsCut(t *testing.T) {
-	var prompts atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch r.URL.Path {
-		case "/event":
-			w.Header().Set("Content-Type", "text/event-stream")
-			sendEvent(w, "server.connected", `{}`)
-			<-r.Context().Done()
-		case "/session/ses_1/message":
-			w.Header().Set("Content-Type", "application/json")
-			fmt.Fprint(w, `[]`)
-		case "/session/ses_1/prompt_async":
-			prompts.Add(1)
-			conn, _, err := http.NewResponseController(w).Hijack()
-			if err == nil {
-				_ = conn.Close() // read, then cut without an answer
+	for _, tc := range []struct {
+		name   string
+		answer func(w http.ResponseWriter)
+	}{
+		{"cut without an answer", func(w http.ResponseWriter) {
+			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				_ = conn.Close()
 			}
-		default:
-			http.NotFound(w, r)
-		}
-	}))
-	defer srv.Close()
-	r, err := New(Config{Secret: "s", Model: Model{Name: "m"}})
-	require.NoError(t, err)
-	_, err = r.Prompt(t.Context(), runtimetest.DialSandbox{Addr: srv.Listener.Addr().String()}, "ses_1", runtime.Prompt{Text: "hi"}, nil)
-	require.ErrorIs(t, err, runtime.ErrPromptCut)
-	require.Equal(t, runtime.ClassInterrupted, runtime.Classify(err), "%v", err)
-	require.Equal(t, int32(1), prompts.Load())
-}
-
-// TestPromptServerErrorIsCut: a prompt_async answered with a server error (a 502 from a proxy in
-// front of the server, such as Daytona's preview proxy, whose upstream connection broke after the
-// request was forwarded; a 500 from the server itself) came after the whole prompt went out, and
-// whether the server took it is unknown: it is ErrPromptCut, as sandbox-agent has it, not
-// sandbox-down (which the pool answered by sending the prompt again, for a second run beside the
-// first).
-func TestPromptServerErrorIsCut(t *testing.T) {
-	for _, code := range []int{http.StatusInternalServerError, http.StatusBadGateway, http.StatusGatewayTimeout} {
-		t.Run(http.StatusText(code), func(t *testing.T) {
+		}},
+		{"500", func(w http.ResponseWriter) { http.Error(w, "upstream", http.StatusInternalServerError) }},
+		{"502", func(w http.ResponseWriter) { http.Error(w, "upstream", http.StatusBadGateway) }},
+		{"504", func(w http.ResponseWriter) { http.Error(w, "upstream", http.StatusGatewayTimeout) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			var prompts atomic.Int32
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				switch r.URL.Path {
@@ -331,8 +310,8 @@ func TestPromptServerErrorIsCut(t *testing.T) {
 					w.Header().Set("Content-Type", "application/json")
 					fmt.Fprint(w, `[]`)
 				case "/session/ses_1/prompt_async":
-					prompts.Add(1) // the run may have started upstream
-					http.Error(w, "upstream", code)
+					prompts.Add(1) // read whole: the run may have started
+					tc.answer(w)
 				default:
 					http.NotFound(w, r)
 				}
