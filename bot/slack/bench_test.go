@@ -198,7 +198,9 @@ func benchAck(b *testing.B, n, rate int, setup func(*testing.B, *Options) burstH
 		require.NoError(b, err)
 		require.Zero(b, errs, "every event acknowledged with 200")
 		all = append(all, lat...)
-		inBot = append(inBot, timed.take()...)
+		took := timed.take()
+		inBot = append(inBot, took...)
+		b.Logf("this burst: ack p99 %.2f ms, in the bot's handler p99 %.2f ms", ms(p99(lat)), ms(p99(took)))
 		b.Logf("worst ack (ms) of each 25 ms of the burst, in order, %d collections meanwhile: %v", gcCount()-gcs, worstPer(lat, rate/40))
 		hooks.run(hooks.after)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -300,6 +302,15 @@ func worstPer(lat []time.Duration, n int) []int64 {
 		out = append(out, slices.Max(lat[i:min(len(lat), i+n)]).Milliseconds())
 	}
 	return out
+}
+
+// p99 returns the 99th percentile of d (0 for none), leaving d as it was.
+func p99(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	d = slices.Sorted(slices.Values(d))
+	return d[min(len(d)-1, len(d)*99/100)]
 }
 
 // gcCount is how many collections have completed.
