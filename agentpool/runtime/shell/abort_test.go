@@ -189,3 +189,50 @@ func TestFailedAbortIsFinishedBeforeTheNextCommand(t *testing.T) {
 	<-cs.Done
 	require.NoError(t, r.Abort(ctx, box, sid), "nothing left to abort")
 }
+
+// TestCommandLeftRunningByACrashIsStoppedFirst: a command whose exec was cut as the bot crashed runs
+// on, and the bot that comes back (a new runtime, which knows no tag) is asked to run the session's
+// next command, often the user's "retry": the cut command is stopped before it starts, not run beside
+// it, on every provider. A previous command that exited is left alone with what it left in the
+// background on purpose. Before, the cut command ran on beside the retry.
+func TestCommandLeftRunningByACrashIsStoppedFirst(t *testing.T) {
+	for _, pv := range abortProviders {
+		t.Run(pv.name, func(t *testing.T) {
+			p, image := pv.open(t)
+			h, err := p.Create(t.Context(), sandbox.Spec{Image: image, Labels: sandbox.Labels{Deployment: "shellabort", Thread: "t"}})
+			require.NoError(t, err)
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				require.NoError(t, p.Destroy(ctx, h))
+			})
+			box := sandbox.Bind(p, h)
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+			defer cancel()
+			const sid = "shell-crash"
+			before := New()
+			require.NoError(t, before.Ensure(ctx, box))
+			cs := runtimetest.NewCutExec(box)
+			cut := startCut(t, ctx, before, cs, sid)
+
+			after := New() // the bot after its restart
+			require.NoError(t, after.Ensure(ctx, box))
+			res, err := after.Prompt(ctx, box, sid, runtime.Prompt{Text: `rm -f keep; mkfifo keep; cat keep >/dev/null 2>&1 & echo $!`}, nil)
+			require.NoError(t, err)
+			require.Zero(t, res.ExitCode, res.Answer)
+			for _, pid := range cut {
+				require.False(t, alive(t, box, pid), "stopped before the next command: pid %s", pid)
+			}
+			<-cs.Done
+			keep := strings.TrimSpace(res.Answer)
+			t.Cleanup(func() { _, _ = box.Exec(context.Background(), sandbox.ExecRequest{Cmd: []string{"kill", "-9", keep}}) })
+
+			// That command exited, leaving a process in the background: the next bot's command
+			// leaves it be.
+			res, err = New().Prompt(ctx, box, sid, runtime.Prompt{Text: "echo next"}, nil)
+			require.NoError(t, err)
+			require.Equal(t, "next", strings.TrimSpace(res.Answer))
+			require.True(t, alive(t, box, keep), "the exited command's background process lives on")
+		})
+	}
+}

@@ -123,8 +123,9 @@ func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID stri
 	var stdout, stderr strings.Builder
 	start := &startSignal{r: strings.NewReader(startLine)}
 	res, err := sb.Exec(ctx, sandbox.ExecRequest{
-		// The command is the last argument, after the shell name startScript runs it with.
-		Cmd:     []string{sh, "-c", startScript, sh, p.Text},
+		// The command is the last argument, after the shell name startScript runs it with and the
+		// kill round it stops the session's previous command with, if that one still runs.
+		Cmd:     []string{sh, "-c", startScript, sh, killRound, p.Text},
 		Env:     env,
 		Timeout: p.Timeout,
 		Stdin:   start,
@@ -197,7 +198,7 @@ func classify(err error) error {
 	return err
 }
 
-// startScript wraps the command: it runs the command ($1, in a new shell named $0, with "--" ending
+// startScript wraps the command: it runs the command ($2, in a new shell named $0, with "--" ending
 // the shell's options so that a message starting with '-' is still the command) only once it has read
 // the line startLine on stdin, and exits 125 without running it otherwise. The runtime writes that
 // line (startSignal) only to an exec that has started, so whether it was read tells "the command may
@@ -205,8 +206,24 @@ func classify(err error) error {
 // for a process they started (Docker, Deno, local) or just before starting it (Daytona). A start line
 // cut short does not match, so a command never runs on a partial signal; and the command itself is
 // in argv, so it is never cut short. Its stdin is /dev/null, as an exec without Stdin has.
+//
+// Before it runs the command it stops the session's previous one if that still runs: a command
+// whose exec was cut while the bot crashed (or whose Abort failed) runs on, and the bot that comes
+// back has lost its tag, so the user's "retry" would run beside it. runFile keeps the running
+// command's tag and main pid (the wrapper's, which exec hands on): a previous command whose main
+// process still carries its tag is still running, and its processes are killed with the kill round
+// ($1); one that exited is left alone with what it left in the background on purpose.
 const startScript = `IFS= read -r go && [ "$go" = start ] || { echo "threadbox: the command was not started: its start signal did not arrive" >&2; exit 125; }
-exec "$0" -c -- "$1" </dev/null`
+f=` + runFile + `
+if { read -r t p <"$f"; } 2>/dev/null && [ -n "$t" ] && [ -r "/proc/$p/environ" ] && grep -qszxF "` + runEnv + `=$t" "/proc/$p/environ"; then
+  for _ in 1 2 3; do [ -n "$("$0" -c "$1" sh "` + runEnv + `=$t")" ] || break; done
+fi
+{ mkdir -p "${f%/*}" && echo "$` + runEnv + ` $$" >"$f"; } 2>/dev/null
+exec "$0" -c -- "$2" </dev/null`
+
+// runFile is where startScript keeps the running command's tag and main pid, in the working
+// directory, beside the history.
+const runFile = ".threadbox/shell-run"
 
 // startLine is the start signal startScript waits for.
 const startLine = "start\n"

@@ -44,7 +44,8 @@ func TestStartScript(t *testing.T) {
 		for _, tt := range tests {
 			t.Run(sh+"/"+tt.name, func(t *testing.T) {
 				var stdout, stderr strings.Builder
-				cmd := exec.CommandContext(t.Context(), sh, "-c", startScript, sh, tt.cmd)
+				cmd := exec.CommandContext(t.Context(), sh, "-c", startScript, sh, killRound, tt.cmd)
+				cmd.Dir = t.TempDir() // it keeps runFile there
 				cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(tt.stdin), &stdout, &stderr
 				err := cmd.Run()
 				code := 0
