@@ -131,7 +131,15 @@ func (r *Runtime) hasTranscript(ctx context.Context, sb sandbox.Sandbox, id stri
 
 // promptScript resumes the session when its transcript exists and creates it otherwise, in one exec
 // so that a turn costs no extra round trip. Stdin is passed through: it carries the prompt.
+//
+// First it kills a claude still running on the session: turns of a thread never overlap, so one is
+// a run whose exec was cut as the bot crashed (the bot that came back never aborted it), and the
+// user's "retry" would otherwise run beside it, on the same transcript. The pattern is Abort's; the
+// script's own command line never matches it (the session id follows "sh", not the option).
 const promptScript = `id=$1; shift
+if pkill -KILL -f -- "--(resume|session-id) $id" 2>/dev/null; then
+  n=0; while pgrep -f -- "--(resume|session-id) $id" >/dev/null 2>&1 && [ $n -lt 100 ]; do sleep 0.05; n=$((n+1)); done
+fi
 for f in "$HOME"/.claude/projects/*/"$id".jsonl; do
   [ -f "$f" ] && exec "$@" --resume "$id"
 done

@@ -152,3 +152,44 @@ func TestKilledWithItsSandboxIsCut(t *testing.T) {
 		})
 	}
 }
+
+// TestClaudeLeftRunningByACrashIsStoppedFirst: claude's exec was cut as the bot crashed, and claude
+// runs on at the gate; the bot that comes back (a new runtime, which never aborted it) runs the
+// session's next prompt, often the user's "retry": the old claude is killed before the new one
+// starts, not left to run beside it on the same transcript.
+func TestClaudeLeftRunningByACrashIsStoppedFirst(t *testing.T) {
+	p := runtimetest.Provider(t)
+	bin := runtimetest.BuildFake(t)
+	sb, _ := runtimetest.NewSandbox(t, p, t.Name())
+	const gate = "/tmp/tb-gate-crash"
+	fake := runtimetest.StartFake(t, sb, bin, llmfake.Script{Rules: []llmfake.Rule{
+		{PromptContains: "TB-CRASH", AfterTool: llmfake.Bool(false), Reply: llmfake.Reply{Tool: &llmfake.ToolCall{Name: "Bash",
+			Args: json.RawMessage(`{"command":"while [ ! -e ` + gate + ` ]; do sleep 0.05; done; echo open","description":"Wait for the gate"}`)}}},
+		{PromptContains: "TB-CRASH", AfterTool: llmfake.Bool(true), Reply: llmfake.Reply{Text: "through"}},
+	}, Default: &llmfake.Reply{Text: "ok"}})
+	cfg := Config{BaseURL: fake.URL, APIKey: "sk-tb-crash-test", Model: "claude-sonnet-4-5"}
+	before := New(cfg)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute) // only so that a regression fails rather than hangs
+	defer cancel()
+	require.NoError(t, before.Ensure(ctx, sb))
+	sid, _, err := before.Session(ctx, sb, "", "test")
+	require.NoError(t, err)
+
+	cs := runtimetest.NewCutExec(sb)
+	_, err = before.Prompt(ctx, cs, sid, runtime.Prompt{Text: "Wait for the gate. TB-CRASH", Timeout: 30 * time.Minute}, func(e runtime.Event) {
+		if e.Kind == runtime.EventTool {
+			cs.Cut()
+		}
+	})
+	require.ErrorIs(t, err, runtime.ErrPromptCut)
+	runtimetest.Sh(t, sb, `pgrep -f -- "--(resume|session-id) $1" >/dev/null`, sid) // at the gate
+
+	after := New(cfg) // the bot after its restart: no Abort
+	require.NoError(t, after.Ensure(ctx, sb))
+	res, err := after.Prompt(ctx, sb, sid, runtime.Prompt{Text: "hello again", Timeout: 2 * time.Minute}, nil)
+	require.NoError(t, err)
+	require.Equal(t, "ok", res.Answer)
+	// The new claude has exited: a claude on the session now is the old one, still at the gate.
+	runtimetest.Sh(t, sb, `! pgrep -f -- "--(resume|session-id) $1" >/dev/null`, sid)
+	<-cs.Done // the old claude's exec ended with it
+}
