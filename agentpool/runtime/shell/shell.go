@@ -212,10 +212,11 @@ func classify(err error) error {
 // back has lost its tag, so the user's "retry" would run beside it. runFile keeps the running
 // command's tag and main pid (the wrapper's, which exec hands on): a previous command whose main
 // process still carries its tag is still running, and its processes are killed with the kill round
-// ($1); one that exited is left alone with what it left in the background on purpose.
+// ($1); one that exited is left alone with what it left in the background on purpose. The file is
+// the sandbox's to write: a tag or pid that is not letters and digits (rand.Text, a pid) is ignored.
 const startScript = `IFS= read -r go && [ "$go" = start ] || { echo "threadbox: the command was not started: its start signal did not arrive" >&2; exit 125; }
 f=` + runFile + `
-if { read -r t p <"$f"; } 2>/dev/null && [ -n "$t" ] && [ -r "/proc/$p/environ" ] && grep -qszxF "` + runEnv + `=$t" "/proc/$p/environ"; then
+if { read -r t p <"$f"; } 2>/dev/null && case $t$p in *[!A-Z0-9]*|'') false ;; esac && [ -r "/proc/$p/environ" ] && grep -qszxF "` + runEnv + `=$t" "/proc/$p/environ"; then
   for _ in 1 2 3; do [ -n "$("$0" -c "$1" sh "` + runEnv + `=$t")" ] || break; done
 fi
 { mkdir -p "${f%/*}" && echo "$` + runEnv + ` $$" >"$f"; } 2>/dev/null

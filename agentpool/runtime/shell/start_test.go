@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -226,6 +228,29 @@ func TestKilledCommandIsCutOnlyWhenTheSandboxWentDown(t *testing.T) {
 				require.Equal(t, tt.exit, res.ExitCode)
 				require.Contains(t, res.Answer, fmt.Sprintf("[exit %d]", tt.exit))
 			}
+		})
+	}
+}
+
+// TestStartScriptTakesRunFileAsData: runFile is the sandbox's to write, so whatever it holds (a glob,
+// a path, a command, a pid that is not ours, nothing) is only ever looked up, never run: the command
+// runs as always, and the file then holds the new command's tag and pid.
+func TestStartScriptTakesRunFileAsData(t *testing.T) {
+	for _, content := range []string{"", "*\n", "* 1\n", "../../x 1\n", "ABC 1; touch pwned\n", "$(touch pwned) 1\n", "ABC self\n", "ABC 1\n"} {
+		t.Run(fmt.Sprintf("%q", content), func(t *testing.T) {
+			dir := t.TempDir()
+			require.NoError(t, os.MkdirAll(filepath.Join(dir, ".threadbox"), 0o755))
+			require.NoError(t, os.WriteFile(filepath.Join(dir, runFile), []byte(content), 0o644))
+			var stdout, stderr strings.Builder
+			cmd := exec.CommandContext(t.Context(), "sh", "-c", startScript, "sh", killRound, "echo ran")
+			cmd.Dir, cmd.Env = dir, []string{runEnv + "=NEWTAG234", "PATH=" + os.Getenv("PATH")}
+			cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(startLine), &stdout, &stderr
+			require.NoError(t, cmd.Run(), "stderr: %s", stderr.String())
+			require.Equal(t, "ran\n", stdout.String())
+			require.NoFileExists(t, filepath.Join(dir, "pwned"))
+			kept, err := os.ReadFile(filepath.Join(dir, runFile))
+			require.NoError(t, err)
+			require.Equal(t, fmt.Sprintf("NEWTAG234 %d\n", cmd.Process.Pid), string(kept))
 		})
 	}
 }
