@@ -213,13 +213,16 @@ func classify(err error) error {
 // command's tag and main pid (the wrapper's, which exec hands on): a previous command whose main
 // process still carries its tag is still running, and its processes are killed with the kill round
 // ($1); one that exited is left alone with what it left in the background on purpose. The file is
-// the sandbox's to write: a tag or pid that is not letters and digits (rand.Text, a pid) is ignored.
+// the sandbox's to write: a tag or pid that is not letters and digits (rand.Text, a pid) is ignored,
+// and a runFile that is not a regular file (a fifo, whose open waits; a link, to /dev/zero, which
+// has no end of line, or to a file it would overwrite; a repository can carry one) is neither read
+// nor written through, but replaced.
 const startScript = `IFS= read -r go && [ "$go" = start ] || { echo "threadbox: the command was not started: its start signal did not arrive" >&2; exit 125; }
 f=` + runFile + `
-if { read -r t p <"$f"; } 2>/dev/null && case $t$p in *[!A-Z0-9]*|'') false ;; esac && [ -r "/proc/$p/environ" ] && grep -qszxF "` + runEnv + `=$t" "/proc/$p/environ"; then
+if [ -f "$f" ] && [ ! -h "$f" ] && { read -r t p <"$f"; } 2>/dev/null && case $t$p in *[!A-Z0-9]*|'') false ;; esac && [ -r "/proc/$p/environ" ] && grep -qszxF "` + runEnv + `=$t" "/proc/$p/environ"; then
   for _ in 1 2 3; do [ -n "$("$0" -c "$1" sh "` + runEnv + `=$t")" ] || break; done
 fi
-{ mkdir -p "${f%/*}" && echo "$` + runEnv + ` $$" >"$f"; } 2>/dev/null
+{ mkdir -p "${f%/*}" && { [ -f "$f" ] && [ ! -h "$f" ] || rm -f "$f"; } && echo "$` + runEnv + ` $$" >"$f"; } 2>/dev/null
 exec "$0" -c -- "$2" </dev/null`
 
 // runFile is where startScript keeps the running command's tag and main pid, in the working

@@ -11,7 +11,9 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -252,5 +254,54 @@ func TestStartScriptTakesRunFileAsData(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, fmt.Sprintf("NEWTAG234 %d\n", cmd.Process.Pid), string(kept))
 		})
+	}
+}
+
+// TestStartScriptTakesOnlyARegularRunFile: runFile is the sandbox's to make (a repository checked
+// out into the workdir can carry it as a symlink), and what is not a regular file is neither read
+// nor written through: a fifo (whose open waits for a writer, or a reader), a link to /dev/zero
+// (which has no end of line) or to a file elsewhere (which the tag would overwrite). The command
+// runs as always, and runFile is then a regular file again, with the new tag and pid.
+func TestStartScriptTakesOnlyARegularRunFile(t *testing.T) {
+	tests := []struct {
+		name string
+		make func(t *testing.T, path, elsewhere string)
+	}{
+		{"a fifo", func(t *testing.T, path, _ string) { require.NoError(t, syscall.Mkfifo(path, 0o644)) }},
+		{"a link to /dev/zero", func(t *testing.T, path, _ string) { require.NoError(t, os.Symlink("/dev/zero", path)) }},
+		{"a link to a file elsewhere", func(t *testing.T, path, elsewhere string) { require.NoError(t, os.Symlink(elsewhere, path)) }},
+		{"a link to nothing", func(t *testing.T, path, elsewhere string) {
+			require.NoError(t, os.Symlink(elsewhere+".new", path))
+		}},
+	}
+	for _, sh := range []string{"bash", "sh"} {
+		for _, tt := range tests {
+			t.Run(sh+"/"+tt.name, func(t *testing.T) {
+				dir := t.TempDir()
+				elsewhere := filepath.Join(t.TempDir(), "notes")
+				require.NoError(t, os.WriteFile(elsewhere, []byte("mine\n"), 0o644))
+				require.NoError(t, os.MkdirAll(filepath.Join(dir, ".threadbox"), 0o755))
+				tt.make(t, filepath.Join(dir, runFile), elsewhere)
+				// Without the rule the script never gets to the command: the bound ends the test's wait.
+				ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+				defer cancel()
+				var stdout, stderr strings.Builder
+				cmd := exec.CommandContext(ctx, sh, "-c", startScript, sh, killRound, "echo ran")
+				cmd.Dir, cmd.Env = dir, []string{runEnv + "=NEWTAG234", "PATH=" + os.Getenv("PATH")}
+				cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(startLine), &stdout, &stderr
+				require.NoError(t, cmd.Run(), "stderr: %s", stderr.String())
+				require.Equal(t, "ran\n", stdout.String())
+				fi, err := os.Lstat(filepath.Join(dir, runFile))
+				require.NoError(t, err)
+				require.True(t, fi.Mode().IsRegular(), "runFile is %s", fi.Mode())
+				kept, err := os.ReadFile(filepath.Join(dir, runFile))
+				require.NoError(t, err)
+				require.Equal(t, fmt.Sprintf("NEWTAG234 %d\n", cmd.Process.Pid), string(kept))
+				mine, err := os.ReadFile(elsewhere)
+				require.NoError(t, err)
+				require.Equal(t, "mine\n", string(mine))
+				require.NoFileExists(t, elsewhere+".new")
+			})
+		}
 	}
 }
