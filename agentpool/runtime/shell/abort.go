@@ -103,7 +103,7 @@ func killTagged(ctx context.Context, sb sandbox.Sandbox, tags []string) error {
 	for range maxKillRounds {
 		var out, stderr strings.Builder
 		res, err := sb.Exec(ctx, sandbox.ExecRequest{
-			Cmd:    append([]string{"/bin/sh", "-c", killRound, "sh"}, markers...),
+			Cmd:    append([]string{"/bin/sh", "-c", killRound, "sh", "run:" + runFile}, markers...),
 			Stdout: &out, Stderr: &stderr, Timeout: 30 * time.Second,
 		})
 		switch {
@@ -126,18 +126,25 @@ func killTagged(ctx context.Context, sb sandbox.Sandbox, tags []string) error {
 }
 
 // killRound is one round of killTagged; its arguments are the markers (runEnv=tag, letters and
-// digits only). It gathers the processes carrying a marker and their descendants (by the parent in
+// digits only), pids to take as well (pid:N, a command's main process known to run: it may have
+// cleared its environment), and the start script's runFile (run:FILE), whose main process is taken
+// when its tag is one of the markers and it still runs (the same start time). It gathers the processes carrying a marker and their descendants (by the parent in
 // /proc/PID/stat; a child that cleared its environment is found so), stops them, and gathers again
 // until nothing new turns up, so none forks a replacement unseen; then it kills them all at once
 // and prints their pids (nothing: none found). Zombies have an empty environ and do not match; the
 // markers are in this round's argv, never in its environment, so the round does not find itself;
 // pid 1 and the round itself are never taken.
 const killRound = `[ -r /proc/self/environ ] || { echo "threadbox: no /proc to find the command's processes in" >&2; exit 3; }
-pats=; for m; do pats="$pats -e $m"; done
-S=" "
+pats=; S=" "; run=
+for m; do case $m in pid:*) S="$S${m#pid:} " ;; run:*) run=${m#run:} ;; *) pats="$pats -e $m" ;; esac; done
+if [ -n "$run" ] && [ -f "$run" ] && [ ! -h "$run" ] && { read -r t p s <"$run"; } 2>/dev/null && [ -n "$p" ] && [ -n "$s" ] &&
+  case $p$s in *[!0-9]*) false ;; esac && case "$pats " in *" -e ` + runEnv + `=$t "*) ;; *) false ;; esac &&
+  { read -r l <"/proc/$p/stat"; } 2>/dev/null && set -- ${l##*) } && [ "${20}" = "$s" ]; then
+  S="$S$p "
+fi
 while :; do
   n=0
-  for f in $(grep -lszxF $pats /proc/[0-9]*/environ); do
+  for f in $([ -z "$pats" ] || grep -lszxF $pats /proc/[0-9]*/environ); do
     p=${f#/proc/}; p=${p%/environ}
     case "$S" in *" $p "*) ;; *) S="$S$p "; n=1 ;; esac
   done

@@ -65,6 +65,19 @@ var abortProviders = []struct {
 // cleared its environment too), on every provider; while what an earlier command of the same thread left running on purpose (a process in
 // the background) lives on. Before, Abort did nothing and the cut command ran on.
 func TestAbortStopsTheCutCommandOnly(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		command string
+		pids    int
+	}{
+		{"children in the background", cutCommand, 3},
+		{"the command's process cleared its environment", execCutCommand, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) { abortStopsTheCutCommand(t, tc.command, tc.pids) })
+	}
+}
+
+func abortStopsTheCutCommand(t *testing.T, command string, pids int) {
 	for _, pv := range abortProviders {
 		t.Run(pv.name, func(t *testing.T) {
 			p, image := pv.open(t)
@@ -92,7 +105,7 @@ func TestAbortStopsTheCutCommandOnly(t *testing.T) {
 			// The next waits at another fifo, with a child in the background and one that cleared its
 			// environment (env -i, as sudo does), and its stream is cut.
 			cs := runtimetest.NewCutExec(sb)
-			cut := startCut(t, ctx, r, cs, sid)
+			cut := startCutOf(t, ctx, r, cs, sid, command, pids)
 
 			require.NoError(t, r.Abort(ctx, sb, sid), "what the pool does with a cut turn")
 			for _, pid := range cut {
@@ -130,9 +143,19 @@ const cutCommand = `rm -f gate; mkfifo gate; cat gate >/dev/null & a=$!; env -i 
 // shell's, its child's, the env -i child's), each checked alive.
 func startCut(t *testing.T, ctx context.Context, r *Runtime, cs *runtimetest.CutExec, sid string) []string {
 	t.Helper()
+	return startCutOf(t, ctx, r, cs, sid, cutCommand, 3)
+}
+
+// execCutCommand waits at a fifo as a process that replaced the command's shell and cleared its
+// environment (exec env -i), so that no process of the run carries its tag; it prints its pid.
+const execCutCommand = `rm -f gate; mkfifo gate; echo "started $$"; exec env -i cat gate`
+
+// startCutOf is startCut for command, which prints n pids.
+func startCutOf(t *testing.T, ctx context.Context, r *Runtime, cs *runtimetest.CutExec, sid, command string, n int) []string {
+	t.Helper()
 	var mu sync.Mutex
 	var out strings.Builder
-	_, err := r.Prompt(ctx, cs, sid, runtime.Prompt{Text: cutCommand}, func(e runtime.Event) {
+	_, err := r.Prompt(ctx, cs, sid, runtime.Prompt{Text: command}, func(e runtime.Event) {
 		mu.Lock()
 		defer mu.Unlock()
 		out.WriteString(e.Text)
@@ -144,7 +167,7 @@ func startCut(t *testing.T, ctx context.Context, r *Runtime, cs *runtimetest.Cut
 	mu.Lock()
 	cut := strings.Fields(strings.TrimPrefix(strings.TrimSpace(out.String()), "started "))
 	mu.Unlock()
-	require.Len(t, cut, 3, "the shell's pid and its children's: %q", out.String())
+	require.Len(t, cut, n, "the command's pids: %q", out.String())
 	for _, pid := range cut {
 		require.True(t, alive(t, cs.Sandbox, pid), "the cut command runs on: pid %s", pid)
 	}
@@ -196,6 +219,19 @@ func TestFailedAbortIsFinishedBeforeTheNextCommand(t *testing.T) {
 // it, on every provider. A previous command that exited is left alone with what it left in the
 // background on purpose. Before, the cut command ran on beside the retry.
 func TestCommandLeftRunningByACrashIsStoppedFirst(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		command string
+		pids    int
+	}{
+		{"children in the background", cutCommand, 3},
+		{"the command's process cleared its environment", execCutCommand, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) { leftRunningByACrash(t, tc.command, tc.pids) })
+	}
+}
+
+func leftRunningByACrash(t *testing.T, command string, pids int) {
 	for _, pv := range abortProviders {
 		t.Run(pv.name, func(t *testing.T) {
 			p, image := pv.open(t)
@@ -213,7 +249,7 @@ func TestCommandLeftRunningByACrashIsStoppedFirst(t *testing.T) {
 			before := New()
 			require.NoError(t, before.Ensure(ctx, box))
 			cs := runtimetest.NewCutExec(box)
-			cut := startCut(t, ctx, before, cs, sid)
+			cut := startCutOf(t, ctx, before, cs, sid, command, pids)
 
 			after := New() // the bot after its restart
 			require.NoError(t, after.Ensure(ctx, box))

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -252,7 +253,7 @@ func TestStartScriptTakesRunFileAsData(t *testing.T) {
 			require.NoFileExists(t, filepath.Join(dir, "pwned"))
 			kept, err := os.ReadFile(filepath.Join(dir, runFile))
 			require.NoError(t, err)
-			require.Equal(t, fmt.Sprintf("NEWTAG234 %d\n", cmd.Process.Pid), string(kept))
+			requireRunFile(t, string(kept), cmd.Process.Pid)
 		})
 	}
 }
@@ -296,7 +297,7 @@ func TestStartScriptTakesOnlyARegularRunFile(t *testing.T) {
 				require.True(t, fi.Mode().IsRegular(), "runFile is %s", fi.Mode())
 				kept, err := os.ReadFile(filepath.Join(dir, runFile))
 				require.NoError(t, err)
-				require.Equal(t, fmt.Sprintf("NEWTAG234 %d\n", cmd.Process.Pid), string(kept))
+				requireRunFile(t, string(kept), cmd.Process.Pid)
 				mine, err := os.ReadFile(elsewhere)
 				require.NoError(t, err)
 				require.Equal(t, "mine\n", string(mine))
@@ -304,4 +305,16 @@ func TestStartScriptTakesOnlyARegularRunFile(t *testing.T) {
 			})
 		}
 	}
+}
+
+// requireRunFile checks runFile as the start script of process pid wrote it: its tag (NEWTAG234),
+// pid and start time.
+func requireRunFile(t *testing.T, kept string, pid int) {
+	t.Helper()
+	f := strings.Fields(kept)
+	require.Len(t, f, 3, "tag, pid, start time: %q", kept)
+	require.Equal(t, []string{"NEWTAG234", strconv.Itoa(pid)}, f[:2])
+	_, err := strconv.ParseUint(f[2], 10, 64)
+	require.NoError(t, err, "the start time: %q", kept)
+	require.True(t, strings.HasSuffix(kept, "\n"))
 }
