@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/threadbox/threadbox/agentpool/runtime"
+	"github.com/threadbox/threadbox/agentpool/runtime/internal/proctree"
 	"github.com/threadbox/threadbox/prompts"
 	"github.com/threadbox/threadbox/sandbox"
 )
@@ -132,14 +133,13 @@ func (r *Runtime) hasTranscript(ctx context.Context, sb sandbox.Sandbox, id stri
 // promptScript resumes the session when its transcript exists and creates it otherwise, in one exec
 // so that a turn costs no extra round trip. Stdin is passed through: it carries the prompt.
 //
-// First it kills a claude still running on the session: turns of a thread never overlap, so one is
-// a run whose exec was cut as the bot crashed (the bot that came back never aborted it), and the
-// user's "retry" would otherwise run beside it, on the same transcript. The pattern is Abort's; the
-// script's own command line never matches it (the session id follows "sh", not the option).
-const promptScript = `id=$1; shift
-if pkill -KILL -f -- "--(resume|session-id) $id" 2>/dev/null; then
-  n=0; while pgrep -f -- "--(resume|session-id) $id" >/dev/null 2>&1 && [ $n -lt 100 ]; do sleep 0.05; n=$((n+1)); done
-fi
+// First it kills a claude still running on the session, with what its tools started (the kill round,
+// $1, seeded as Abort seeds it): turns of a thread never overlap, so one is a run whose exec was cut
+// as the bot crashed (the bot that came back never aborted it), and the user's "retry" would
+// otherwise run beside it, on the same transcript. The script's own command line never matches the
+// pattern (the session id follows "sh", not the option).
+const promptScript = `k=$1 id=$2; shift 2
+for _ in 1 2 3; do [ -n "$(/bin/sh -c "$k" sh "pat:--(resume|session-id) $id" 2>/dev/null)" ] || break; done
 for f in "$HOME"/.claude/projects/*/"$id".jsonl; do
   [ -f "$f" ] && exec "$@" --resume "$id"
 done
@@ -153,7 +153,7 @@ func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID stri
 	// The user's message goes on stdin, never in argv: as an argument, a message starting with "-"
 	// is parsed as an option ("unknown option '--help …'"), and one over 128 KiB (Linux's limit on
 	// one argv string) cannot be passed at all. With no prompt argument, claude -p reads stdin.
-	args := []string{"/bin/sh", "-c", promptScript, "sh", sessionID, r.cfg.Binary,
+	args := []string{"/bin/sh", "-c", promptScript, "sh", proctree.Round, sessionID, r.cfg.Binary,
 		"-p",
 		"--output-format", "stream-json", "--verbose",
 		"--permission-mode", r.cfg.PermissionMode,
@@ -293,30 +293,16 @@ func (r *Runtime) Abort(ctx context.Context, sb sandbox.Sandbox, sessionID strin
 	if !sessionIDPattern.MatchString(sessionID) {
 		return nil
 	}
-	// pkill is run directly, not through a shell whose own command line would match the pattern.
-	pattern := "--(resume|session-id) " + sessionID
-	delay := 20 * time.Millisecond
-	for {
-		res, err := sb.Exec(ctx, sandbox.ExecRequest{Cmd: []string{"pkill", "-KILL", "-f", "--", pattern}, Timeout: 30 * time.Second})
-		if err != nil {
-			return fmt.Errorf("claude-code: abort: %w", runtime.SandboxDown(err))
-		}
-		if res.ExitCode == 1 { // no process matched: the session is idle
-			return nil
-		}
-		if res.ExitCode != 0 {
-			return fmt.Errorf("claude-code: abort: pkill exited %d", res.ExitCode)
-		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("claude-code: abort: %w", ctx.Err())
-		case <-t.C:
-		}
-		delay = min(2*delay, 500*time.Millisecond)
+	// claude and what its tools started (a build, a push): SIGKILL does not pass on to children.
+	if err := proctree.Kill(ctx, sb, sessionPattern(sessionID)); err != nil {
+		return fmt.Errorf("claude-code: abort: %w", runtime.SandboxDown(err))
 	}
+	return nil
 }
+
+// sessionPattern is the proctree seed for the claude running session id: its command line has
+// --resume or --session-id and the id.
+func sessionPattern(id string) string { return "pat:--(resume|session-id) " + id }
 
 func newUUID() string {
 	var b [16]byte

@@ -94,8 +94,10 @@ func TestExecCutMidTurnIsNotRetried(t *testing.T) {
 
 	// claude is still running the first prompt, at the gate: running it again would run it twice.
 	runtimetest.Sh(t, sb, `pgrep -f -- "--(resume|session-id) $1" >/dev/null`, sid)
+	runtimetest.Sh(t, sb, `pgrep -f "$1" >/dev/null`, gateLoop(gate)) // its tool, at the gate
 	require.NoError(t, rt.Abort(ctx, sb, sid), "what the pool does with a cut turn")
-	<-cs.Done // the real exec ended with its process
+	<-cs.Done                                                           // the real exec ended with its process
+	runtimetest.Sh(t, sb, `! pgrep -f "$1" >/dev/null`, gateLoop(gate)) // and claude's tool with it
 	reqs, err := fake.Requests(ctx)
 	require.NoError(t, err)
 	prompts := 0
@@ -183,6 +185,7 @@ func TestClaudeLeftRunningByACrashIsStoppedFirst(t *testing.T) {
 	})
 	require.ErrorIs(t, err, runtime.ErrPromptCut)
 	runtimetest.Sh(t, sb, `pgrep -f -- "--(resume|session-id) $1" >/dev/null`, sid) // at the gate
+	runtimetest.Sh(t, sb, `pgrep -f "$1" >/dev/null`, gateLoop(gate))               // its tool too
 
 	after := New(cfg) // the bot after its restart: no Abort
 	require.NoError(t, after.Ensure(ctx, sb))
@@ -191,5 +194,10 @@ func TestClaudeLeftRunningByACrashIsStoppedFirst(t *testing.T) {
 	require.Equal(t, "ok", res.Answer)
 	// The new claude has exited: a claude on the session now is the old one, still at the gate.
 	runtimetest.Sh(t, sb, `! pgrep -f -- "--(resume|session-id) $1" >/dev/null`, sid)
-	<-cs.Done // the old claude's exec ended with it
+	runtimetest.Sh(t, sb, `! pgrep -f "$1" >/dev/null`, gateLoop(gate)) // nor the tool it started
+	<-cs.Done                                                           // the old claude's exec ended with it
 }
+
+// gateLoop is a pgrep pattern for the tool command that waits at gate, which matches neither itself
+// nor the sh that runs it.
+func gateLoop(gate string) string { return "while \\[ ! -e " + gate + " \\]" }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/threadbox/threadbox/agentpool/runtime"
+	"github.com/threadbox/threadbox/agentpool/runtime/internal/proctree"
 	"github.com/threadbox/threadbox/sandbox"
 )
 
@@ -125,7 +126,7 @@ func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID stri
 	res, err := sb.Exec(ctx, sandbox.ExecRequest{
 		// The command is the last argument, after the shell name startScript runs it with and the
 		// kill round it stops the session's previous command with, if that one still runs.
-		Cmd:     []string{sh, "-c", startScript, sh, killRound, p.Text},
+		Cmd:     []string{sh, "-c", startScript, sh, proctree.Round, p.Text},
 		Env:     env,
 		Timeout: p.Timeout,
 		Stdin:   start,

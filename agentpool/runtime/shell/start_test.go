@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/threadbox/threadbox/agentpool/runtime"
+	"github.com/threadbox/threadbox/agentpool/runtime/internal/proctree"
 	"github.com/threadbox/threadbox/sandbox"
 	"github.com/threadbox/threadbox/sandbox/sandboxfake"
 )
@@ -49,7 +50,7 @@ func TestStartScript(t *testing.T) {
 		for _, tt := range tests {
 			t.Run(sh+"/"+tt.name, func(t *testing.T) {
 				var stdout, stderr strings.Builder
-				cmd := exec.CommandContext(t.Context(), sh, "-c", startScript, sh, killRound, tt.cmd)
+				cmd := exec.CommandContext(t.Context(), sh, "-c", startScript, sh, proctree.Round, tt.cmd)
 				cmd.Dir = t.TempDir() // it keeps runFile there
 				cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(tt.stdin), &stdout, &stderr
 				err := cmd.Run()
@@ -245,7 +246,7 @@ func TestStartScriptTakesRunFileAsData(t *testing.T) {
 			require.NoError(t, os.MkdirAll(filepath.Join(dir, ".threadbox"), 0o755))
 			require.NoError(t, os.WriteFile(filepath.Join(dir, runFile), []byte(content), 0o644))
 			var stdout, stderr strings.Builder
-			cmd := exec.CommandContext(t.Context(), "sh", "-c", startScript, "sh", killRound, "echo ran")
+			cmd := exec.CommandContext(t.Context(), "sh", "-c", startScript, "sh", proctree.Round, "echo ran")
 			cmd.Dir, cmd.Env = dir, []string{runEnv + "=NEWTAG234", "PATH=" + os.Getenv("PATH")}
 			cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(startLine), &stdout, &stderr
 			require.NoError(t, cmd.Run(), "stderr: %s", stderr.String())
@@ -287,7 +288,7 @@ func TestStartScriptTakesOnlyARegularRunFile(t *testing.T) {
 				ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 				defer cancel()
 				var stdout, stderr strings.Builder
-				cmd := exec.CommandContext(ctx, sh, "-c", startScript, sh, killRound, "echo ran")
+				cmd := exec.CommandContext(ctx, sh, "-c", startScript, sh, proctree.Round, "echo ran")
 				cmd.Dir, cmd.Env = dir, []string{runEnv + "=NEWTAG234", "PATH=" + os.Getenv("PATH")}
 				cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(startLine), &stdout, &stderr
 				require.NoError(t, cmd.Run(), "stderr: %s", stderr.String())
