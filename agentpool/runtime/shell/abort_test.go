@@ -59,20 +59,38 @@ var abortProviders = []struct {
 	}},
 }
 
+// cutCases are the cut commands the abort tests stop: one with children in the background (one of
+// them without the tag), one whose own process dropped the tag.
+var cutCases = []struct {
+	name    string
+	command string
+	pids    int
+}{
+	{"children in the background", cutCommand, 3},
+	{"the command's process cleared its environment", execCutCommand, 1},
+}
+
+// abortSandbox creates a sandbox on the provider open gives, removed when the test ends.
+func abortSandbox(t *testing.T, open func(t *testing.T) (sandbox.Provider, string)) sandbox.Sandbox {
+	t.Helper()
+	p, image := open(t)
+	h, err := p.Create(t.Context(), sandbox.Spec{Image: image, Labels: sandbox.Labels{Deployment: "shellabort", Thread: "t"}})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		require.NoError(t, p.Destroy(ctx, h))
+	})
+	return sandbox.Bind(p, h)
+}
+
 // TestAbortStopsTheCutCommandOnly: a command whose exec stream was cut runs on in the sandbox (the
 // turn is reported interrupted), and a retry would run it again beside it; Abort, which the pool
 // calls then, must stop it, the shell and what it started in the background alike (a child that
-// cleared its environment too), on every provider; while what an earlier command of the same thread left running on purpose (a process in
-// the background) lives on. Before, Abort did nothing and the cut command ran on.
+// cleared its environment too), on every provider; while what an earlier command of the same
+// thread left running on purpose (a process in the background) lives on. Before, Abort did nothing and the cut command ran on.
 func TestAbortStopsTheCutCommandOnly(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		command string
-		pids    int
-	}{
-		{"children in the background", cutCommand, 3},
-		{"the command's process cleared its environment", execCutCommand, 1},
-	} {
+	for _, tc := range cutCases {
 		t.Run(tc.name, func(t *testing.T) { abortStopsTheCutCommand(t, tc.command, tc.pids) })
 	}
 }
@@ -80,15 +98,7 @@ func TestAbortStopsTheCutCommandOnly(t *testing.T) {
 func abortStopsTheCutCommand(t *testing.T, command string, pids int) {
 	for _, pv := range abortProviders {
 		t.Run(pv.name, func(t *testing.T) {
-			p, image := pv.open(t)
-			h, err := p.Create(t.Context(), sandbox.Spec{Image: image, Labels: sandbox.Labels{Deployment: "shellabort", Thread: "t"}})
-			require.NoError(t, err)
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				defer cancel()
-				require.NoError(t, p.Destroy(ctx, h))
-			})
-			sb := sandbox.Bind(p, h)
+			sb := abortSandbox(t, pv.open)
 			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 			defer cancel()
 			r := New()
@@ -102,8 +112,7 @@ func abortStopsTheCutCommand(t *testing.T, command string, pids int) {
 			keep := strings.TrimSpace(res.Answer)
 			t.Cleanup(func() { _, _ = sb.Exec(context.Background(), sandbox.ExecRequest{Cmd: []string{"kill", "-9", keep}}) })
 
-			// The next waits at another fifo, with a child in the background and one that cleared its
-			// environment (env -i, as sudo does), and its stream is cut.
+			// The next is the cut command: it waits at another fifo, and its stream is cut.
 			cs := runtimetest.NewCutExec(sb)
 			cut := startCutOf(t, ctx, r, cs, sid, command, pids)
 
@@ -179,15 +188,7 @@ func startCutOf(t *testing.T, ctx context.Context, r *Runtime, cs *runtimetest.C
 // starts, rather than run beside it. Before, the next command replaced the cut one's tag, and it was
 // never looked for again.
 func TestFailedAbortIsFinishedBeforeTheNextCommand(t *testing.T) {
-	p := dockertest.New(t, docker.Options{})
-	h, err := p.Create(t.Context(), sandbox.Spec{Image: dockertest.Image(), Labels: sandbox.Labels{Deployment: "shellabort", Thread: "t"}})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		require.NoError(t, p.Destroy(ctx, h))
-	})
-	box := sandbox.Bind(p, h)
+	box := abortSandbox(t, abortProviders[0].open) // Docker
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	r := New()
@@ -219,14 +220,7 @@ func TestFailedAbortIsFinishedBeforeTheNextCommand(t *testing.T) {
 // it, on every provider. A previous command that exited is left alone with what it left in the
 // background on purpose. Before, the cut command ran on beside the retry.
 func TestCommandLeftRunningByACrashIsStoppedFirst(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		command string
-		pids    int
-	}{
-		{"children in the background", cutCommand, 3},
-		{"the command's process cleared its environment", execCutCommand, 1},
-	} {
+	for _, tc := range cutCases {
 		t.Run(tc.name, func(t *testing.T) { leftRunningByACrash(t, tc.command, tc.pids) })
 	}
 }
@@ -234,15 +228,7 @@ func TestCommandLeftRunningByACrashIsStoppedFirst(t *testing.T) {
 func leftRunningByACrash(t *testing.T, command string, pids int) {
 	for _, pv := range abortProviders {
 		t.Run(pv.name, func(t *testing.T) {
-			p, image := pv.open(t)
-			h, err := p.Create(t.Context(), sandbox.Spec{Image: image, Labels: sandbox.Labels{Deployment: "shellabort", Thread: "t"}})
-			require.NoError(t, err)
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				defer cancel()
-				require.NoError(t, p.Destroy(ctx, h))
-			})
-			box := sandbox.Bind(p, h)
+			box := abortSandbox(t, pv.open)
 			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 			defer cancel()
 			const sid = "shell-crash"
