@@ -67,15 +67,8 @@ func TestExecFailureAfterThePromptIsCut(t *testing.T) {
 // ErrPromptCut (the pool tells the user it was interrupted and aborts), not sandbox-down (which made
 // the pool run claude a second time with the same prompt, beside the first). Abort then stops it.
 func TestExecCutMidTurnIsNotRetried(t *testing.T) {
-	p := runtimetest.Provider(t)
-	bin := runtimetest.BuildFake(t)
-	sb, _ := runtimetest.NewSandbox(t, p, t.Name())
 	const gate = "/tmp/tb-gate"
-	fake := runtimetest.StartFake(t, sb, bin, llmfake.Script{Rules: []llmfake.Rule{
-		{PromptContains: "TB-CUT", AfterTool: llmfake.Bool(false), Reply: llmfake.Reply{Tool: &llmfake.ToolCall{Name: "Bash",
-			Args: json.RawMessage(`{"command":"while [ ! -e ` + gate + ` ]; do sleep 0.05; done; echo open","description":"Wait for the gate"}`)}}},
-		{PromptContains: "TB-CUT", AfterTool: llmfake.Bool(true), Reply: llmfake.Reply{Text: "through"}},
-	}, Default: &llmfake.Reply{Text: "ok"}})
+	sb, fake := gatedClaude(t, gate, "TB-CUT")
 	rt := New(Config{BaseURL: fake.URL, APIKey: "sk-tb-cut-test", Model: "claude-sonnet-4-5"})
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
@@ -160,15 +153,8 @@ func TestKilledWithItsSandboxIsCut(t *testing.T) {
 // session's next prompt, often the user's "retry": the old claude is killed before the new one
 // starts, not left to run beside it on the same transcript.
 func TestClaudeLeftRunningByACrashIsStoppedFirst(t *testing.T) {
-	p := runtimetest.Provider(t)
-	bin := runtimetest.BuildFake(t)
-	sb, _ := runtimetest.NewSandbox(t, p, t.Name())
 	const gate = "/tmp/tb-gate-crash"
-	fake := runtimetest.StartFake(t, sb, bin, llmfake.Script{Rules: []llmfake.Rule{
-		{PromptContains: "TB-CRASH", AfterTool: llmfake.Bool(false), Reply: llmfake.Reply{Tool: &llmfake.ToolCall{Name: "Bash",
-			Args: json.RawMessage(`{"command":"while [ ! -e ` + gate + ` ]; do sleep 0.05; done; echo open","description":"Wait for the gate"}`)}}},
-		{PromptContains: "TB-CRASH", AfterTool: llmfake.Bool(true), Reply: llmfake.Reply{Text: "through"}},
-	}, Default: &llmfake.Reply{Text: "ok"}})
+	sb, fake := gatedClaude(t, gate, "TB-CRASH")
 	cfg := Config{BaseURL: fake.URL, APIKey: "sk-tb-crash-test", Model: "claude-sonnet-4-5"}
 	before := New(cfg)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute) // only so that a regression fails rather than hangs
@@ -196,6 +182,20 @@ func TestClaudeLeftRunningByACrashIsStoppedFirst(t *testing.T) {
 	runtimetest.Sh(t, sb, `! pgrep -f -- "--(resume|session-id) $1" >/dev/null`, sid)
 	runtimetest.Sh(t, sb, `! pgrep -f "$1" >/dev/null`, gateLoop(gate)) // nor the tool it started
 	<-cs.Done                                                           // the old claude's exec ended with it
+}
+
+// gatedClaude starts a sandbox for the claude CLI and the fake model, whose script answers a prompt
+// holding mark with a Bash tool call that waits until the file gate exists, then with "through";
+// any other prompt gets "ok".
+func gatedClaude(t *testing.T, gate, mark string) (sandbox.Sandbox, *runtimetest.Fake) {
+	t.Helper()
+	sb, _ := runtimetest.NewSandbox(t, runtimetest.Provider(t), t.Name())
+	fake := runtimetest.StartFake(t, sb, runtimetest.BuildFake(t), llmfake.Script{Rules: []llmfake.Rule{
+		{PromptContains: mark, AfterTool: llmfake.Bool(false), Reply: llmfake.Reply{Tool: &llmfake.ToolCall{Name: "Bash",
+			Args: json.RawMessage(`{"command":"while [ ! -e ` + gate + ` ]; do sleep 0.05; done; echo open","description":"Wait for the gate"}`)}}},
+		{PromptContains: mark, AfterTool: llmfake.Bool(true), Reply: llmfake.Reply{Text: "through"}},
+	}, Default: &llmfake.Reply{Text: "ok"}})
+	return sb, fake
 }
 
 // gateLoop is a pgrep pattern for the tool command that waits at gate, which matches neither itself
