@@ -58,41 +58,49 @@ func Kill(ctx context.Context, sb sandbox.Sandbox, seeds ...string) error {
 // they start a run (a crash's leftovers) run it themselves. It gathers the seeded processes and
 // their descendants (by the parent in /proc/PID/stat: a child that cleared its environment is found
 // so), stops them, and gathers again until nothing new turns up, so none forks a replacement unseen;
-// then it kills them all at once and prints their pids (nothing: none found). Zombies have an empty
-// environ and do not match; the seeds are in this round's argv, never in its environment, and a
+// then it kills them all at once and prints their pids (nothing: none found). Processes gone or
+// dead (zombies, which a container without an init may never reap) are not taken, so a round after
+// the kill finds nothing; the seeds are in this round's argv, never in its environment, and a
 // pat: seed's text never matches its own regular expression where it matters (pgrep skips itself;
-// "--(a|b) x" does not match "--a x"), so the round does not find itself; pid 1 and the round itself
-// are never taken.
+// "--(a|b) x" does not match "--a x"), so the round does not find itself; pid 1, the round and its
+// ancestors (the shell that runs it, the exec, the bot itself on the local provider) are never taken,
+// nor what descends from them through them, whatever a seed names.
 const Round = `[ -r /proc/self/environ ] || { echo "threadbox: no /proc to find the run's processes in" >&2; exit 3; }
-pats=; res=; S=" "; run=
+live() { { read -r l <"/proc/$1/stat"; } 2>/dev/null && set -- ${l##*) } && [ "$1" != Z ]; }
+pats=; res=; pids=; run=
 for m; do case $m in
-  pid:*) S="$S${m#pid:} " ;;
+  pid:*) pids="$pids ${m#pid:}" ;;
   pat:*) res="$res
 ${m#pat:}" ;;
   run:*) run=${m#run:} ;;
   *) pats="$pats -e $m" ;;
 esac; done
+X=" 1 $$ "; a=$$
+while { read -r l <"/proc/$a/stat"; } 2>/dev/null && set -- ${l##*) } && [ "$2" -gt 1 ] 2>/dev/null; do X="$X$2 "; a=$2; done
+S=" "
+add() { case "$X$S" in *" $1 "*) return 1 ;; esac; S="$S$1 "; }
+for p in $pids; do case $p in *[!0-9]*) ;; *) ! live "$p" || add "$p" ;; esac; done
 if [ -n "$run" ] && [ -f "$run" ] && [ ! -h "$run" ] && { read -r t p s <"$run"; } 2>/dev/null && [ -n "$t" ] && [ -n "$p" ] && [ -n "$s" ] &&
   case $p$s in *[!0-9]*) false ;; esac && case "$pats " in *"=$t "*) ;; *) false ;; esac &&
-  { read -r l <"/proc/$p/stat"; } 2>/dev/null && set -- ${l##*) } && [ "${20}" = "$s" ]; then
-  S="$S$p "
+  { read -r l <"/proc/$p/stat"; } 2>/dev/null && set -- ${l##*) } && [ "$1" != Z ] && [ "${20}" = "$s" ]; then
+  add "$p"
 fi
 while :; do
   n=0
   for p in $([ -z "$pats" ] || grep -lszxF $pats /proc/[0-9]*/environ | sed 's|^/proc/||; s|/environ$||') $(
     printf '%s\n' "$res" | while IFS= read -r re; do [ -z "$re" ] || pgrep -f -- "$re"; done); do
-    case "$S" in *" $p "*) ;; *) S="$S$p "; n=1 ;; esac
+    ! add "$p" || n=1
   done
   for f in /proc/[0-9]*/stat; do
     { read -r l <"$f"; } 2>/dev/null || continue
     set -- ${l##*) }
+    [ "$1" != Z ] || continue
     case "$S" in *" $2 "*) ;; *) continue ;; esac
     p=${f#/proc/}; p=${p%/stat}
-    case "$S" in *" $p "*) ;; *) S="$S$p "; n=1 ;; esac
+    ! add "$p" || n=1
   done
-  S=$(for p in $S; do [ "$p" = 1 ] || [ "$p" = $$ ] || printf ' %s' "$p"; done)" "
   [ $n = 1 ] || break
-  [ "$S" = " " ] || kill -STOP $S 2>/dev/null
+  kill -STOP $S 2>/dev/null
 done
 [ "$S" = " " ] || { kill -KILL $S 2>/dev/null; echo $S; }
 exit 0`
