@@ -25,7 +25,8 @@ type cutServer struct {
 	base string
 	// again answers the /event requests after the first; nil: 503 (the server never comes back).
 	again func(w http.ResponseWriter, r *http.Request)
-	// status is /session/status's answer.
+	// status is /session/status's answer once the prompt went out (before it: idle, nothing left
+	// over from an earlier turn).
 	status func() string
 	// messages is /session/{id}/message?limit=50's answer.
 	messages func() string
@@ -86,6 +87,10 @@ func (c *cutServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 	case "/session/status":
 		w.Header().Set("Content-Type", "application/json")
+		if c.prompts.Load() == 0 {
+			fmt.Fprint(w, `{}`)
+			return
+		}
 		fmt.Fprint(w, c.status())
 		if !c.statusOnce.Swap(true) {
 			close(c.statusAsked)
@@ -309,6 +314,9 @@ func TestPromptSentButUnansweredIsCut(t *testing.T) {
 				case "/session/ses_1/message":
 					w.Header().Set("Content-Type", "application/json")
 					fmt.Fprint(w, `[]`)
+				case "/session/status":
+					w.Header().Set("Content-Type", "application/json")
+					fmt.Fprint(w, `{}`)
 				case "/session/ses_1/prompt_async":
 					prompts.Add(1) // read whole: the run may have started
 					tc.answer(w)
@@ -350,6 +358,9 @@ func TestAnswerIsReadAgain(t *testing.T) {
 				close(prompted)
 			}
 			w.WriteHeader(http.StatusNoContent)
+		case "/session/status":
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprint(w, `{}`)
 		case "/session/ses_1/message":
 			if r.URL.Query().Get("limit") != "1" && reads.Add(1) == 1 {
 				http.Error(w, "bad gateway", http.StatusBadGateway)

@@ -2,6 +2,7 @@ package opencode
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -27,6 +28,11 @@ func TestPromptCancelledWhileSubscribing(t *testing.T) {
 			entered := make(chan struct{}, 1)
 			release := make(chan struct{})
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/session/status" {
+					w.Header().Set("Content-Type", "application/json")
+					fmt.Fprint(w, `{}`)
+					return
+				}
 				if r.URL.Path == "/event" {
 					if tc.headers {
 						w.Header().Set("Content-Type", "text/event-stream")

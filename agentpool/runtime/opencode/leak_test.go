@@ -48,7 +48,12 @@ func TestResumedStreamIsClosedWhenTheCallerGaveUp(t *testing.T) {
 			fmt.Fprint(w, `[]`)
 		case "/session/status":
 			w.Header().Set("Content-Type", "application/json")
-			fmt.Fprint(w, `{"ses_1":{"type":"busy"}}`)
+			select {
+			case <-prompted:
+				fmt.Fprint(w, `{"ses_1":{"type":"busy"}}`)
+			default:
+				fmt.Fprint(w, `{}`) // before the prompt: nothing left over
+			}
 		case "/permission":
 			w.Header().Set("Content-Type", "application/json")
 			fmt.Fprint(w, `[]`)

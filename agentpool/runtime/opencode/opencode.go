@@ -53,6 +53,9 @@ type Runtime struct {
 	// startGrace is how long a run that a resumption found not started yet has to show itself
 	// before the turn looks again (default DefaultStartGrace).
 	startGrace time.Duration
+	// leftoverGrace bounds stopping a run left over from before a crash before a prompt (default
+	// DefaultLeftoverGrace).
+	leftoverGrace time.Duration
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -143,6 +146,11 @@ func (r *Runtime) Prompt(ctx context.Context, sb sandbox.Sandbox, sessionID stri
 		defer cancel()
 	}
 	start := time.Now()
+	// Before the subscription: the leftover's last events (its abort's idle, its aborted message)
+	// must not reach this turn's stream, where they would read as this run's.
+	if err := r.stopLeftover(ctx, sb, sessionID); err != nil {
+		return runtime.Result{}, err
+	}
 	// The event stream outlives ctx: after a cancel it still tells when the abort took effect.
 	ev, err := r.subscribe(ctx, sb)
 	if err != nil {
@@ -307,13 +315,11 @@ func (r *Runtime) Abort(ctx context.Context, sb sandbox.Sandbox, sessionID strin
 		if err != nil {
 			return fmt.Errorf("opencode: abort: %w", err)
 		}
-		var busy map[string]struct {
-			Type string `json:"type"`
+		busy, err := r.busy(ctx, sb, sessionID)
+		if err != nil {
+			return fmt.Errorf("opencode: abort: %w", err)
 		}
-		if _, err := r.request(ctx, sb, http.MethodGet, "/session/status", nil, &busy); err != nil {
-			return fmt.Errorf("opencode: abort: checking status: %w", err)
-		}
-		if s, ok := busy[sessionID]; !ok || s.Type == "idle" {
+		if !busy {
 			return nil
 		}
 		t := time.NewTimer(delay)
@@ -325,4 +331,57 @@ func (r *Runtime) Abort(ctx context.Context, sb sandbox.Sandbox, sessionID strin
 		}
 		delay = min(delay*2, time.Second)
 	}
+}
+
+// busy reports whether the server runs something on the session: any status but idle (busy, or
+// retrying the model); the server lists only the sessions that are not idle.
+func (r *Runtime) busy(ctx context.Context, sb sandbox.Sandbox, sessionID string) (bool, error) {
+	var statuses map[string]struct {
+		Type string `json:"type"`
+	}
+	if _, err := r.request(ctx, sb, http.MethodGet, "/session/status", nil, &statuses); err != nil {
+		return false, fmt.Errorf("checking status: %w", err)
+	}
+	s, ok := statuses[sessionID]
+	return ok && s.Type != "idle", nil
+}
+
+// DefaultLeftoverGrace bounds stopping a run left over from before a crash, before a prompt.
+const DefaultLeftoverGrace = 30 * time.Second
+
+// errLeftoverRunning is a run left over from before a crash that Abort could not stop in time.
+var errLeftoverRunning = errors.New("a run from an earlier turn is still going on the session and could not be stopped")
+
+// stopLeftover stops a run still going on the session before a prompt. Turns of a thread never
+// overlap, so a session that is not idle when a turn begins runs a leftover: a turn whose runtime
+// lost it (the bot crashed mid-turn, or its event stream dropped for good) and that nobody aborted.
+// opencode would take the new prompt into that run (it is answered once the old run's tools and
+// model calls are through, as one run), so the user's "retry" of an interrupted turn would run the
+// old one on, and then again. It costs one GET /session/status when the session is idle. A leftover
+// that does not stop within leftoverGrace fails the turn (errLeftoverRunning, before the prompt
+// went out): running beside it is what this prevents, and the next turn tries again.
+func (r *Runtime) stopLeftover(ctx context.Context, sb sandbox.Sandbox, sessionID string) error {
+	busy, err := r.busy(ctx, sb, sessionID)
+	if err != nil {
+		return fmt.Errorf("opencode: the session before the prompt: %w", err)
+	}
+	if !busy {
+		return nil
+	}
+	grace := r.leftoverGrace
+	if grace <= 0 {
+		grace = DefaultLeftoverGrace
+	}
+	actx, cancel := context.WithTimeout(ctx, grace)
+	defer cancel()
+	err = r.Abort(actx, sb, sessionID)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return fmt.Errorf("opencode: stopping the session's earlier run: %w", context.Cause(ctx))
+	case actx.Err() != nil:
+		return fmt.Errorf("opencode: session %s: %w within %s; the prompt was not sent", sessionID, errLeftoverRunning, grace)
+	}
+	return fmt.Errorf("opencode: stopping the session's earlier run: %w", err)
 }

@@ -46,6 +46,9 @@ func TestStaleIdleDoesNotEndTheTurn(t *testing.T) {
 			send(w, "session.status", `{"sessionID":"`+sid+`","status":{"type":"idle"}}`)
 			send(w, "session.idle", `{"sessionID":"`+sid+`"}`)
 			<-r.Context().Done()
+		case "/session/status":
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprint(w, `{}`)
 		case "/session/" + sid + "/prompt_async":
 			w.WriteHeader(http.StatusNoContent)
 			close(prompted)
