@@ -51,6 +51,21 @@ func newCutServer() *cutServer {
 		emitted: make(chan runtime.Event, 100)}
 }
 
+// serveOneRun is an /event stream on which session ses_1 runs once, once prompted is closed: busy,
+// then idle.
+func serveOneRun(w http.ResponseWriter, r *http.Request, prompted <-chan struct{}) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	sendEvent(w, "server.connected", `{}`)
+	select {
+	case <-prompted:
+	case <-r.Context().Done():
+		return
+	}
+	sendEvent(w, "session.status", `{"sessionID":"ses_1","status":{"type":"busy"}}`)
+	sendEvent(w, "session.idle", `{"sessionID":"ses_1"}`)
+	<-r.Context().Done()
+}
+
 func sendEvent(w http.ResponseWriter, typ, props string) {
 	fmt.Fprintf(w, "data: {\"type\":%q,\"properties\":%s}\n\n", typ, props)
 	w.(http.Flusher).Flush()
@@ -343,16 +358,7 @@ func TestAnswerIsReadAgain(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/event":
-			w.Header().Set("Content-Type", "text/event-stream")
-			sendEvent(w, "server.connected", `{}`)
-			select {
-			case <-prompted:
-			case <-r.Context().Done():
-				return
-			}
-			sendEvent(w, "session.status", `{"sessionID":"ses_1","status":{"type":"busy"}}`)
-			sendEvent(w, "session.idle", `{"sessionID":"ses_1"}`)
-			<-r.Context().Done()
+			serveOneRun(w, r, prompted)
 		case "/session/ses_1/prompt_async":
 			if prompts.Add(1) == 1 {
 				close(prompted)

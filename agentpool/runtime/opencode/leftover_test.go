@@ -222,16 +222,7 @@ func TestLeftoverIsAbortedBeforeThePrompt(t *testing.T) {
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				switch r.URL.Path {
 				case "/event":
-					w.Header().Set("Content-Type", "text/event-stream")
-					sendEvent(w, "server.connected", `{}`)
-					select {
-					case <-prompted:
-					case <-r.Context().Done():
-						return
-					}
-					sendEvent(w, "session.status", `{"sessionID":"ses_1","status":{"type":"busy"}}`)
-					sendEvent(w, "session.idle", `{"sessionID":"ses_1"}`)
-					<-r.Context().Done()
+					serveOneRun(w, r, prompted)
 				case "/session/status":
 					call("status")
 					mu.Lock()
