@@ -87,7 +87,7 @@ func TestExecCutMidTurnIsNotRetried(t *testing.T) {
 
 	// claude is still running the first prompt, at the gate: running it again would run it twice.
 	runtimetest.Sh(t, sb, `pgrep -f -- "--(resume|session-id) $1" >/dev/null`, sid)
-	runtimetest.Sh(t, sb, `pgrep -f "$1" >/dev/null`, gateLoop(gate)) // its tool, at the gate
+	waitForTool(t, ctx, sb, gate) // its tool, at the gate
 	require.NoError(t, rt.Abort(ctx, sb, sid), "what the pool does with a cut turn")
 	<-cs.Done                                                           // the real exec ended with its process
 	runtimetest.Sh(t, sb, `! pgrep -f "$1" >/dev/null`, gateLoop(gate)) // and claude's tool with it
@@ -171,7 +171,7 @@ func TestClaudeLeftRunningByACrashIsStoppedFirst(t *testing.T) {
 	})
 	require.ErrorIs(t, err, runtime.ErrPromptCut)
 	runtimetest.Sh(t, sb, `pgrep -f -- "--(resume|session-id) $1" >/dev/null`, sid) // at the gate
-	runtimetest.Sh(t, sb, `pgrep -f "$1" >/dev/null`, gateLoop(gate))               // its tool too
+	waitForTool(t, ctx, sb, gate)                                                   // its tool too
 
 	after := New(cfg) // the bot after its restart: no Abort
 	require.NoError(t, after.Ensure(ctx, sb))
@@ -196,6 +196,16 @@ func gatedClaude(t *testing.T, gate, mark string) (sandbox.Sandbox, *runtimetest
 		{PromptContains: mark, AfterTool: llmfake.Bool(true), Reply: llmfake.Reply{Text: "through"}},
 	}, Default: &llmfake.Reply{Text: "ok"}})
 	return sb, fake
+}
+
+// waitForTool waits until the tool command waiting at gate runs: claude reports the tool call (and
+// the test cuts the stream) a moment before its Bash tool has started the process.
+func waitForTool(t *testing.T, ctx context.Context, sb sandbox.Sandbox, gate string) {
+	t.Helper()
+	require.NoError(t, runtimetest.Eventually(ctx, time.Minute, func() (bool, error) {
+		res, err := sb.Exec(ctx, sandbox.ExecRequest{Cmd: []string{"pgrep", "-f", gateLoop(gate)}, Timeout: 30 * time.Second})
+		return err == nil && res.ExitCode == 0, err
+	}), "the tool waiting at the gate runs")
 }
 
 // gateLoop is a pgrep pattern for the tool command that waits at gate, which matches neither itself
