@@ -228,7 +228,7 @@ if [ -f "$f" ] && [ ! -h "$f" ] && { read -r t p s <"$f"; } 2>/dev/null && [ -n 
   a=pid:$p
   for _ in 1 2 3; do [ -n "$("$0" -c "$k" sh "` + runEnv + `=$t" $a)" ] || break; a=; done
 fi
-{ mkdir -p "${f%/*}" && { [ -f "$f" ] && [ ! -h "$f" ] || rm -f "$f"; } && echo "$` + runEnv + ` $$ $(st $$)" >"$f"; } 2>/dev/null
+{ { [ -d "${f%/*}" ] || mkdir -p "${f%/*}"; } && { [ -f "$f" ] && [ ! -h "$f" ] || rm -f "$f"; } && echo "$` + runEnv + ` $$ $(st $$)" >"$f"; } 2>/dev/null
 exec "$0" -c -- "$c" </dev/null`
 
 // runFile is where startScript keeps the running command's tag, main pid and its start time (field
