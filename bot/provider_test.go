@@ -2,6 +2,7 @@ package bot
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -26,10 +27,15 @@ func TestUseProviderReplies(t *testing.T) {
 	admin := NewAdmin(st, agentpool.Ops{Pool: pool}, []string{"slack:ADMIN"}, nil)
 	h := NewHandler(HandlerConfig{ProgressInterval: time.Millisecond}, pool, st, admin, nil)
 	thread := SlackThread("T", "C", "1.1")
+	said := 0
 	sayIn := func(thread ThreadKey, user, text, want string) string {
 		t.Helper()
 		r := newChatReplier()
-		require.NoError(t, h.Handle(t.Context(), Message{Thread: thread, ChannelID: "C", User: User{ID: user}, Text: text, EventID: text + user}, r))
+		// Each message an event of its own, as the platform gives them: the same command said twice
+		// ("use docker") is two events, not a retry of one, which the handler would drop as seen.
+		said++
+		require.NoError(t, h.Handle(t.Context(), Message{Thread: thread, ChannelID: "C", User: User{ID: user}, Text: text,
+			EventID: fmt.Sprintf("%s%s-%d", text, user, said)}, r))
 		return r.waitPost(t, want)
 	}
 	say := func(user, text, want string) string { t.Helper(); return sayIn(thread, user, text, want) }
