@@ -211,24 +211,21 @@ func classify(err error) error {
 // Before it runs the command it stops the session's previous one if that still runs: a command
 // whose exec was cut while the bot crashed (or whose Abort failed) runs on, and the bot that comes
 // back has lost its tag, so the user's "retry" would run beside it. runFile keeps the running
-// command's tag, main pid (the wrapper's, which exec hands on) and that process's start time: a
-// previous command whose main process still runs (the pid has the same start time: not a pid reused
-// since; it may have cleared its environment, as "exec env -i cmd" does) is still running, and it,
-// its descendants and the processes carrying its tag are killed with the kill round ($1); one that
-// exited is left alone with what it left in the background on purpose. The file is
-// the sandbox's to write: a tag or pid that is not letters and digits (rand.Text, a pid) is ignored,
-// and a runFile that is not a regular file (a fifo, whose open waits; a link, to /dev/zero, which
+// command's tag, main pid (the wrapper's, which exec hands on) and that process's start time: the
+// kill round ($1, with need-run) takes a previous command whose main process still runs (the pid has
+// the same start time: not a pid reused since; it may have cleared its environment, as "exec env -i
+// cmd" does), its descendants and the processes carrying its tag; one that exited is left alone
+// with what it left in the background on purpose. The file is the sandbox's to write: a tag that is
+// not letters and digits (rand.Text) is ignored, the round checks the rest, and a runFile that is not a regular file (a fifo, whose open waits; a link, to /dev/zero, which
 // has no end of line, or to a file it would overwrite; a repository can carry one) is neither read
 // nor written through, but replaced.
 const startScript = `IFS= read -r go && [ "$go" = start ] || { echo "threadbox: the command was not started: its start signal did not arrive" >&2; exit 125; }
 k=$1 c=$2 f=` + runFile + `
-st() { { read -r l <"/proc/$1/stat"; } 2>/dev/null && set -- ${l##*) } && echo "${20}"; }
-if [ -f "$f" ] && [ ! -h "$f" ] && { read -r t p s <"$f"; } 2>/dev/null && [ -n "$t" ] && [ -n "$p" ] && [ -n "$s" ] &&
-  case $t$p$s in *[!A-Z0-9]*) false ;; esac && [ "$(st "$p")" = "$s" ]; then
-  a=pid:$p
-  for _ in 1 2 3; do [ -n "$("$0" -c "$k" sh "` + runEnv + `=$t" $a)" ] || break; a=; done
+if [ -f "$f" ] && [ ! -h "$f" ] && { read -r t _ <"$f"; } 2>/dev/null && case $t in ''|*[!A-Z0-9]*) false ;; esac; then
+  for _ in 1 2 3; do [ -n "$("$0" -c "$k" sh need-run "run:$f" "` + runEnv + `=$t")" ] || break; done
 fi
-{ { [ -d "${f%/*}" ] || mkdir -p "${f%/*}"; } && { [ -f "$f" ] && [ ! -h "$f" ] || rm -f "$f"; } && echo "$` + runEnv + ` $$ $(st $$)" >"$f"; } 2>/dev/null
+{ { [ -d "${f%/*}" ] || mkdir -p "${f%/*}"; } && { [ -f "$f" ] && [ ! -h "$f" ] || rm -f "$f"; } &&
+  read -r l </proc/$$/stat && set -- ${l##*) } && echo "$` + runEnv + ` $$ ${20}" >"$f"; } 2>/dev/null
 exec "$0" -c -- "$c" </dev/null`
 
 // runFile is where startScript keeps the running command's tag, main pid and its start time (field

@@ -23,7 +23,9 @@ const maxRounds = 20
 // seed is NAME=VALUE (a process whose environment holds that entry; letters, digits and _ only),
 // pid:N (that process), pat:REGEX (the processes whose command line matches, as pgrep -f) or
 // run:FILE (a file holding "VALUE PID START": process PID, if VALUE is the value of one of the
-// NAME=VALUE seeds and the process still has that start time, field 22 of /proc/PID/stat). It
+// NAME=VALUE seeds and the process still has that start time, field 22 of /proc/PID/stat); with the
+// seed need-run, a round whose run file names no such process takes nothing at all (the run ended,
+// and what it left in the background is not a leftover). It
 // ends after two rounds in a row find nothing: one empty round can miss a chain of short-lived
 // processes, each forked by one that exited in the instant the round listed them. A sandbox gone or
 // stopped has nothing left to kill.
@@ -67,12 +69,13 @@ func Kill(ctx context.Context, sb sandbox.Sandbox, seeds ...string) error {
 // nor what descends from them through them, whatever a seed names.
 const Round = `[ -r /proc/self/environ ] || { echo "threadbox: no /proc to find the run's processes in" >&2; exit 3; }
 live() { { read -r l <"/proc/$1/stat"; } 2>/dev/null && set -- ${l##*) } && [ "$1" != Z ]; }
-pats=; res=; pids=; run=
+pats=; res=; pids=; run=; need=
 for m; do case $m in
   pid:*) pids="$pids ${m#pid:}" ;;
   pat:*) res="$res
 ${m#pat:}" ;;
   run:*) run=${m#run:} ;;
+  need-run) need=1 ;;
   *) pats="$pats -e $m" ;;
 esac; done
 X=" 1 $$ "; a=$$
@@ -85,6 +88,7 @@ if [ -n "$run" ] && [ -f "$run" ] && [ ! -h "$run" ] && { read -r t p s <"$run";
   { read -r l <"/proc/$p/stat"; } 2>/dev/null && set -- ${l##*) } && [ "$1" != Z ] && [ "${20}" = "$s" ]; then
   add "$p"
 fi
+[ -z "$need" ] || [ "$S" != " " ] || exit 0
 while :; do
   n=0
   for p in $([ -z "$pats" ] || grep -lszxF $pats /proc/[0-9]*/environ | sed 's|^/proc/||; s|/environ$||') $(
