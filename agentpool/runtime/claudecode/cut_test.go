@@ -72,16 +72,7 @@ func TestExecCutMidTurnIsNotRetried(t *testing.T) {
 	rt := New(Config{BaseURL: fake.URL, APIKey: "sk-tb-cut-test", Model: "claude-sonnet-4-5"})
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	require.NoError(t, rt.Ensure(ctx, sb))
-	sid, _, err := rt.Session(ctx, sb, "", "test")
-	require.NoError(t, err)
-
-	cs := runtimetest.NewCutExec(sb)
-	_, err = rt.Prompt(ctx, cs, sid, runtime.Prompt{Text: "Wait for the gate. TB-CUT", Timeout: 2 * time.Minute}, func(e runtime.Event) {
-		if e.Kind == runtime.EventTool {
-			cs.Cut() // claude runs the tool: cut the stream now
-		}
-	})
+	sid, cs, err := cutAtTool(t, ctx, rt, sb, "Wait for the gate. TB-CUT", 2*time.Minute)
 	require.ErrorIs(t, err, runtime.ErrPromptCut)
 	require.Equal(t, runtime.ClassInterrupted, runtime.Classify(err), "%v", err)
 
@@ -159,16 +150,7 @@ func TestClaudeLeftRunningByACrashIsStoppedFirst(t *testing.T) {
 	before := New(cfg)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute) // only so that a regression fails rather than hangs
 	defer cancel()
-	require.NoError(t, before.Ensure(ctx, sb))
-	sid, _, err := before.Session(ctx, sb, "", "test")
-	require.NoError(t, err)
-
-	cs := runtimetest.NewCutExec(sb)
-	_, err = before.Prompt(ctx, cs, sid, runtime.Prompt{Text: "Wait for the gate. TB-CRASH", Timeout: 30 * time.Minute}, func(e runtime.Event) {
-		if e.Kind == runtime.EventTool {
-			cs.Cut()
-		}
-	})
+	sid, cs, err := cutAtTool(t, ctx, before, sb, "Wait for the gate. TB-CRASH", 30*time.Minute)
 	require.ErrorIs(t, err, runtime.ErrPromptCut)
 	runtimetest.Sh(t, sb, `pgrep -f -- "--(resume|session-id) $1" >/dev/null`, sid) // at the gate
 	waitForTool(t, ctx, sb, gate)                                                   // its tool too
@@ -196,6 +178,23 @@ func gatedClaude(t *testing.T, gate, mark string) (sandbox.Sandbox, *runtimetest
 		{PromptContains: mark, AfterTool: llmfake.Bool(true), Reply: llmfake.Reply{Text: "through"}},
 	}, Default: &llmfake.Reply{Text: "ok"}})
 	return sb, fake
+}
+
+// cutAtTool starts a session of rt in sb and prompts it with text through a CutExec, whose stream it
+// cuts once claude reports its tool call (claude runs the tool); it returns the session, the
+// CutExec and Prompt's error.
+func cutAtTool(t *testing.T, ctx context.Context, rt *Runtime, sb sandbox.Sandbox, text string, timeout time.Duration) (string, *runtimetest.CutExec, error) {
+	t.Helper()
+	require.NoError(t, rt.Ensure(ctx, sb))
+	sid, _, err := rt.Session(ctx, sb, "", "test")
+	require.NoError(t, err)
+	cs := runtimetest.NewCutExec(sb)
+	_, err = rt.Prompt(ctx, cs, sid, runtime.Prompt{Text: text, Timeout: timeout}, func(e runtime.Event) {
+		if e.Kind == runtime.EventTool {
+			cs.Cut()
+		}
+	})
+	return sid, cs, err
 }
 
 // waitForTool waits until the tool command waiting at gate runs: claude reports the tool call (and
