@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	goruntime "runtime"
 	"sync"
 	"time"
 
@@ -48,6 +49,9 @@ type Config struct {
 	MaxQueued int
 	// MaxActive caps the live sandboxes of the deployment (0: no cap); see capacity.go.
 	MaxActive int
+	// StartConcurrency is how many turns do their start at once in this process (default: one per
+	// CPU, at least 2); see startgate.go.
+	StartConcurrency int
 	// MaxResumeFailures is how many failed resumes of a thread's sandbox the next turn tolerates
 	// before it recreates the sandbox, with the history replayed (lifecycle.max_resume_failures,
 	// default 2).
@@ -70,6 +74,7 @@ func (c Config) withDefaults() Config {
 	c.EnsureTimeout = cmp.Or(c.EnsureTimeout, 2*time.Minute)
 	c.StuckAfter = cmp.Or(c.StuckAfter, 10*time.Minute)
 	c.MaxQueued = cmp.Or(c.MaxQueued, DefaultMaxQueued)
+	c.StartConcurrency = cmp.Or(c.StartConcurrency, max(2, goruntime.GOMAXPROCS(0)))
 	c.LimitCheckInterval = cmp.Or(c.LimitCheckInterval, DefaultLimitCheckInterval)
 	c.MaxResumeFailures = cmp.Or(c.MaxResumeFailures, DefaultMaxResumeFailures)
 	c.ProviderWait = cmp.Or(c.ProviderWait, DefaultProviderWait)
@@ -91,8 +96,8 @@ func (c Config) validate() error {
 		return errors.New("agentpool: Image is required")
 	case c.TurnTimeout < 0, c.EnsureTimeout < 0, c.StuckAfter < 0, c.ProviderWait < 0, c.AdoptAfter < 0:
 		return errors.New("agentpool: timeouts must not be negative")
-	case c.MaxQueued < 0, c.MaxActive < 0:
-		return errors.New("agentpool: MaxQueued and MaxActive must not be negative")
+	case c.MaxQueued < 0, c.MaxActive < 0, c.StartConcurrency < 0:
+		return errors.New("agentpool: MaxQueued, MaxActive and StartConcurrency must not be negative")
 	case c.MaxResumeFailures < 0:
 		return errors.New("agentpool: MaxResumeFailures must not be negative")
 	}
@@ -162,6 +167,7 @@ type Pool struct {
 	restore       func(ctx context.Context, t db.Turn) (Request, error)
 	recoverCmds   func(ctx context.Context, isAlive func(owner string) (bool, error)) (int, error)
 	capa          *capacity
+	starts        *startGate
 	ws            Workspace
 
 	// instMu protects the following.
@@ -218,6 +224,7 @@ func New(cfg Config, deps Deps) (*Pool, error) {
 	if cfg.MaxActive > 0 {
 		p.capa = newCapacity(cfg.MaxActive)
 	}
+	p.starts = newStartGate(cfg.StartConcurrency, startHold)
 	if p.now == nil {
 		p.now = time.Now
 	}

@@ -395,7 +395,9 @@ func (p *Pool) takeOverHeld(ctx context.Context, threadKey string, t db.Turn) {
 	// its finish has a start to balance.
 	start := p.now()
 	p.met.TurnStarted(start.Sub(t.CreatedAt))
-	p.runHeld(ctx, req, t.ID, start)
+	// No place of its own in the start gate: it runs within the start of the turn that took the
+	// thread over, whose place lapses after startHold.
+	p.runHeld(ctx, req, t.ID, start, nil)
 }
 
 // recoverUndelivered posts again the recorded outcome of a turn whose process died after finishing

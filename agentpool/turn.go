@@ -87,9 +87,13 @@ func (p *Pool) runLocked(ctx context.Context, req Request, turnID int64, start t
 	defer cancelLost(nil)
 	stopLost := context.AfterFunc(hold.Context(), func() { cancelLost(ErrLockLost) })
 	defer stopLost()
+	// The start, from here to the prompt, waits for its place (startgate.go). The lock is held
+	// meanwhile: the thread's next turn would wait for this one anyway.
+	pass := p.starts.enter(ctx)
+	defer pass.done()
 	if started {
 		s, _, err := p.store.SessionCreate(ctx, p.newSession(req))
-		p.runStarted(ctx, req, turnID, start, &sessionRead{sess: s, err: err})
+		p.runStarted(ctx, req, turnID, start, &sessionRead{sess: s, err: err}, pass)
 		return
 	}
 	// The common case in one statement: no other process's older turn of this thread is left
@@ -109,7 +113,7 @@ func (p *Pool) runLocked(ctx context.Context, req Request, turnID int64, start t
 	pre := <-read
 	switch {
 	case err == nil:
-		p.runStarted(ctx, req, turnID, start, &pre)
+		p.runStarted(ctx, req, turnID, start, &pre, pass)
 		return
 	case !errors.Is(err, db.ErrConflict):
 		// The start may have committed before the connection failed: the slow path's TurnStart
@@ -123,11 +127,12 @@ func (p *Pool) runLocked(ctx context.Context, req Request, turnID int64, start t
 		return
 	}
 	p.takeOverThread(ctx, req.ThreadKey, turnID)
-	p.runHeld(ctx, req, turnID, start)
+	p.runHeld(ctx, req, turnID, start, pass)
 }
 
-// runHeld runs a turn whose thread lock is held, from its start to its outcome.
-func (p *Pool) runHeld(ctx context.Context, req Request, turnID int64, start time.Time) {
+// runHeld runs a turn whose thread lock is held, from its start to its outcome. pass is its place in
+// the start gate (nil: none).
+func (p *Pool) runHeld(ctx context.Context, req Request, turnID int64, start time.Time, pass *startPass) {
 	if _, err := p.store.TurnStart(ctx, turnID, p.instance); err != nil {
 		if errors.Is(err, db.ErrConflict) {
 			// Another process claimed it (this one was thought dead) and answers it: say nothing.
@@ -138,7 +143,7 @@ func (p *Pool) runHeld(ctx context.Context, req Request, turnID int64, start tim
 		p.endTurn(req, turnID, Outcome{TurnID: turnID, Err: classify(EINTERNAL, "start turn", err)}, start)
 		return
 	}
-	p.runStarted(ctx, req, turnID, start, nil)
+	p.runStarted(ctx, req, turnID, start, nil, pass)
 }
 
 // sessionRead is a session read (or created) ahead of the turn's start.
@@ -156,10 +161,11 @@ func (p *Pool) newSession(req Request) db.NewSession {
 }
 
 // runStarted runs a started turn (running, ours, its thread lock held) to its outcome. pre is its
-// session read under the lock, if it was read ahead; nil reads it now.
-func (p *Pool) runStarted(ctx context.Context, req Request, turnID int64, start time.Time, pre *sessionRead) {
+// session read under the lock, if it was read ahead; nil reads it now. pass is its place in the start
+// gate, given back when the prompt goes to the agent (nil: none).
+func (p *Pool) runStarted(ctx context.Context, req Request, turnID int64, start time.Time, pre *sessionRead, pass *startPass) {
 	w := newWatch(ctx, p.cfg.StuckAfter, req.Sink, func() { p.touch(turnID) })
-	out := p.executeGuarded(w.ctx, req, turnID, w, pre)
+	out := p.executeGuarded(w.ctx, req, turnID, w, pre, pass)
 	cause := context.Cause(w.ctx)
 	w.stop()
 	if out.Err != nil && cause != nil {
@@ -183,7 +189,7 @@ func (p *Pool) runStarted(ctx context.Context, req Request, turnID int64, start 
 
 // executeGuarded is execute, with a panic in it (a runtime, a provider, a workspace or chat context
 // callback) turned into the turn's failure, so the turn is still answered and recorded.
-func (p *Pool) executeGuarded(ctx context.Context, req Request, turnID int64, w *watch, pre *sessionRead) (out Outcome) {
+func (p *Pool) executeGuarded(ctx context.Context, req Request, turnID int64, w *watch, pre *sessionRead, pass *startPass) (out Outcome) {
 	defer func() {
 		if v := recover(); v != nil {
 			p.log.Error("turn panicked", zap.Int64("turn", turnID), zap.String("thread", req.ThreadKey),
@@ -191,12 +197,13 @@ func (p *Pool) executeGuarded(ctx context.Context, req Request, turnID int64, w 
 			out = Outcome{TurnID: turnID, Err: classify(EINTERNAL, "run turn", fmt.Errorf("panic: %v", v))}
 		}
 	}()
-	return p.execute(ctx, req, turnID, w, pre)
+	return p.execute(ctx, req, turnID, w, pre, pass)
 }
 
 // execute resolves the sandbox and runs the prompt, re-resolving once on a recoverable failure. pre
-// is the session read ahead (nil: read it now).
-func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch, pre *sessionRead) Outcome {
+// is the session read ahead (nil: read it now); pass, the start's place in the gate, is given back
+// as the prompt goes to the agent.
+func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch, pre *sessionRead, pass *startPass) Outcome {
 	out := Outcome{TurnID: turnID}
 	if pre == nil {
 		s, _, err := p.store.SessionCreate(ctx, p.newSession(req))
@@ -330,6 +337,7 @@ func (p *Pool) execute(ctx context.Context, req Request, turnID int64, w *watch,
 		tctx, cancel := context.WithTimeout(ctx, p.cfg.TurnTimeout)
 		tctx, limits := p.watchLimits(tctx, r.sb, r.created)
 		alive := w.processAlive(rt)
+		pass.done() // the start is over: the agent's work is not the CPU's here
 		res, err = rt.Prompt(tctx, r.sb, sid, runtime.Prompt{
 			Text: req.Text, System: p.cfg.SystemPrompt, History: withChatContext(chat, history), Env: p.cfg.RuntimeEnv, Timeout: p.cfg.TurnTimeout,
 		}, emit.emit)

@@ -1,0 +1,154 @@
+package agentpool
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/threadbox/threadbox/agentpool/runtime"
+	"github.com/threadbox/threadbox/db"
+	"github.com/threadbox/threadbox/db/dbtest"
+	"github.com/threadbox/threadbox/sandbox"
+	"github.com/threadbox/threadbox/sandbox/sandboxfake"
+)
+
+// TestStartGate: n starts at once; the next waits until one is done or has held its place for the
+// hold time; done after the hold is a no-op; a cancelled wait takes no place.
+func TestStartGate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newStartGate(2, 20*time.Millisecond)
+		a, b := g.enter(t.Context()), g.enter(t.Context())
+		require.NotNil(t, a)
+		require.NotNil(t, b)
+
+		entered := make(chan *startPass)
+		go func() { entered <- g.enter(context.Background()) }()
+		synctest.Wait()
+		select {
+		case <-entered:
+			t.Fatal("a third start went in beside two")
+		default:
+		}
+		a.done()
+		c := <-entered
+		require.NotNil(t, c, "a place given back is taken by the start waiting")
+
+		// b and c hold their places past the hold time: the next start goes in then, not before.
+		start := time.Now()
+		go func() { entered <- g.enter(context.Background()) }()
+		d := <-entered
+		require.Equal(t, 20*time.Millisecond, time.Since(start), "the waiting start went in when the first place lapsed")
+		require.NotNil(t, d)
+		a.done() // twice: nothing more is given back
+		b.done()
+		c.done()
+		d.done()
+		require.Empty(t, g.slots, "every place was given back once")
+
+		// Full, and the waiting turn is cancelled: no place, and done on it is harmless.
+		full := []*startPass{g.enter(t.Context()), g.enter(t.Context())}
+		ctx, cancel := context.WithCancel(t.Context())
+		go func() { entered <- g.enter(ctx) }()
+		synctest.Wait()
+		cancel()
+		none := <-entered
+		require.Nil(t, none)
+		none.done()
+		require.Len(t, g.slots, 2, "the cancelled wait took nothing")
+		for _, p := range full {
+			p.done()
+		}
+	})
+}
+
+// TestTurnStartsWaitTheirPlace: with one place, a second thread's turn does not start while the
+// first's start runs (it waits at the gate), and starts once the first has handed its prompt to
+// the agent; a start that fails before its prompt gives its place back too.
+func TestTurnStartsWaitTheirPlace(t *testing.T) {
+	stores := []struct {
+		name string
+		open func(t *testing.T) db.Store
+	}{
+		{"sqlite", func(t *testing.T) db.Store { return newSQLiteStore(t) }},
+		{"postgres", func(t *testing.T) db.Store { return dbtest.OpenPostgres(t) }},
+	}
+	for _, sc := range stores {
+		t.Run(sc.name, func(t *testing.T) {
+			var (
+				mu    sync.Mutex
+				order []string
+			)
+			note := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
+			aIn, aGo := make(chan struct{}), make(chan struct{})
+			var letAGo sync.Once
+			rt := &scriptRuntime{}
+			first := true
+			rt.ensureFunc = func(ctx context.Context) error {
+				mu.Lock()
+				isFirst := first
+				first = false
+				mu.Unlock()
+				if !isFirst {
+					note("B starts")
+					return nil
+				}
+				note("A starts")
+				close(aIn)
+				<-aGo
+				return nil
+			}
+			rt.promptFunc = func(ctx context.Context, sb sandbox.Sandbox, sid string, p runtime.Prompt, emit func(runtime.Event)) (runtime.Result, error) {
+				if p.Text == "a" {
+					note("A prompted")
+				}
+				return runtime.Result{Answer: "echo: " + p.Text}, nil
+			}
+			f := newFixture(t, sc.open(t), sandboxfake.New(), rt)
+			// Registered after the fixture's, so it runs before the pool's shutdown, which waits for A.
+			t.Cleanup(func() { letAGo.Do(func() { close(aGo) }) })
+			bWaits := make(chan struct{})
+			var once sync.Once
+			f.pool.starts = newStartGate(1, time.Hour)
+			f.pool.starts.onWait = func() { once.Do(func() { close(bWaits) }) }
+
+			sink := newCollector()
+			submit(t, f.pool, "T:A", "ev-a", "a", sink)
+			closedWithin(t, aIn, "A's start")
+			submit(t, f.pool, "T:B", "ev-b", "b", sink)
+			closedWithin(t, bWaits, "B waiting at the gate while A's start holds the place")
+			letAGo.Do(func() { close(aGo) })
+			outs := sink.wait(t, 2)
+			for _, o := range outs {
+				require.NoError(t, o.Err)
+			}
+			mu.Lock()
+			require.Equal(t, []string{"A starts", "A prompted", "B starts"}, order)
+			mu.Unlock()
+
+			// A start that fails gives its place back: the next thread's turn is not left waiting.
+			setEnsure := func(f func(context.Context) error) { rt.mu.Lock(); rt.ensureFunc = f; rt.mu.Unlock() }
+			setEnsure(func(context.Context) error { return errors.New("agent will not start") })
+			submit(t, f.pool, "T:C", "ev-c", "c", sink)
+			require.Error(t, sink.wait(t, 1)[0].Err)
+			setEnsure(nil)
+			submit(t, f.pool, "T:D", "ev-d", "d", sink)
+			require.NoError(t, sink.wait(t, 1)[0].Err)
+		})
+	}
+}
+
+// closedWithin fails the test unless ch is closed within a minute (a hang is a failure, not a
+// timeout of the whole run).
+func closedWithin(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(time.Minute):
+		t.Fatalf("waited a minute for %s", what)
+	}
+}
