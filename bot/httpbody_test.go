@@ -2,6 +2,7 @@ package bot
 
 import (
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -43,6 +44,42 @@ func TestReadPlatformBody(t *testing.T) {
 			}
 			require.False(t, ok)
 			require.Nil(t, body)
+			require.Equal(t, tc.status, w.Code)
+		})
+	}
+}
+
+// TestReadPlatformBodyTrustsNoDeclaredLength: a body declared past the cap is refused before it is
+// read; one declared short is still read only up to the cap, and its true length is what counts.
+func TestReadPlatformBodyTrustsNoDeclaredLength(t *testing.T) {
+	const max = 16
+	for _, tc := range []struct {
+		name     string
+		declared int64
+		body     string
+		status   int // 0: read
+	}{
+		{"declared past the cap, never read", max + 1, "", http.StatusRequestEntityTooLarge},
+		{"declared short, sent long", 2, strings.Repeat("a", 10*max), http.StatusRequestEntityTooLarge},
+		{"declared short, sent within the cap", 2, strings.Repeat("a", max), 0},
+		{"declared huge for a small body", 1 << 40, "abc", http.StatusRequestEntityTooLarge},
+		{"undeclared", -1, "abc", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var src io.Reader = strings.NewReader(tc.body)
+			if tc.declared > max {
+				src = iotest.ErrReader(errors.New("read a body declared too large"))
+			}
+			r := httptest.NewRequest(http.MethodPost, "/events", src)
+			r.ContentLength = tc.declared
+			w := httptest.NewRecorder()
+			body, ok := ReadPlatformBody(w, r, max)
+			if tc.status == 0 {
+				require.True(t, ok)
+				require.Equal(t, tc.body, string(body))
+				return
+			}
+			require.False(t, ok)
 			require.Equal(t, tc.status, w.Code)
 		})
 	}
