@@ -152,3 +152,51 @@ func closedWithin(t *testing.T, ch <-chan struct{}, what string) {
 		t.Fatalf("waited a minute for %s", what)
 	}
 }
+
+// TestShutdownLeavesATurnAtTheGateQueued: a turn waiting at the start gate has not started (recorded
+// queued, nothing run), as one waiting for its thread's lock or a sandbox slot has not. Cut by the
+// end of the shutdown grace, it is left queued for the next process, not recorded cancelled and its
+// user told the bot is shutting down (their message lost).
+func TestShutdownLeavesATurnAtTheGateQueued(t *testing.T) {
+	aIn := make(chan struct{})
+	var first sync.Once
+	rt := &scriptRuntime{ensureFunc: func(ctx context.Context) error {
+		isFirst := false
+		first.Do(func() { isFirst = true })
+		if !isFirst {
+			return nil
+		}
+		close(aIn)
+		<-ctx.Done() // A's start holds the only place until the grace ends
+		return context.Cause(ctx)
+	}}
+	st := newSQLiteStore(t)
+	met := newRecordingMetrics()
+	p, err := New(Config{Deployment: "test-shutdown-gate", Image: "img"}, Deps{
+		Store: st, Provider: sandboxfake.New(), Runtime: rt, Metrics: met,
+	})
+	require.NoError(t, err)
+	bWaits := make(chan struct{})
+	var waits sync.Once
+	p.starts = newStartGate(1, time.Hour)
+	p.starts.onWait = func() { waits.Do(func() { close(bWaits) }) }
+
+	a, b := newCollector(), newCollector()
+	submit(t, p, "A", "e1", "a", a)
+	closedWithin(t, aIn, "A's start")
+	tb := submit(t, p, "B", "e2", "b", b)
+	closedWithin(t, bWaits, "B waiting at the gate")
+
+	grace, cancel := context.WithCancel(t.Context())
+	cancel() // the grace is over
+	require.Error(t, p.Shutdown(grace))
+
+	require.ErrorIs(t, a.wait(t, 1)[0].Err, ErrInterrupted, "A's start was cut")
+	require.Empty(t, b.outcomes, "the turn at the gate is not answered here")
+	tr, err := st.TurnGet(t.Context(), tb.TurnID)
+	require.NoError(t, err)
+	require.Equal(t, db.TurnQueued, tr.Status, "left queued for the next process")
+	require.Equal(t, p.instance, tr.Owner)
+	require.Len(t, rt.recorded(), 0, "nothing was prompted")
+	requireGaugesZero(t, met)
+}

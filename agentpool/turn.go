@@ -63,10 +63,10 @@ func (p *Pool) runTurn(ctx context.Context, req Request, turnID int64, queuedAt 
 	p.runLocked(ctx, req, turnID, start, hold, false)
 }
 
-// leftQueued reports whether the turn, not started (in line for a sandbox slot, or waiting for its
-// thread's lock), was cut by the end of the shutdown grace, and then leaves it as dropTurn leaves a
-// queued one: recorded queued, owned by this process, its files kept, unanswered here; the next
-// process takes it over and runs it, so a restart loses no message.
+// leftQueued reports whether the turn, not started (in line for a sandbox slot, waiting for its
+// thread's lock or for its place at the start gate), was cut by the end of the shutdown grace, and
+// then leaves it as dropTurn leaves a queued one: recorded queued, owned by this process, its files
+// kept, unanswered here; the next process takes it over and runs it, so a restart loses no message.
 func (p *Pool) leftQueued(ctx context.Context, req Request, turnID int64, start time.Time) bool {
 	if !errors.Is(context.Cause(ctx), ErrClosed) {
 		return false
@@ -91,6 +91,11 @@ func (p *Pool) runLocked(ctx context.Context, req Request, turnID int64, start t
 	// meanwhile: the thread's next turn would wait for this one anyway.
 	pass := p.starts.enter(ctx)
 	defer pass.done()
+	if !started && p.leftQueued(ctx, req, turnID, start) {
+		// Cut by the end of the shutdown grace while it waited for its place: not started, so left
+		// queued for the next process, as a turn waiting for the lock is.
+		return
+	}
 	if started {
 		s, _, err := p.store.SessionCreate(ctx, p.newSession(req))
 		p.runStarted(ctx, req, turnID, start, &sessionRead{sess: s, err: err}, pass)
