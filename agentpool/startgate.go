@@ -19,11 +19,11 @@ import (
 // a place without holding the CPU. The same starts run in about the same time, and the acks get
 // their share of it: 7–21 ms.
 //
-// A start gives its place back when it hands its prompt to the agent, when it ends without one, or
-// after startHold, whichever comes first. The last is for starts that wait on the outside (a
-// sandbox being created or resumed, an agent slow to answer its health check): they then hold
-// nothing the others need, as the Go scheduler hands a processor on when its goroutine blocks in a
-// system call. So a start waits at most startHold for each start ahead of it in the gate, divided by
+// A start gives its place back when it hands its prompt to the agent, when it fails before that (not
+// once its failure is posted: a wait on the chat's API), or after startHold, whichever comes first.
+// The last is for starts that wait on the outside (a sandbox being created or resumed, an agent slow
+// to answer its health check): they then hold nothing the others need, as the Go scheduler hands a
+// processor on when its goroutine blocks in a system call. So a start waits at most startHold for each start ahead of it in the gate, divided by
 // the places: 50 starts that each wait seconds on a provider, on 2 places, begin their last one
 // 2.5 s late.
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -199,4 +200,64 @@ func TestShutdownLeavesATurnAtTheGateQueued(t *testing.T) {
 	require.Equal(t, p.instance, tr.Owner)
 	require.Len(t, rt.recorded(), 0, "nothing was prompted")
 	requireGaugesZero(t, met)
+}
+
+// blockingSink is a Sink whose Deliver tells delivering, then waits for release.
+type blockingSink struct {
+	*collector
+	delivering chan struct{}
+	release    chan struct{}
+}
+
+func (s *blockingSink) Deliver(ctx context.Context, out Outcome) ([]string, error) {
+	close(s.delivering)
+	<-s.release
+	return s.collector.Deliver(ctx, out)
+}
+
+// TestFailedStartGivesItsPlaceBackBeforeItsReply: a start that fails before its prompt is over
+// when it fails; it does not keep its place while its failure is recorded and posted to the chat (a
+// round trip to the chat's API, not the CPU's work), so the next thread's start does not wait for
+// that post.
+func TestFailedStartGivesItsPlaceBackBeforeItsReply(t *testing.T) {
+	stores := []struct {
+		name string
+		open func(t *testing.T) db.Store
+	}{
+		{"sqlite", func(t *testing.T) db.Store { return newSQLiteStore(t) }},
+		{"postgres", func(t *testing.T) db.Store { return dbtest.OpenPostgres(t) }},
+	}
+	for _, sc := range stores {
+		t.Run(sc.name, func(t *testing.T) {
+			var failing atomic.Bool
+			failing.Store(true)
+			rt := &scriptRuntime{ensureFunc: func(context.Context) error {
+				if failing.Load() {
+					return errors.New("agent will not start")
+				}
+				return nil
+			}}
+			f := newFixture(t, sc.open(t), sandboxfake.New(), rt)
+			a := &blockingSink{collector: newCollector(), delivering: make(chan struct{}), release: make(chan struct{})}
+			var letADeliver sync.Once
+			release := func() { letADeliver.Do(func() { close(a.release) }) }
+			t.Cleanup(release) // before the pool's shutdown, which waits for A
+			var waited atomic.Bool
+			f.pool.starts = newStartGate(1, time.Hour)
+			f.pool.starts.onWait = func() {
+				waited.Store(true)
+				release() // or the test would hang: A keeps its place until its post ends
+			}
+
+			submit(t, f.pool, "T:A", "ev-a", "a", a)
+			closedWithin(t, a.delivering, "A's failure being posted")
+			failing.Store(false)
+			b := newCollector()
+			submit(t, f.pool, "T:B", "ev-b", "b", b)
+			require.NoError(t, b.wait(t, 1)[0].Err, "B ran while A's failure was being posted")
+			release()
+			require.Error(t, a.wait(t, 1)[0].Err)
+			require.False(t, waited.Load(), "B waited at the gate for A's post")
+		})
+	}
 }

@@ -128,6 +128,7 @@ func (p *Pool) runLocked(ctx context.Context, req Request, turnID int64, start t
 		if ctx.Err() != nil {
 			out.Cancelled, out.Err = true, context.Cause(ctx)
 		}
+		pass.done()
 		p.endTurn(req, turnID, out, start)
 		return
 	}
@@ -145,6 +146,7 @@ func (p *Pool) runHeld(ctx context.Context, req Request, turnID int64, start tim
 			p.met.TurnFinished(TurnOutcomeTakenOver, p.now().Sub(start))
 			return
 		}
+		pass.done()
 		p.endTurn(req, turnID, Outcome{TurnID: turnID, Err: classify(EINTERNAL, "start turn", err)}, start)
 		return
 	}
@@ -167,10 +169,12 @@ func (p *Pool) newSession(req Request) db.NewSession {
 
 // runStarted runs a started turn (running, ours, its thread lock held) to its outcome. pre is its
 // session read under the lock, if it was read ahead; nil reads it now. pass is its place in the start
-// gate, given back when the prompt goes to the agent (nil: none).
+// gate, given back when the prompt goes to the agent or the turn fails before it (nil: none).
 func (p *Pool) runStarted(ctx context.Context, req Request, turnID int64, start time.Time, pre *sessionRead, pass *startPass) {
 	w := newWatch(ctx, p.cfg.StuckAfter, req.Sink, func() { p.touch(turnID) })
 	out := p.executeGuarded(w.ctx, req, turnID, w, pre, pass)
+	// Over, prompted or not: recording and posting the outcome (the chat's API) is not the start's.
+	pass.done()
 	cause := context.Cause(w.ctx)
 	w.stop()
 	if out.Err != nil && cause != nil {
