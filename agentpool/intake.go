@@ -23,8 +23,9 @@ import (
 //
 // A turn recorded running is one its process may have handed to the agent: after a crash it gets
 // the "interrupted" reply and retry, never a second run on its own. Started at intake, it only
-// resolves its sandbox before its prompt, so a crash in between costs its user a retry, not a
-// double run. Where anything is not so (the thread busy here, no slot free now, no lock connection
+// waits for its place in the start gate (startgate.go: bounded, 100 ms per start ahead of it) and
+// resolves its sandbox before its prompt, so a crash (or the end of the shutdown grace) in between
+// costs its user a retry, not a double run. Where anything is not so (the thread busy here, no slot free now, no lock connection
 // idle, the lock held elsewhere, another process's turn unfinished in the thread, a store without
 // TurnInsertHeld) the turn is recorded queued and starts the usual way.
 

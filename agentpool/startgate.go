@@ -8,8 +8,8 @@ import (
 
 // The start gate: how many turns do their start at once.
 //
-// A turn's start (the thread's lock, the turn and session rows, resolving the sandbox, the agent
-// session, the history) is a run of short statements and calls that want the CPU, the bot's and the
+// A turn's start (once it holds its thread's lock: the turn and session rows, resolving the sandbox,
+// the agent session, the history) is a run of short statements and calls that want the CPU, the bot's and the
 // database's. Messages are acknowledged on the same CPUs, and each ack waits for its message's
 // commit. When many turns start together (a burst of messages to idle threads, a restart that takes
 // over queued turns, a provider that comes back), every start ran at once, and the acks waited
@@ -23,9 +23,10 @@ import (
 // once its failure is posted: a wait on the chat's API), or after startHold, whichever comes first.
 // The last is for starts that wait on the outside (a sandbox being created or resumed, an agent slow
 // to answer its health check): they then hold nothing the others need, as the Go scheduler hands a
-// processor on when its goroutine blocks in a system call. So a start waits at most startHold for each start ahead of it in the gate, divided by
-// the places: 50 starts that each wait seconds on a provider, on 2 places, begin their last one
-// 2.5 s late.
+// processor on when its goroutine blocks in a system call. So a start waits at most startHold for
+// each start ahead of it in the gate, divided by the places: 50 starts that each wait seconds on a
+// provider, on 2 places, begin their last one 2.5 s late. (On PostgreSQL the lock pool bounds the
+// turns that can wait here to about 32.)
 //
 // The price is throughput where a start's own waits are short but many (a commit's flush, a round
 // trip to the database): fewer starts overlap them. BenchmarkPoolScale's 100,000 first turns on
