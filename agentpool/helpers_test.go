@@ -15,6 +15,7 @@ import (
 
 	"github.com/threadbox/threadbox/agentpool/runtime"
 	"github.com/threadbox/threadbox/db"
+	"github.com/threadbox/threadbox/db/dbtest"
 	"github.com/threadbox/threadbox/sandbox"
 	"github.com/threadbox/threadbox/sandbox/sandboxfake"
 )
@@ -26,6 +27,20 @@ func newSQLiteStore(t testing.TB) db.Store {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
 	return st
+}
+
+// eachStore runs f as a subtest on a fresh SQLite store and on PostgreSQL (skipped when absent,
+// unless THREADBOX_REQUIRE_SERVICES is set).
+func eachStore(t *testing.T, f func(t *testing.T, st db.Store)) {
+	for _, sc := range []struct {
+		name string
+		open func(t *testing.T) db.Store
+	}{
+		{"sqlite", func(t *testing.T) db.Store { return newSQLiteStore(t) }},
+		{"postgres", func(t *testing.T) db.Store { return dbtest.OpenPostgres(t) }},
+	} {
+		t.Run(sc.name, func(t *testing.T) { f(t, sc.open(t)) })
+	}
 }
 
 // scriptRuntime is a runtime.Runtime whose behaviour tests script. It records every prompt.

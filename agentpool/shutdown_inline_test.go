@@ -46,9 +46,16 @@ func TestShutdownLeavesATurnInLineQueued(t *testing.T) {
 
 	require.ErrorIs(t, a.wait(t, 1)[0].Err, ErrInterrupted, "the running one was cut")
 	require.Empty(t, b.outcomes, "the one in line is not answered here")
-	tr, err := st.TurnGet(t.Context(), tb.TurnID)
+	requireLeftQueued(t, st, p, tb.TurnID)
+	requireGaugesZero(t, met)
+}
+
+// requireLeftQueued requires turn id to be left queued and owned by p, for the next process to take
+// over and answer.
+func requireLeftQueued(t *testing.T, st db.Store, p *Pool, id int64) {
+	t.Helper()
+	tr, err := st.TurnGet(t.Context(), id)
 	require.NoError(t, err)
 	require.Equal(t, db.TurnQueued, tr.Status, "left queued for the next process")
 	require.Equal(t, p.instance, tr.Owner)
-	requireGaugesZero(t, met)
 }

@@ -13,7 +13,6 @@ import (
 
 	"github.com/threadbox/threadbox/agentpool/runtime"
 	"github.com/threadbox/threadbox/db"
-	"github.com/threadbox/threadbox/db/dbtest"
 	"github.com/threadbox/threadbox/sandbox"
 	"github.com/threadbox/threadbox/sandbox/sandboxfake"
 )
@@ -71,76 +70,64 @@ func TestStartGate(t *testing.T) {
 // first's start runs (it waits at the gate), and starts once the first has handed its prompt to
 // the agent; a start that fails before its prompt gives its place back too.
 func TestTurnStartsWaitTheirPlace(t *testing.T) {
-	stores := []struct {
-		name string
-		open func(t *testing.T) db.Store
-	}{
-		{"sqlite", func(t *testing.T) db.Store { return newSQLiteStore(t) }},
-		{"postgres", func(t *testing.T) db.Store { return dbtest.OpenPostgres(t) }},
-	}
-	for _, sc := range stores {
-		t.Run(sc.name, func(t *testing.T) {
-			var (
-				mu    sync.Mutex
-				order []string
-			)
-			note := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
-			aIn, aGo := make(chan struct{}), make(chan struct{})
-			var letAGo sync.Once
-			rt := &scriptRuntime{}
-			first := true
-			rt.ensureFunc = func(ctx context.Context) error {
-				mu.Lock()
-				isFirst := first
-				first = false
-				mu.Unlock()
-				if !isFirst {
-					note("B starts")
-					return nil
-				}
-				note("A starts")
-				close(aIn)
-				<-aGo
+	eachStore(t, func(t *testing.T, st db.Store) {
+		var (
+			mu    sync.Mutex
+			order []string
+		)
+		note := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
+		aIn, aGo := make(chan struct{}), make(chan struct{})
+		var letAGo sync.Once
+		rt := &scriptRuntime{}
+		first := true
+		rt.ensureFunc = func(ctx context.Context) error {
+			mu.Lock()
+			isFirst := first
+			first = false
+			mu.Unlock()
+			if !isFirst {
+				note("B starts")
 				return nil
 			}
-			rt.promptFunc = func(ctx context.Context, sb sandbox.Sandbox, sid string, p runtime.Prompt, emit func(runtime.Event)) (runtime.Result, error) {
-				if p.Text == "a" {
-					note("A prompted")
-				}
-				return runtime.Result{Answer: "echo: " + p.Text}, nil
+			note("A starts")
+			close(aIn)
+			<-aGo
+			return nil
+		}
+		rt.promptFunc = func(ctx context.Context, sb sandbox.Sandbox, sid string, p runtime.Prompt, emit func(runtime.Event)) (runtime.Result, error) {
+			if p.Text == "a" {
+				note("A prompted")
 			}
-			f := newFixture(t, sc.open(t), sandboxfake.New(), rt)
-			// Registered after the fixture's, so it runs before the pool's shutdown, which waits for A.
-			t.Cleanup(func() { letAGo.Do(func() { close(aGo) }) })
-			bWaits := make(chan struct{})
-			var once sync.Once
-			f.pool.starts = newStartGate(1, time.Hour)
-			f.pool.starts.onWait = func() { once.Do(func() { close(bWaits) }) }
+			return runtime.Result{Answer: "echo: " + p.Text}, nil
+		}
+		f := newFixture(t, st, sandboxfake.New(), rt)
+		// Registered after the fixture's, so it runs before the pool's shutdown, which waits for A.
+		t.Cleanup(func() { letAGo.Do(func() { close(aGo) }) })
+		bWaits := oneStartPlace(f.pool)
 
-			sink := newCollector()
-			submit(t, f.pool, "T:A", "ev-a", "a", sink)
-			closedWithin(t, aIn, "A's start")
-			submit(t, f.pool, "T:B", "ev-b", "b", sink)
-			closedWithin(t, bWaits, "B waiting at the gate while A's start holds the place")
-			letAGo.Do(func() { close(aGo) })
-			outs := sink.wait(t, 2)
-			for _, o := range outs {
-				require.NoError(t, o.Err)
-			}
-			mu.Lock()
-			require.Equal(t, []string{"A starts", "A prompted", "B starts"}, order)
-			mu.Unlock()
+		sink := newCollector()
+		submit(t, f.pool, "T:A", "ev-a", "a", sink)
+		closedWithin(t, aIn, "A's start")
+		submit(t, f.pool, "T:B", "ev-b", "b", sink)
+		closedWithin(t, bWaits, "B waiting at the gate while A's start holds the place")
+		letAGo.Do(func() { close(aGo) })
+		outs := sink.wait(t, 2)
+		for _, o := range outs {
+			require.NoError(t, o.Err)
+		}
+		mu.Lock()
+		require.Equal(t, []string{"A starts", "A prompted", "B starts"}, order)
+		mu.Unlock()
 
-			// A start that fails gives its place back: the next thread's turn is not left waiting.
-			setEnsure := func(f func(context.Context) error) { rt.mu.Lock(); rt.ensureFunc = f; rt.mu.Unlock() }
-			setEnsure(func(context.Context) error { return errors.New("agent will not start") })
-			submit(t, f.pool, "T:C", "ev-c", "c", sink)
-			require.Error(t, sink.wait(t, 1)[0].Err)
-			setEnsure(nil)
-			submit(t, f.pool, "T:D", "ev-d", "d", sink)
-			require.NoError(t, sink.wait(t, 1)[0].Err)
-		})
-	}
+		// A start that fails gives its place back: the next thread's turn is not left waiting.
+		setEnsure := func(f func(context.Context) error) { rt.mu.Lock(); rt.ensureFunc = f; rt.mu.Unlock() }
+		setEnsure(func(context.Context) error { return errors.New("agent will not start") })
+		submit(t, f.pool, "T:C", "ev-c", "c", sink)
+		require.Error(t, sink.wait(t, 1)[0].Err)
+		setEnsure(nil)
+		submit(t, f.pool, "T:D", "ev-d", "d", sink)
+		require.NoError(t, sink.wait(t, 1)[0].Err)
+	})
 }
 
 // closedWithin fails the test unless ch is closed within a minute (a hang is a failure, not a
@@ -177,10 +164,7 @@ func TestShutdownLeavesATurnAtTheGateQueued(t *testing.T) {
 		Store: st, Provider: sandboxfake.New(), Runtime: rt, Metrics: met,
 	})
 	require.NoError(t, err)
-	bWaits := make(chan struct{})
-	var waits sync.Once
-	p.starts = newStartGate(1, time.Hour)
-	p.starts.onWait = func() { waits.Do(func() { close(bWaits) }) }
+	bWaits := oneStartPlace(p)
 
 	a, b := newCollector(), newCollector()
 	submit(t, p, "A", "e1", "a", a)
@@ -194,10 +178,7 @@ func TestShutdownLeavesATurnAtTheGateQueued(t *testing.T) {
 
 	require.ErrorIs(t, a.wait(t, 1)[0].Err, ErrInterrupted, "A's start was cut")
 	require.Empty(t, b.outcomes, "the turn at the gate is not answered here")
-	tr, err := st.TurnGet(t.Context(), tb.TurnID)
-	require.NoError(t, err)
-	require.Equal(t, db.TurnQueued, tr.Status, "left queued for the next process")
-	require.Equal(t, p.instance, tr.Owner)
+	requireLeftQueued(t, st, p, tb.TurnID)
 	require.Len(t, rt.recorded(), 0, "nothing was prompted")
 	requireGaugesZero(t, met)
 }
@@ -220,44 +201,45 @@ func (s *blockingSink) Deliver(ctx context.Context, out Outcome) ([]string, erro
 // round trip to the chat's API, not the CPU's work), so the next thread's start does not wait for
 // that post.
 func TestFailedStartGivesItsPlaceBackBeforeItsReply(t *testing.T) {
-	stores := []struct {
-		name string
-		open func(t *testing.T) db.Store
-	}{
-		{"sqlite", func(t *testing.T) db.Store { return newSQLiteStore(t) }},
-		{"postgres", func(t *testing.T) db.Store { return dbtest.OpenPostgres(t) }},
-	}
-	for _, sc := range stores {
-		t.Run(sc.name, func(t *testing.T) {
-			var failing atomic.Bool
-			failing.Store(true)
-			rt := &scriptRuntime{ensureFunc: func(context.Context) error {
-				if failing.Load() {
-					return errors.New("agent will not start")
-				}
-				return nil
-			}}
-			f := newFixture(t, sc.open(t), sandboxfake.New(), rt)
-			a := &blockingSink{collector: newCollector(), delivering: make(chan struct{}), release: make(chan struct{})}
-			var letADeliver sync.Once
-			release := func() { letADeliver.Do(func() { close(a.release) }) }
-			t.Cleanup(release) // before the pool's shutdown, which waits for A
-			var waited atomic.Bool
-			f.pool.starts = newStartGate(1, time.Hour)
-			f.pool.starts.onWait = func() {
-				waited.Store(true)
-				release() // or the test would hang: A keeps its place until its post ends
+	eachStore(t, func(t *testing.T, st db.Store) {
+		var failing atomic.Bool
+		failing.Store(true)
+		rt := &scriptRuntime{ensureFunc: func(context.Context) error {
+			if failing.Load() {
+				return errors.New("agent will not start")
 			}
+			return nil
+		}}
+		f := newFixture(t, st, sandboxfake.New(), rt)
+		a := &blockingSink{collector: newCollector(), delivering: make(chan struct{}), release: make(chan struct{})}
+		var letADeliver sync.Once
+		release := func() { letADeliver.Do(func() { close(a.release) }) }
+		t.Cleanup(release) // before the pool's shutdown, which waits for A
+		var waited atomic.Bool
+		f.pool.starts = newStartGate(1, time.Hour)
+		f.pool.starts.onWait = func() {
+			waited.Store(true)
+			release() // or the test would hang: A keeps its place until its post ends
+		}
 
-			submit(t, f.pool, "T:A", "ev-a", "a", a)
-			closedWithin(t, a.delivering, "A's failure being posted")
-			failing.Store(false)
-			b := newCollector()
-			submit(t, f.pool, "T:B", "ev-b", "b", b)
-			require.NoError(t, b.wait(t, 1)[0].Err, "B ran while A's failure was being posted")
-			release()
-			require.Error(t, a.wait(t, 1)[0].Err)
-			require.False(t, waited.Load(), "B waited at the gate for A's post")
-		})
-	}
+		submit(t, f.pool, "T:A", "ev-a", "a", a)
+		closedWithin(t, a.delivering, "A's failure being posted")
+		failing.Store(false)
+		b := newCollector()
+		submit(t, f.pool, "T:B", "ev-b", "b", b)
+		require.NoError(t, b.wait(t, 1)[0].Err, "B ran while A's failure was being posted")
+		release()
+		require.Error(t, a.wait(t, 1)[0].Err)
+		require.False(t, waited.Load(), "B waited at the gate for A's post")
+	})
+}
+
+// oneStartPlace gives p's start gate one place, held until the start is over however long it takes,
+// and returns a channel closed when a start first has to wait for it.
+func oneStartPlace(p *Pool) <-chan struct{} {
+	waits := make(chan struct{})
+	var once sync.Once
+	p.starts = newStartGate(1, time.Hour)
+	p.starts.onWait = func() { once.Do(func() { close(waits) }) }
+	return waits
 }
