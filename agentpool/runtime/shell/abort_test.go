@@ -70,6 +70,23 @@ var cutCases = []struct {
 	{"the command's process cleared its environment", execCutCommand, 1},
 }
 
+// eachCutSandbox runs f as a subtest for each cut command (cutCases) on each provider
+// (abortProviders), on a fresh sandbox, within two minutes.
+func eachCutSandbox(t *testing.T, f func(t *testing.T, ctx context.Context, sb sandbox.Sandbox, command string, pids int)) {
+	for _, tc := range cutCases {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, pv := range abortProviders {
+				t.Run(pv.name, func(t *testing.T) {
+					sb := abortSandbox(t, pv.open)
+					ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+					defer cancel()
+					f(t, ctx, sb, tc.command, tc.pids)
+				})
+			}
+		})
+	}
+}
+
 // abortSandbox creates a sandbox on the provider open gives, removed when the test ends.
 func abortSandbox(t *testing.T, open func(t *testing.T) (sandbox.Provider, string)) sandbox.Sandbox {
 	t.Helper()
@@ -90,42 +107,33 @@ func abortSandbox(t *testing.T, open func(t *testing.T) (sandbox.Provider, strin
 // cleared its environment too), on every provider; while what an earlier command of the same
 // thread left running on purpose (a process in the background) lives on. Before, Abort did nothing and the cut command ran on.
 func TestAbortStopsTheCutCommandOnly(t *testing.T) {
-	for _, tc := range cutCases {
-		t.Run(tc.name, func(t *testing.T) { abortStopsTheCutCommand(t, tc.command, tc.pids) })
-	}
+	eachCutSandbox(t, abortStopsTheCutCommand)
 }
 
-func abortStopsTheCutCommand(t *testing.T, command string, pids int) {
-	for _, pv := range abortProviders {
-		t.Run(pv.name, func(t *testing.T) {
-			sb := abortSandbox(t, pv.open)
-			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-			defer cancel()
-			r := New()
-			require.NoError(t, r.Ensure(ctx, sb))
-			const sid = "shell-abort"
+func abortStopsTheCutCommand(t *testing.T, ctx context.Context, sb sandbox.Sandbox, command string, pids int) {
+	r := New()
+	require.NoError(t, r.Ensure(ctx, sb))
+	const sid = "shell-abort"
 
-			// An earlier command leaves a process waiting at a fifo in the background, and exits.
-			res, err := r.Prompt(ctx, sb, sid, runtime.Prompt{Text: `rm -f keep; mkfifo keep; cat keep >/dev/null 2>&1 & echo $!`}, nil)
-			require.NoError(t, err)
-			require.Zero(t, res.ExitCode, res.Answer)
-			keep := strings.TrimSpace(res.Answer)
-			t.Cleanup(func() { _, _ = sb.Exec(context.Background(), sandbox.ExecRequest{Cmd: []string{"kill", "-9", keep}}) })
+	// An earlier command leaves a process waiting at a fifo in the background, and exits.
+	res, err := r.Prompt(ctx, sb, sid, runtime.Prompt{Text: `rm -f keep; mkfifo keep; cat keep >/dev/null 2>&1 & echo $!`}, nil)
+	require.NoError(t, err)
+	require.Zero(t, res.ExitCode, res.Answer)
+	keep := strings.TrimSpace(res.Answer)
+	t.Cleanup(func() { _, _ = sb.Exec(context.Background(), sandbox.ExecRequest{Cmd: []string{"kill", "-9", keep}}) })
 
-			// The next is the cut command: it waits at another fifo, and its stream is cut.
-			cs := runtimetest.NewCutExec(sb)
-			cut := startCutOf(t, ctx, r, cs, sid, command, pids)
+	// The next is the cut command: it waits at another fifo, and its stream is cut.
+	cs := runtimetest.NewCutExec(sb)
+	cut := startCutOf(t, ctx, r, cs, sid, command, pids)
 
-			require.NoError(t, r.Abort(ctx, sb, sid), "what the pool does with a cut turn")
-			for _, pid := range cut {
-				require.False(t, alive(t, sb, pid), "the cut command was stopped: pid %s", pid)
-			}
-			<-cs.Done // its exec ended with it
-			require.True(t, alive(t, sb, keep), "the earlier command's background process lives on")
-			require.NoError(t, r.Abort(ctx, sb, sid), "a second abort finds nothing to do")
-			require.True(t, alive(t, sb, keep))
-		})
+	require.NoError(t, r.Abort(ctx, sb, sid), "what the pool does with a cut turn")
+	for _, pid := range cut {
+		require.False(t, alive(t, sb, pid), "the cut command was stopped: pid %s", pid)
 	}
+	<-cs.Done // its exec ended with it
+	require.True(t, alive(t, sb, keep), "the earlier command's background process lives on")
+	require.NoError(t, r.Abort(ctx, sb, sid), "a second abort finds nothing to do")
+	require.True(t, alive(t, sb, keep))
 }
 
 // alive tells, from a new exec, whether pid is a process in the sandbox that has not exited (a
@@ -220,41 +228,32 @@ func TestFailedAbortIsFinishedBeforeTheNextCommand(t *testing.T) {
 // it, on every provider. A previous command that exited is left alone with what it left in the
 // background on purpose. Before, the cut command ran on beside the retry.
 func TestCommandLeftRunningByACrashIsStoppedFirst(t *testing.T) {
-	for _, tc := range cutCases {
-		t.Run(tc.name, func(t *testing.T) { leftRunningByACrash(t, tc.command, tc.pids) })
-	}
+	eachCutSandbox(t, leftRunningByACrash)
 }
 
-func leftRunningByACrash(t *testing.T, command string, pids int) {
-	for _, pv := range abortProviders {
-		t.Run(pv.name, func(t *testing.T) {
-			box := abortSandbox(t, pv.open)
-			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-			defer cancel()
-			const sid = "shell-crash"
-			before := New()
-			require.NoError(t, before.Ensure(ctx, box))
-			cs := runtimetest.NewCutExec(box)
-			cut := startCutOf(t, ctx, before, cs, sid, command, pids)
+func leftRunningByACrash(t *testing.T, ctx context.Context, box sandbox.Sandbox, command string, pids int) {
+	const sid = "shell-crash"
+	before := New()
+	require.NoError(t, before.Ensure(ctx, box))
+	cs := runtimetest.NewCutExec(box)
+	cut := startCutOf(t, ctx, before, cs, sid, command, pids)
 
-			after := New() // the bot after its restart
-			require.NoError(t, after.Ensure(ctx, box))
-			res, err := after.Prompt(ctx, box, sid, runtime.Prompt{Text: `rm -f keep; mkfifo keep; cat keep >/dev/null 2>&1 & echo $!`}, nil)
-			require.NoError(t, err)
-			require.Zero(t, res.ExitCode, res.Answer)
-			for _, pid := range cut {
-				require.False(t, alive(t, box, pid), "stopped before the next command: pid %s", pid)
-			}
-			<-cs.Done
-			keep := strings.TrimSpace(res.Answer)
-			t.Cleanup(func() { _, _ = box.Exec(context.Background(), sandbox.ExecRequest{Cmd: []string{"kill", "-9", keep}}) })
-
-			// That command exited, leaving a process in the background: the next bot's command
-			// leaves it be.
-			res, err = New().Prompt(ctx, box, sid, runtime.Prompt{Text: "echo next"}, nil)
-			require.NoError(t, err)
-			require.Equal(t, "next", strings.TrimSpace(res.Answer))
-			require.True(t, alive(t, box, keep), "the exited command's background process lives on")
-		})
+	after := New() // the bot after its restart
+	require.NoError(t, after.Ensure(ctx, box))
+	res, err := after.Prompt(ctx, box, sid, runtime.Prompt{Text: `rm -f keep; mkfifo keep; cat keep >/dev/null 2>&1 & echo $!`}, nil)
+	require.NoError(t, err)
+	require.Zero(t, res.ExitCode, res.Answer)
+	for _, pid := range cut {
+		require.False(t, alive(t, box, pid), "stopped before the next command: pid %s", pid)
 	}
+	<-cs.Done
+	keep := strings.TrimSpace(res.Answer)
+	t.Cleanup(func() { _, _ = box.Exec(context.Background(), sandbox.ExecRequest{Cmd: []string{"kill", "-9", keep}}) })
+
+	// That command exited, leaving a process in the background: the next bot's command
+	// leaves it be.
+	res, err = New().Prompt(ctx, box, sid, runtime.Prompt{Text: "echo next"}, nil)
+	require.NoError(t, err)
+	require.Equal(t, "next", strings.TrimSpace(res.Answer))
+	require.True(t, alive(t, box, keep), "the exited command's background process lives on")
 }
